@@ -1,0 +1,210 @@
+"""The Python API: resolve a scenario, simulate it, write its outputs.
+
+``simulate()`` is the product: a model, a cluster and a parallel layout in, the simulated step out
+(timeline and report). The CLI is a thin layer over these functions. Only this module and
+``outputs/`` touch the filesystem.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from simtrain import engine
+from simtrain.errors import SpecError
+from simtrain.mesh import DEFAULT_ORDER, build_mesh
+from simtrain.metrics import summarize
+from simtrain.network import AnalyticNetwork, FreeNetwork
+from simtrain.schedules import generate as load_schedule
+from simtrain.specs.gpu import GpuSpec
+from simtrain.specs.model import ModelSpec, load_model
+from simtrain.specs.parallel import ParallelSpec, resolve_parallel, validate_parallel
+from simtrain.specs.strict import Table, check_value, read_toml
+from simtrain.timeline import Timeline
+from simtrain.topology import Cluster, Router, load_topology
+from simtrain.workload import WorkloadOptions, lower
+
+NETWORKS = ("analytic", "none")
+
+#: The scenario ``simtrain run`` simulates with no arguments: the course notes' Llama-3-70B on 64
+#: H100s (their ``parallel_plan.py`` constants) with the textbook TP=8 x PP=4 x DP=2 layout and a
+#: small global batch, so the step shows pipeline bubbles, gradient reductions overlapped with
+#: the backward, and the last stage's LM head as stage imbalance.
+DEFAULT_SCENARIO: dict[str, Any] = {
+    "model": "llama3-70b", "topology": "seed-h100", "gpus": 64, "tp": 8, "pp": 4, "cp": 1,
+    "seq": 8192, "mbs": 1, "gbs": 32, "schedule": "1f1b",
+}
+
+#: Every setting a run takes (flags and --config keys), with its type and default.
+SETTINGS: dict[str, tuple[type | tuple[type, ...], Any]] = {
+    "model": (str, DEFAULT_SCENARIO["model"]),
+    "topology": (str, DEFAULT_SCENARIO["topology"]),
+    "nodes": (int, None),
+    "gpus": (int, None),
+    "tp": (int, 1), "cp": (int, 1), "pp": (int, 1), "dp": (int, None), "ep": (int, 1),
+    "etp": (int, None), "vpp": (int, 1),
+    "schedule": (str, "1f1b"),
+    "seq": (int, 4096), "mbs": (int, 1), "gbs": (int, None),
+    "zero": (int, 1), "sp": (bool, True), "recompute": ((str, int), "none"),
+    "order": (str, DEFAULT_ORDER),
+    "network": (str, "analytic"),
+    "efficiency": (float, None),
+    "fold": (bool, True),
+    "max_events": (int, engine.DEFAULT_MAX_EVENTS),
+}
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """Everything one simulation needs, resolved and validated."""
+
+    model: ModelSpec
+    cluster: Cluster
+    gpu: GpuSpec  # the cluster's GPU with any efficiency override
+    parallel: ParallelSpec
+    network: str  # analytic | none (zero-cost communication)
+    fold: bool
+    max_events: int
+    settings: dict = field(default_factory=dict)  # the settings as resolved, for the report
+
+
+@dataclass(frozen=True)
+class SimResult:
+    scenario: Scenario
+    timeline: Timeline
+    report: dict  # JSON-ready metrics and configuration (deterministic: no wall time)
+    wall_s: float
+    rank_labels: dict[int, str]
+
+
+def load_config(path: str | Path) -> dict[str, Any]:
+    """Read an experiment TOML: a flat table of the same keys as the ``simtrain run`` flags."""
+    table = Table(read_toml(path), str(path))
+    out = {}
+    for key in list(table.data):
+        if key in SETTINGS:
+            kind, _ = SETTINGS[key]
+            out[key] = table.get(key, kind)
+    table.done()
+    return out
+
+
+def resolve(settings: dict[str, Any] | None = None) -> Scenario:
+    """Resolve user settings (names, numbers) into a validated :class:`Scenario`.
+
+    Missing keys take the defaults of :data:`SETTINGS`; with no settings at all the
+    :data:`DEFAULT_SCENARIO` runs.
+    """
+    given = dict(DEFAULT_SCENARIO if not settings else settings)
+    unknown = sorted(set(given) - set(SETTINGS))
+    if unknown:
+        raise SpecError(f"unknown setting {unknown[0]!r} (valid: {', '.join(SETTINGS)})")
+    s = {k: (given[k] if given.get(k) is not None else default) for k, (_, default) in SETTINGS.items()}
+    for key, (kind, _) in SETTINGS.items():
+        if s[key] is not None:
+            s[key] = check_value(key, s[key], kind)
+    if s["network"] not in NETWORKS:
+        check_value("network", s["network"], str, choices=NETWORKS)
+    model = load_model(s["model"])
+    nodes = s["nodes"]
+    probe = load_topology(s["topology"], nodes=nodes if nodes else None)
+    if s["gpus"] is None:
+        s["gpus"] = probe.num_gpus
+    if s["gpus"] < 1:
+        raise SpecError(f"gpus={s['gpus']}: must be >= 1")
+    if nodes is None:
+        need = -(-s["gpus"] // probe.gpus_per_node)
+        cluster = probe if need == probe.num_nodes else load_topology(s["topology"], nodes=need)
+    else:
+        cluster = probe
+    if s["gpus"] > cluster.num_gpus:
+        raise SpecError(f"gpus={s['gpus']} exceeds the {cluster.num_gpus} GPUs of topology "
+                        f"{cluster.name} with {cluster.num_nodes} nodes; raise --nodes")
+    gpu = cluster.gpu if s["efficiency"] is None else cluster.gpu.with_efficiency(s["efficiency"])
+    if s["gbs"] is None:
+        s["gbs"] = None
+    par_kw = {k: s[k] for k in ("ep", "etp", "vpp", "mbs", "seq", "zero", "sp", "recompute", "schedule", "order")}
+    dp = s["dp"]
+    inner = s["tp"] * s["cp"] * s["pp"]
+    gbs = s["gbs"]
+    if gbs is None:  # one micro-batch per pipeline stage and replica... at least pp of them
+        dp_guess = dp if dp else max(1, s["gpus"] // max(inner, 1))
+        gbs = dp_guess * s["mbs"] * max(s["pp"], 1) * 2
+        s["gbs"] = gbs
+    par = resolve_parallel(s["gpus"], tp=s["tp"], cp=s["cp"], pp=s["pp"], dp=dp, gbs=gbs, **par_kw)
+    validate_parallel(par, model, s["gpus"])
+    s["dp"] = par.dp
+    s["recompute"] = par.recompute
+    return Scenario(model=model, cluster=cluster, gpu=gpu, parallel=par, network=s["network"],
+                    fold=s["fold"], max_events=s["max_events"], settings=s)
+
+
+def simulate(scenario: Scenario, options: WorkloadOptions | None = None) -> SimResult:
+    """Simulate one training step of ``scenario``."""
+    t0 = time.perf_counter()
+    par, model = scenario.parallel, scenario.model
+    mesh = build_mesh(par.tp, par.cp, par.dp, par.pp, ep=par.ep, etp=par.etp, order=par.order,
+                      gpus_per_node=scenario.cluster.gpus_per_node)
+    schedule = load_schedule(par.schedule, par.pp, par.num_microbatches, vpp=par.vpp)
+    opts = options or WorkloadOptions(fold=scenario.fold)
+    program = lower(model, par, scenario.gpu, schedule, mesh, opts)
+    if scenario.network == "none":
+        network = FreeNetwork()
+    else:
+        network = AnalyticNetwork(scenario.cluster, Router(scenario.cluster))
+    result = engine.run(program, network, max_events=scenario.max_events)
+    metrics = summarize(result.timeline, model=model, gpu=scenario.gpu, num_gpus=par.world,
+                        seq=par.seq, gbs=par.gbs, rank_weight=program.rank_weight,
+                        rank_stage=program.rank_stage, static_bytes=program.static_bytes)
+    wall = time.perf_counter() - t0
+    labels = {r: (f"stage {program.rank_stage[r]} (rank {r}, stands for {program.rank_weight[r]})"
+                  if program.rank_weight[r] > 1 else f"rank {r} (stage {program.rank_stage[r]})")
+              for r in program.ranks}
+    report = {
+        **metrics,
+        "num_events": result.num_events,
+        "simulated_ranks": len(program.ranks),
+        "num_microbatches": par.num_microbatches,
+        "config": _config(scenario),
+    }
+    return SimResult(scenario, result.timeline, report, wall, labels)
+
+
+def _config(sc: Scenario) -> dict:
+    out = dict(sc.settings)
+    out["model"] = sc.model.name
+    out["topology"] = sc.cluster.name
+    out["nodes"] = sc.cluster.num_nodes
+    out["gpu"] = sc.gpu.name
+    out["efficiency"] = sc.gpu.efficiency
+    return out
+
+
+def write_outputs(result: SimResult, out_dir: str | Path, plot: bool = True) -> dict[str, str]:
+    """Write report.json, trace.json and (unless ``plot`` is false) timeline.png into ``out_dir``."""
+    from simtrain.outputs.trace import write_json_atomic, write_trace
+
+    out = Path(out_dir)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise SpecError(f"--out {out}: cannot create the folder ({exc.strerror})") from None
+    paths = {"report": str(out / "report.json"), "trace": str(out / "trace.json")}
+    write_json_atomic(result.report, paths["report"])
+    write_trace(result.timeline, paths["trace"], rank_labels=result.rank_labels)
+    if plot:
+        from simtrain.outputs.gantt import draw_gantt
+
+        paths["timeline"] = str(out / "timeline.png")
+        sc = result.scenario
+        title = (f"{sc.model.name} on {sc.parallel.world} x {sc.gpu.name}: TP{sc.parallel.tp} "
+                 f"CP{sc.parallel.cp} PP{sc.parallel.pp} DP{sc.parallel.dp}, {sc.parallel.schedule}, "
+                 f"{sc.parallel.num_microbatches} micro-batches")
+        draw_gantt(result.timeline, paths["timeline"], title=title, rank_labels=result.rank_labels)
+    return paths
+
+
+def with_settings(scenario: Scenario, **changes) -> Scenario:
+    return replace(scenario, **changes)

@@ -1,0 +1,193 @@
+"""The engine: runs per-rank programs as SimPy processes and records the timeline.
+
+The only module that imports ``simpy``. Each (rank, stream) is one process that walks its ops in
+program order. An op starts when its stream is free (the previous op on the stream is done), its
+dependencies are done, and, for a collective, every simulated member of its group has reached
+it; it then lasts what the cost model (compute) or the network model (communication) says. A
+point-to-point transfer is owned by the sender's ``pp_send`` stream and also occupies the
+receiver's ``pp_recv`` stream while it runs (receives are posted early, as Megatron-LM does).
+
+After the run the engine checks its invariants: every op ran exactly once, no stream ran two ops
+at once, no op started before its dependencies ended. A state where ops remain but no event can
+fire is a deadlock, reported with the blocked op of every rank; an event budget stops runaway
+runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import simpy
+
+from simtrain.errors import SimulationError
+from simtrain.network import NetworkModel
+from simtrain.program import STREAM, Program
+from simtrain.timeline import Timeline, TimelineBuilder
+
+DEFAULT_MAX_EVENTS = 50_000_000
+
+
+@dataclass(frozen=True)
+class RunResult:
+    timeline: Timeline
+    num_events: int  # operations executed (each is one start and one end event)
+
+
+class _Run:
+    def __init__(self, program: Program, network: NetworkModel, max_events: int):
+        self.prog = program
+        self.net = network
+        self.max_events = max_events
+        self.env = simpy.Environment()
+        n = len(program.ops)
+        self.finished = [False] * n
+        self.end_time = [0.0] * n
+        self.start_time = [0.0] * n
+        self.done_events: list = [None] * n
+        self.arrivals: dict[tuple, list] = {}
+        self.recv_free: dict[int, simpy.Resource] = {}
+        self.waiting_on: dict[tuple[int, int], int] = {}
+        self.executed = 0
+        self.tl = TimelineBuilder()
+        self.flow_ids = 0
+        self.comm_cache: dict[tuple, float] = {}
+
+    # ---- costs -------------------------------------------------------------------------------
+    def _comm_time(self, op) -> float:
+        key = (op.comm, op.group_set, op.nbytes)
+        t = self.comm_cache.get(key)
+        if t is None:
+            groups = self.prog.group_sets[op.group_set]
+            if op.comm == "p2p":
+                t = max(self.net.p2p_time(a, b, op.nbytes) for a, b in groups)
+            else:
+                t = max(self.net.collective_time(op.comm, g, op.nbytes) for g in groups)
+            self.comm_cache[key] = t
+        return t
+
+    # ---- processes ---------------------------------------------------------------------------
+    def _wait(self, dep: int):
+        ev = self.done_events[dep]
+        if ev is None:
+            ev = self.done_events[dep] = self.env.event()
+        return ev
+
+    def _finish(self, op, start: float, end: float) -> None:
+        i = op.id
+        if self.finished[i]:
+            raise AssertionError(f"op ran twice: {op.label()}")
+        self.finished[i] = True
+        self.start_time[i] = start
+        self.end_time[i] = end
+        ev = self.done_events[i]
+        if ev is not None:
+            ev.succeed()
+        self.executed += 1
+        if self.executed > self.max_events:
+            raise SimulationError(
+                f"event budget exhausted: more than max_events={self.max_events} operations ran; "
+                f"raise --max-events or simulate fewer micro-batches (smaller --gbs)")
+
+    def _record(self, op, rank: int, stream: int, name: str, start: float, end: float, flow: int = -1,
+                alloc: float = 0.0, free: float = 0.0) -> None:
+        tl = self.tl
+        tl.add(rank, stream, op.kind, tl.name_id(name), op.stage, op.layer, op.mb, start, end,
+               op.flops, op.nbytes, flow, alloc, free)
+
+    def stream_process(self, rank: int, stream: int, op_ids: list[int]):
+        env = self.env
+        ops = self.prog.ops
+        finished = self.finished
+        for i in op_ids:
+            op = ops[i]
+            self.waiting_on[(rank, stream)] = i
+            for d in op.deps:
+                if not finished[d]:
+                    yield self._wait(d)
+            if op.comm is None:
+                start = env.now
+                if op.duration_s > 0:
+                    yield env.timeout(op.duration_s)
+                self._record(op, rank, stream, op.name, start, env.now, alloc=op.alloc, free=op.free)
+                self._finish(op, start, env.now)
+            elif op.comm == "p2p":
+                res = self.recv_free.get(op.peer)
+                if res is None:
+                    res = self.recv_free[op.peer] = simpy.Resource(env, capacity=1)
+                with res.request() as req:
+                    yield req
+                    start = env.now
+                    duration = self._comm_time(op)
+                    if duration > 0:
+                        yield env.timeout(duration)
+                flow = self.flow_ids
+                self.flow_ids += 1
+                self._record(op, rank, stream, op.name, start, env.now, flow=flow)
+                self._record(op, op.peer, STREAM["pp_recv"], op.name.replace("send", "recv"), start,
+                             env.now, flow=flow)
+                self._finish(op, start, env.now)
+            else:
+                entry = self.arrivals.get(op.key)
+                if entry is None:
+                    entry = self.arrivals[op.key] = [0, env.event()]
+                entry[0] += 1
+                if entry[0] == self.prog.members[op.key]:
+                    entry[1].succeed(self._comm_time(op))
+                duration = yield entry[1]
+                start = env.now
+                if duration > 0:
+                    yield env.timeout(duration)
+                self._record(op, rank, stream, op.name, start, env.now)
+                self._finish(op, start, env.now)
+        self.waiting_on.pop((rank, stream), None)
+
+    # ---- driver ------------------------------------------------------------------------------
+    def run(self) -> RunResult:
+        for (rank, stream), op_ids in sorted(self.prog.order.items()):
+            self.env.process(self.stream_process(rank, stream, op_ids))
+        self.env.run()
+        if not all(self.finished):
+            raise SimulationError(self._deadlock_message())
+        self._check_invariants()
+        return RunResult(self.tl.build(), self.executed)
+
+    def _deadlock_message(self) -> str:
+        ops = self.prog.ops
+        parts = []
+        for (rank, stream), i in sorted(self.waiting_on.items()):
+            op = ops[i]
+            pending = [ops[d].label() for d in op.deps if not self.finished[d]]
+            why = f"waits for {pending[0]}" if pending else "waits for the other members of its collective"
+            parts.append(f"[{op.label()} {why}]")
+        return "deadlock: operations remain but none can start; blocked: " + "; ".join(parts[:16]) + \
+            (f"; ... {len(parts) - 16} more" if len(parts) > 16 else "")
+
+    def _check_invariants(self) -> None:
+        ops = self.prog.ops
+        start = np.asarray(self.start_time)
+        end = np.asarray(self.end_time)
+        tol = 1e-12 * max(1.0, float(end.max(initial=0.0)))
+        for op in ops:
+            for d in op.deps:
+                if start[op.id] + tol < end[d]:
+                    raise AssertionError(f"dependency violated: {op.label()} started before "
+                                         f"{ops[d].label()} ended")
+        for op_ids in self.prog.order.values():
+            s, e = start[op_ids], end[op_ids]
+            if len(op_ids) > 1 and np.any(s[1:] + tol < e[:-1]):
+                raise AssertionError("a stream ran two operations at once")
+        recv: dict[int, list[tuple[float, float]]] = {}
+        for op in ops:
+            if op.comm == "p2p":
+                recv.setdefault(op.peer, []).append((start[op.id], end[op.id]))
+        for spans in recv.values():
+            spans.sort()
+            for (s0, e0), (s1, e1) in zip(spans, spans[1:]):
+                if s1 + tol < e0:
+                    raise AssertionError("a pp_recv stream ran two transfers at once")
+
+
+def run(program: Program, network: NetworkModel, max_events: int = DEFAULT_MAX_EVENTS) -> RunResult:
+    """Simulate ``program`` on ``network``; returns the timeline and the number of ops run."""
+    return _Run(program, network, max_events).run()

@@ -1,0 +1,167 @@
+"""Device mesh: the rank grid of a parallel layout and its communication groups.
+
+Ranks are laid out by an order string, innermost dimension first, as Megatron-LM's
+``RankGenerator`` does (``megatron/core/parallel_state.py``, default order ``tp-cp-ep-dp-pp``):
+the innermost dimension has stride 1, so its groups hold consecutive ranks and land in one node.
+
+Dense layers (attention and dense MLPs) use the grid ``tp x cp x dp x pp``. MoE layers reuse the
+same GPUs regrouped as ``etp x ep x edp x pp`` (expert tensor, expert, expert data parallel) with
+``edp = world / (etp * ep * pp)``: Megatron's MoE parallel folding, where EP is carved out of the
+attention layers' DP x CP ranks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from simtrain.errors import SpecError
+
+ORDER_DIMS = ("tp", "cp", "ep", "dp", "pp")
+DEFAULT_ORDER = "tp-cp-ep-dp-pp"
+
+
+def parse_order(order: str) -> tuple[str, ...]:
+    """Split and check an order string: a permutation of tp, cp, ep, dp, pp."""
+    dims = tuple(order.split("-"))
+    if sorted(dims) != sorted(ORDER_DIMS):
+        raise SpecError(f"order {order!r}: must be a permutation of {'-'.join(ORDER_DIMS)}, "
+                        f"innermost first (e.g. {DEFAULT_ORDER!r})")
+    return dims
+
+
+@dataclass(frozen=True)
+class Grid:
+    """One rank grid: ``sizes`` per dimension, ``dims`` innermost first."""
+
+    dims: tuple[str, ...]
+    sizes: tuple[int, ...]
+
+    @property
+    def world(self) -> int:
+        return int(np.prod(self.sizes))
+
+    def _array(self) -> np.ndarray:
+        # numpy's last axis is the fastest-varying one: reverse so the innermost dim comes last.
+        return np.arange(self.world).reshape(tuple(reversed(self.sizes)))
+
+    def _axis(self, dim: str) -> int:
+        return len(self.dims) - 1 - self.dims.index(dim)
+
+    def groups(self, dim: str) -> list[list[int]]:
+        """Every communication group along ``dim``, ordered by their smallest rank."""
+        arr = self._array()
+        axis = self._axis(dim)
+        lines = np.moveaxis(arr, axis, -1).reshape(-1, arr.shape[axis])
+        return sorted((line.tolist() for line in lines), key=lambda g: g[0])
+
+    def coords(self, rank: int) -> dict[str, int]:
+        """The index of ``rank`` along each dimension."""
+        out = {}
+        for dim, size in zip(self.dims, self.sizes):
+            out[dim] = rank % size
+            rank //= size
+        return out
+
+    def group_of(self, dim: str, rank: int) -> list[int]:
+        """The group along ``dim`` that contains ``rank``."""
+        c = self.coords(rank)
+        stride = 1
+        for d, size in zip(self.dims, self.sizes):
+            if d == dim:
+                base = rank - c[dim] * stride
+                return [base + i * stride for i in range(size)]
+            stride *= size
+        raise KeyError(dim)
+
+
+@dataclass(frozen=True)
+class DeviceMesh:
+    """The dense grid and the folded expert grid of one layout, with GPU placement.
+
+    Rank r runs on GPU r; GPU g sits in node ``g // gpus_per_node``.
+    """
+
+    dense: Grid
+    expert: Grid
+    gpus_per_node: int
+
+    @property
+    def world(self) -> int:
+        return self.dense.world
+
+    def node_of(self, rank: int) -> int:
+        return rank // self.gpus_per_node
+
+    def dims(self) -> list[str]:
+        """Dimensions users see: tp, cp, dp, pp, and ep, etp, edp when experts are split."""
+        out = ["tp", "cp", "dp", "pp"]
+        if self.expert.sizes[self.expert.dims.index("ep")] > 1 or \
+                self.expert.sizes[self.expert.dims.index("tp")] != self.dense.sizes[self.dense.dims.index("tp")]:
+            out += ["ep", "etp", "edp"]
+        return out
+
+    def _grid_dim(self, dim: str) -> tuple[Grid, str]:
+        if dim in ("tp", "cp", "dp", "pp"):
+            return self.dense, dim
+        return self.expert, {"ep": "ep", "etp": "tp", "edp": "dp"}[dim]
+
+    def groups(self, dim: str) -> list[list[int]]:
+        grid, d = self._grid_dim(dim)
+        return grid.groups(d)
+
+    def group_of(self, dim: str, rank: int) -> list[int]:
+        grid, d = self._grid_dim(dim)
+        return grid.group_of(d, rank)
+
+    def coords(self, rank: int) -> dict[str, int]:
+        if not 0 <= rank < self.world:
+            raise SpecError(f"rank {rank}: must be in 0..{self.world - 1}")
+        c = {d: self.dense.coords(rank)[d] for d in ("tp", "cp", "dp", "pp")}
+        if "ep" in self.dims():
+            e = self.expert.coords(rank)
+            c.update(ep=e["ep"], etp=e["tp"], edp=e["dp"])
+        return c
+
+    def intra_node(self, dim: str) -> bool:
+        """True when every group along ``dim`` stays inside one node."""
+        return all(len({self.node_of(r) for r in g}) == 1 for g in self.groups(dim))
+
+
+def build_mesh(tp: int, cp: int, dp: int, pp: int, ep: int = 1, etp: int | None = None,
+               order: str = DEFAULT_ORDER, gpus_per_node: int = 8) -> DeviceMesh:
+    """The mesh of a layout; ``etp`` defaults to ``tp`` (Megatron's expert-tensor-parallel default)."""
+    dims = parse_order(order)
+    etp = tp if etp is None else etp
+    world = tp * cp * dp * pp
+    for name, value in (("tp", tp), ("cp", cp), ("dp", dp), ("pp", pp), ("ep", ep), ("etp", etp),
+                        ("gpus_per_node", gpus_per_node)):
+        if value < 1:
+            raise SpecError(f"{name}={value}: must be >= 1")
+    if world % (etp * ep * pp):
+        raise SpecError(f"ep*etp*pp={ep * etp * pp} (ep={ep}, etp={etp}, pp={pp}) does not divide "
+                        f"the world size tp*cp*dp*pp={world}; EP is folded from the DP x CP ranks")
+    edp = world // (etp * ep * pp)
+    dense_sizes = {"tp": tp, "cp": cp, "ep": 1, "dp": dp, "pp": pp}
+    expert_sizes = {"tp": etp, "cp": 1, "ep": ep, "dp": edp, "pp": pp}
+    return DeviceMesh(
+        dense=Grid(dims, tuple(dense_sizes[d] for d in dims)),
+        expert=Grid(dims, tuple(expert_sizes[d] for d in dims)),
+        gpus_per_node=gpus_per_node,
+    )
+
+
+def mesh_report(mesh: DeviceMesh, rank: int | None = None) -> dict:
+    """JSON-ready description: groups and intra-node flag per dimension, optional coordinates."""
+    dims = mesh.dims()
+    out = {
+        "world": mesh.world,
+        "gpus_per_node": mesh.gpus_per_node,
+        "groups": {d: mesh.groups(d) for d in dims},
+        "intra_node": {d: mesh.intra_node(d) for d in dims},
+    }
+    if rank is not None:
+        out["rank"] = rank
+        out["coords"] = mesh.coords(rank)
+    return out

@@ -1,0 +1,179 @@
+"""Metrics: pure functions of a timeline (plus the specs that give FLOP counts and capacities).
+
+Definitions (documented in the README, section "Metrics"):
+
+* ``step_time_s``: the end of the last span.
+* ``model_flops_per_token``: ``6 N_active_nonembedding + 6 s q_width L + 6 h V``: linear layers
+  forward and backward, causal attention (half of PaLM's ``12 s h L``, appendix B of Chowdhery
+  et al. 2022), and the LM head. This is the course notes' ``parallel_plan.py`` convention; MFU
+  uses it, recompute excluded.
+* ``mfu = model FLOPs per step / (step time x GPUs x peak BF16)``; ``hfu`` uses the FLOPs every
+  compute span actually ran, recompute included.
+* Per simulated rank the step splits into compute, recompute, exposed communication per kind (time
+  a kind of communication runs while the compute stream is idle, attributed once in the order
+  tp, cp, ep, pp, dp) and idle; each rank's parts sum to the step time and the breakdown is their
+  mean over ranks. Idle splits into ``imbalance`` (the busiest rank's extra compute over the mean,
+  capped by the idle time) and ``bubble`` (the rest: pipeline fill and drain).
+* ``exposed_comm_s[kind]``: mean over ranks of the time that kind runs while compute is idle;
+  ``overlapped_comm_s[kind]``: mean of the rest of that kind's time.
+* ``peak_memory_gib``: per pipeline rank, static memory plus the peak of activations allocated
+  when a forward starts and released when the backward (or W) that consumes them ends.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from simtrain.specs.gpu import GpuSpec
+from simtrain.specs.model import ModelSpec
+from simtrain.timeline import COMM_KINDS, KINDS, STREAMS, Timeline
+from simtrain.units import GiB
+
+BREAKDOWN = ("compute", "recompute", "imbalance", "tp", "cp", "ep", "pp", "bubble", "dp")
+
+
+def model_flops_per_token(model: ModelSpec, seq: int) -> float:
+    """Model FLOPs per token for MFU (see module docstring)."""
+    embedding = model.params_total - model.params_nonembedding
+    active_nonembedding = model.params_active - embedding
+    return (6.0 * active_nonembedding + 6.0 * seq * model.q_width * model.layers
+            + 6.0 * model.hidden * model.vocab)
+
+
+def _union(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Disjoint, sorted union of intervals."""
+    if len(starts) == 0:
+        return starts, ends
+    order = np.argsort(starts, kind="stable")
+    s, e = starts[order], ends[order]
+    run_end = np.maximum.accumulate(e)
+    new = np.empty(len(s), dtype=bool)
+    new[0] = True
+    new[1:] = s[1:] > run_end[:-1]
+    idx = np.nonzero(new)[0]
+    us = s[idx]
+    ue = np.append(run_end[idx[1:] - 1], run_end[-1])
+    return us, ue
+
+
+def _measure(intervals: tuple[np.ndarray, np.ndarray]) -> float:
+    s, e = intervals
+    return float(np.sum(e - s))
+
+
+def _merge(a, b):
+    return _union(np.concatenate([a[0], b[0]]), np.concatenate([a[1], b[1]]))
+
+
+def rank_breakdown(tl: Timeline, rank: int, step: float) -> dict[str, float]:
+    """Compute, recompute, exposed comm per kind (prioritised) and idle of one rank; sums to step."""
+    c = tl.cols
+    on_rank = c["rank"] == rank
+    compute_stream = c["stream"] == STREAMS.index("compute")
+    recompute = c["kind"] == KINDS.index("R")
+    out: dict[str, float] = {}
+    m = on_rank & compute_stream
+    busy = _union(c["start_s"][m], c["end_s"][m])
+    out["compute"] = float(np.sum((c["end_s"] - c["start_s"])[m & ~recompute]))
+    out["recompute"] = float(np.sum((c["end_s"] - c["start_s"])[m & recompute]))
+    covered = busy
+    for kind in COMM_KINDS:
+        mk = on_rank & (c["kind"] == KINDS.index(kind))
+        kind_iv = _union(c["start_s"][mk], c["end_s"][mk])
+        merged = _merge(covered, kind_iv)
+        out[kind] = _measure(merged) - _measure(covered)
+        covered = merged
+    out["idle"] = step - _measure(covered)
+    return out
+
+
+def comm_exposure(tl: Timeline, rank: int) -> dict[str, tuple[float, float]]:
+    """Per comm kind on one rank: (exposed, overlapped) seconds, each kind on its own."""
+    c = tl.cols
+    on_rank = c["rank"] == rank
+    m = on_rank & (c["stream"] == STREAMS.index("compute"))
+    busy = _union(c["start_s"][m], c["end_s"][m])
+    busy_len = _measure(busy)
+    out = {}
+    for kind in COMM_KINDS:
+        mk = on_rank & (c["kind"] == KINDS.index(kind))
+        kind_iv = _union(c["start_s"][mk], c["end_s"][mk])
+        total = _measure(kind_iv)
+        exposed = _measure(_merge(busy, kind_iv)) - busy_len
+        out[kind] = (exposed, total - exposed)
+    return out
+
+
+def memory_peaks(tl: Timeline, static_bytes: dict[int, float]) -> dict[int, float]:
+    """Peak bytes per rank: static memory plus the activation high-water mark."""
+    c = tl.cols
+    out = {}
+    for rank, static in static_bytes.items():
+        m = c["rank"] == rank
+        times = np.concatenate([c["start_s"][m], c["end_s"][m]])
+        deltas = np.concatenate([c["alloc_bytes"][m], -c["free_bytes"][m]])
+        # at equal times releases come first (a backward frees before the next forward allocates)
+        order = np.lexsort((deltas, times))
+        level = np.cumsum(deltas[order])
+        out[rank] = static + (float(level.max()) if len(level) else 0.0)
+        out[rank] = max(out[rank], static)
+    return out
+
+
+def summarize(tl: Timeline, *, model: ModelSpec, gpu: GpuSpec, num_gpus: int, seq: int, gbs: int,
+              rank_weight: dict[int, int], rank_stage: dict[int, int],
+              static_bytes: dict[int, float]) -> dict:
+    """All step metrics as a JSON-ready dict (keys documented in the README)."""
+    step = tl.end_s
+    ranks = sorted(rank_weight)
+    weights = np.array([rank_weight[r] for r in ranks], dtype=float)
+    wsum = weights.sum()
+    per_rank = [rank_breakdown(tl, r, step) for r in ranks]
+
+    def mean(key: str) -> float:
+        return float(np.dot(weights, [p[key] for p in per_rank]) / wsum)
+
+    work = np.array([p["compute"] + p["recompute"] for p in per_rank])
+    mean_work = float(np.dot(weights, work) / wsum)
+    idle = mean("idle")
+    imbalance = min(max(float(work.max()) - mean_work, 0.0), max(idle, 0.0))
+    breakdown = {
+        "compute": mean("compute"), "recompute": mean("recompute"), "imbalance": imbalance,
+        **{k: mean(k) for k in COMM_KINDS}, "bubble": idle - imbalance,
+    }
+    breakdown = {k: breakdown[k] for k in BREAKDOWN}
+    exposure = [comm_exposure(tl, r) for r in ranks]
+    exposed = {k: float(np.dot(weights, [e[k][0] for e in exposure]) / wsum) for k in COMM_KINDS}
+    overlapped = {k: float(np.dot(weights, [e[k][1] for e in exposure]) / wsum) for k in COMM_KINDS}
+
+    tokens = gbs * seq
+    model_flops = model_flops_per_token(model, seq) * tokens
+    compute_mask = tl.cols["stream"] == STREAMS.index("compute")
+    weight_of = np.zeros(max(ranks) + 1)
+    for r in ranks:
+        weight_of[r] = rank_weight[r]
+    hw_flops = float(np.sum(tl.cols["flops"][compute_mask] * weight_of[tl.cols["rank"][compute_mask]]))
+    denom = step * num_gpus * gpu.peak_bf16_flops if step > 0 else float("inf")
+
+    peaks = memory_peaks(tl, static_bytes)
+    stages = sorted(set(rank_stage.values()))
+    peak_by_stage = [max(peaks[r] for r in ranks if rank_stage[r] == s) for s in stages]
+    return {
+        "step_time_s": step,
+        "tokens_per_s": tokens / step if step > 0 else 0.0,
+        "tflops_per_gpu": model_flops / (step * num_gpus) / 1e12 if step > 0 else 0.0,
+        "mfu": model_flops / denom,
+        "hfu": hw_flops / denom,
+        "model_flops_per_step": model_flops,
+        "hardware_flops_per_step": hw_flops,
+        "bubble_ratio": breakdown["bubble"] / step if step > 0 else 0.0,
+        "breakdown_s": breakdown,
+        "exposed_comm_s": exposed,
+        "overlapped_comm_s": overlapped,
+        "stage_imbalance": float(work.max() / mean_work) if mean_work > 0 else 1.0,
+        "compute_s_per_stage": [float(max(work[i] for i, r in enumerate(ranks) if rank_stage[r] == s))
+                                for s in stages],
+        "peak_memory_gib": [p / GiB for p in peak_by_stage],
+        "memory_capacity_gib": gpu.usable_memory_bytes / GiB,
+        "fits_in_memory": all(p <= gpu.usable_memory_bytes for p in peak_by_stage),
+    }

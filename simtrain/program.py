@@ -1,0 +1,91 @@
+"""Per-rank programs: the operations each simulated rank runs, on which stream, after what.
+
+This is the interface between the workload lowering (``workload.py``) and the engine
+(``engine.py``): plain data, no simulation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from simtrain.timeline import KINDS, STREAMS
+
+STREAM = {s: i for i, s in enumerate(STREAMS)}
+KIND = {k: i for i, k in enumerate(KINDS)}
+
+
+class Op:
+    """One operation of one rank.
+
+    ``comm`` is None for compute (which then lasts ``duration_s``), a collective name
+    (``all_reduce``, ``reduce_scatter``, ``all_gather``, ``all_to_all``) or ``"p2p"``.
+    Collective members on different ranks share ``key``; ``group_set`` indexes
+    :attr:`Program.group_sets`: the GPU groups this op stands for (one group, or every group a
+    folded representative represents; the slowest decides). A p2p op is owned by the sender and
+    occupies the receiver rank ``peer``'s ``pp_recv`` stream while it runs.
+    """
+
+    __slots__ = ("id", "rank", "stream", "kind", "name", "stage", "layer", "mb", "duration_s",
+                 "flops", "nbytes", "comm", "group_set", "key", "peer", "deps", "alloc", "free")
+
+    def __init__(self, id: int, rank: int, stream: int, kind: int, name: str, stage: int,
+                 layer: int, mb: int, duration_s: float = 0.0, flops: float = 0.0,
+                 nbytes: float = 0.0, comm: str | None = None, group_set: int = -1,
+                 key: tuple | None = None, peer: int = -1, deps: list[int] | None = None,
+                 alloc: float = 0.0, free: float = 0.0):
+        self.id = id
+        self.rank = rank
+        self.stream = stream
+        self.kind = kind
+        self.name = name
+        self.stage = stage
+        self.layer = layer
+        self.mb = mb
+        self.duration_s = duration_s
+        self.flops = flops
+        self.nbytes = nbytes
+        self.comm = comm
+        self.group_set = group_set
+        self.key = key
+        self.peer = peer
+        self.deps = deps if deps is not None else []
+        self.alloc = alloc
+        self.free = free
+
+    def label(self) -> str:
+        mb = f" mb{self.mb}" if self.mb >= 0 else ""
+        layer = f" layer {self.layer}" if self.layer >= 0 else ""
+        return f"rank {self.rank} {STREAMS[self.stream]}: {self.name}{mb}{layer} (stage {self.stage})"
+
+
+@dataclass
+class Program:
+    """All operations of one simulated step."""
+
+    ops: list[Op] = field(default_factory=list)
+    order: dict[tuple[int, int], list[int]] = field(default_factory=dict)  # (rank, stream) -> op ids
+    group_sets: list[tuple[tuple[int, ...], ...]] = field(default_factory=list)
+    members: dict[tuple, int] = field(default_factory=dict)  # collective key -> simulated members
+    rank_weight: dict[int, int] = field(default_factory=dict)  # simulated rank -> ranks it stands for
+    rank_stage: dict[int, int] = field(default_factory=dict)  # simulated rank -> pipeline rank
+    static_bytes: dict[int, float] = field(default_factory=dict)  # simulated rank -> static memory
+    _group_ids: dict = field(default_factory=dict, repr=False)
+
+    def add(self, op: Op) -> Op:
+        op.id = len(self.ops)
+        self.ops.append(op)
+        self.order.setdefault((op.rank, op.stream), []).append(op.id)
+        if op.key is not None:
+            self.members[op.key] = self.members.get(op.key, 0) + 1
+        return op
+
+    def group_set_id(self, groups: tuple[tuple[int, ...], ...]) -> int:
+        gid = self._group_ids.get(groups)
+        if gid is None:
+            gid = self._group_ids[groups] = len(self.group_sets)
+            self.group_sets.append(groups)
+        return gid
+
+    @property
+    def ranks(self) -> list[int]:
+        return sorted(self.rank_weight)

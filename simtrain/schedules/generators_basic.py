@@ -1,0 +1,73 @@
+"""Interleaved 1F1B (Narayanan et al., "Efficient Large-Scale Language Model Training on GPU
+Clusters Using Megatron-LM", SC'21, section 2.2.2), as scheduled by Megatron-core's
+``forward_backward_pipelining_with_interleaving``. GPipe and plain 1F1B live in :mod:`ir`.
+"""
+
+from __future__ import annotations
+
+from simtrain.errors import ScheduleError
+from simtrain.schedules.ir import Action, Schedule, one_f_one_b
+
+
+def _schedule_table(m: int, v: int, group: int) -> list[tuple[int, int]]:
+    """Megatron-core's ``get_schedule_table``: the (micro-batch, chunk) of each virtual
+    micro-batch. Micro-batches go through a chunk in groups of ``group`` consecutive ones before
+    the next chunk; the last group takes whatever remains (fewer or more than ``group`` is fine:
+    ``range(g0, m)`` once ``g0 + group >= m``)."""
+    table = []
+    for g0 in range(0, m, group):
+        last = g0 + group >= m
+        mbs = range(g0, m) if last else range(g0, g0 + group)
+        table += [(mb, c) for c in range(v) for mb in mbs]
+        if last:
+            break
+    return table
+
+
+def interleaved_1f1b(pp: int, m: int, vpp: int = 2, **_) -> Schedule:
+    """Interleaved (looped, depth-first) 1F1B with ``v = vpp`` model chunks per rank.
+
+    ``p * v`` stages in one chain, stage ``s`` on rank ``s % p`` (chunk ``s // p``). Each rank walks
+    the same table of virtual micro-batches (Megatron-core ``get_schedule_table`` with
+    ``microbatch_group_size_per_vp_stage = p``: p micro-batches through chunk 0, the same p
+    through chunk 1, ..., then the next p); backwards walk the same table with the chunk order
+    reversed. Rank r runs ``2(p - r - 1) + (v - 1)p`` warm-up forwards (all of them if that
+    reaches ``m v``), then one forward / one backward, then the remaining backwards.
+
+    ``m`` need not be a multiple of ``p`` (recent Megatron-core accepts it: the last group is
+    the remainder) but must be at least ``p``; ``v = 1`` is plain 1F1B (Megatron uses the
+    non-interleaved schedule then). Makespan with uniform stages when p divides m:
+    ``m(F+B) + (p-1)(F+B)/v`` (F, B per full stage; a chunk costs 1/v).
+    """
+    v = int(vpp)
+    if pp < 1 or m < 1 or v < 1:
+        raise ScheduleError(f"interleaved-1f1b: need pp >= 1, m >= 1, vpp >= 1 (got pp={pp}, m={m}, vpp={vpp})")
+    if v == 1:
+        s = one_f_one_b(pp, m)
+        return Schedule("interleaved-1f1b", pp, m, s.stage_to_rank, s.actions,
+                        meta={"pp": pp, "m": m, "vpp": 1})
+    if m < pp:
+        raise ScheduleError(f"interleaved-1f1b: needs at least pp micro-batches (got m={m}, pp={pp}; "
+                            f"valid m: {pp} or more; Megatron-core requires the micro-batch group "
+                            f"size, here pp, to be <= m)")
+    table = _schedule_table(m, v, pp)
+    total = m * v
+    rows = []
+    for r in range(pp):
+        warm = min(2 * (pp - r - 1) + (v - 1) * pp, total)
+
+        def fwd(k: int) -> Action:
+            mb, c = table[k]
+            return Action(c * pp + r, "F", mb)
+
+        def bwd(k: int) -> Action:
+            mb, c = table[k]
+            return Action((v - 1 - c) * pp + r, "B", mb)
+
+        row = [fwd(k) for k in range(warm)]
+        for k in range(total - warm):
+            row += [fwd(warm + k), bwd(k)]
+        row += [bwd(k) for k in range(total - warm, total)]
+        rows.append(tuple(row))
+    return Schedule("interleaved-1f1b", pp, m, tuple(s % pp for s in range(pp * v)), tuple(rows),
+                    meta={"pp": pp, "m": m, "vpp": v})

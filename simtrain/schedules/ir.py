@@ -1,0 +1,151 @@
+"""Pipeline schedule IR: per-rank ordered actions over pipeline stages.
+
+An action is ``(stage, kind, mb)`` printed as in PyTorch's ``torch.distributed.pipelining``
+(``2F0``, ``1I3``, ``1W3``, ``0B5``): F forward, I input-grad backward, W weight-grad backward,
+B full backward (I and W together). DualPipe's overlapped forward-backward pair is an
+:class:`Action` of kind ``"FB"`` holding both halves (printed ``0F3&5B1``).
+
+Stages are model chunks. A micro-batch walks a *chain* of stages, forward along it and backward
+in reverse. Most schedules have one chain ``0..S-1``; DualPipe has two (one per direction), with
+the same model chunk placed on two ranks (two parameter copies). ``stage_to_rank`` places each
+stage; ``chunk_of_stage`` says which slice of the model's layers a stage holds (its position in
+its chain).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from simtrain.errors import ScheduleError
+
+KINDS = ("F", "I", "W", "B", "FB")
+_ACTION_RE = re.compile(r"^\s*(\d+)\s*([FIWB])\s*(\d+)\s*$")
+
+
+@dataclass(frozen=True, order=True)
+class Action:
+    stage: int
+    kind: str
+    mb: int
+    # for kind "FB": the backward half (stage, mb); the forward half is (stage, mb) above
+    b_stage: int = -1
+    b_mb: int = -1
+
+    def __str__(self) -> str:
+        if self.kind == "FB":
+            return f"{self.stage}F{self.mb}&{self.b_stage}B{self.b_mb}"
+        return f"{self.stage}{self.kind}{self.mb}"
+
+    def halves(self) -> tuple["Action", ...]:
+        """The plain actions this one performs (two for an overlapped pair)."""
+        if self.kind == "FB":
+            return (Action(self.stage, "F", self.mb), Action(self.b_stage, "B", self.b_mb))
+        return (self,)
+
+
+def parse_action(text: str) -> Action:
+    """Parse ``2F0``, ``1I3``, ``0B5`` or an overlapped pair ``0F3&5B1``."""
+    if "&" in text:
+        left, right = text.split("&", 1)
+        f, b = parse_action(left), parse_action(right)
+        if f.kind != "F" or b.kind != "B":
+            raise ScheduleError(f"action {text!r}: an overlapped pair is written <stage>F<mb>&<stage>B<mb>")
+        return Action(f.stage, "FB", f.mb, b.stage, b.mb)
+    m = _ACTION_RE.match(text)
+    if not m:
+        raise ScheduleError(f"action {text!r}: expected <stage><F|I|W|B><micro-batch>, e.g. 2F0 or 1W3")
+    return Action(int(m.group(1)), m.group(2), int(m.group(3)))
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """A complete pipeline schedule for ``num_ranks`` ranks and ``num_microbatches`` micro-batches."""
+
+    name: str
+    num_ranks: int
+    num_microbatches: int
+    stage_to_rank: tuple[int, ...]  # rank of each stage
+    actions: tuple[tuple[Action, ...], ...]  # per rank, in execution order
+    chains: tuple[tuple[int, ...], ...] = ()  # stage chains; () = one chain 0..S-1
+    mb_chain: tuple[int, ...] = ()  # chain index per micro-batch; () = all in chain 0
+    meta: dict = field(default_factory=dict, compare=False)  # generator parameters, for display
+
+    @property
+    def num_stages(self) -> int:
+        return len(self.stage_to_rank)
+
+    def chain_list(self) -> tuple[tuple[int, ...], ...]:
+        return self.chains or (tuple(range(self.num_stages)),)
+
+    @property
+    def chain_length(self) -> int:
+        """Stages per chain: the number of model chunks the layers are split into."""
+        return len(self.chain_list()[0])
+
+    def chain_of_mb(self, mb: int) -> tuple[int, ...]:
+        chains = self.chain_list()
+        return chains[self.mb_chain[mb] if self.mb_chain else 0]
+
+    def chunk_of_stage(self, stage: int) -> int:
+        """Position of ``stage`` in its chain: which slice of the layers it holds."""
+        for chain in self.chain_list():
+            if stage in chain:
+                return chain.index(stage)
+        raise ScheduleError(f"stage {stage} is in no chain of schedule {self.name}")
+
+    def stage_neighbours(self, stage: int) -> tuple[int | None, int | None]:
+        """(previous, next) stage along the chain, None at the ends."""
+        for chain in self.chain_list():
+            if stage in chain:
+                i = chain.index(stage)
+                return (chain[i - 1] if i > 0 else None,
+                        chain[i + 1] if i + 1 < len(chain) else None)
+        raise ScheduleError(f"stage {stage} is in no chain of schedule {self.name}")
+
+    def mbs_of_stage(self, stage: int) -> list[int]:
+        """Micro-batches that pass through ``stage``."""
+        return [mb for mb in range(self.num_microbatches) if stage in self.chain_of_mb(mb)]
+
+    def stages_of_rank(self, rank: int) -> list[int]:
+        return [s for s, r in enumerate(self.stage_to_rank) if r == rank]
+
+    def text(self) -> list[list[str]]:
+        """Per rank, the actions as strings."""
+        return [[str(a) for a in row] for row in self.actions]
+
+
+# ---- the two classic generators -------------------------------------------------------------
+
+def gpipe(pp: int, m: int, **_) -> Schedule:
+    """GPipe (Huang et al. 2019): all forwards, then all backwards in reverse order.
+
+    Makespan with uniform stages: (m + p - 1)(F + B); peak in-flight micro-batches m per rank.
+    """
+    actions = []
+    for r in range(pp):
+        actions.append(tuple([Action(r, "F", k) for k in range(m)] +
+                             [Action(r, "B", k) for k in range(m)]))
+    return Schedule("gpipe", pp, m, tuple(range(pp)), tuple(actions))
+
+
+def one_f_one_b(pp: int, m: int, **_) -> Schedule:
+    """1F1B, non-interleaved (PipeDream-Flush; Narayanan et al. 2021, section 2.2.1).
+
+    Rank r runs min(p - r - 1, m) warm-up forwards, then alternates one forward and one backward,
+    then drains the remaining backwards. Makespan with uniform stages: (m + p - 1)(F + B); peak
+    in-flight micro-batches min(p - r, m) on rank r.
+    """
+    actions = []
+    for r in range(pp):
+        warm = min(pp - r - 1, m)
+        row = [Action(r, "F", k) for k in range(warm)]
+        f, b = warm, 0
+        while f < m:
+            row.append(Action(r, "F", f))
+            f += 1
+            row.append(Action(r, "B", b))
+            b += 1
+        row += [Action(r, "B", k) for k in range(b, m)]
+        actions.append(tuple(row))
+    return Schedule("1f1b", pp, m, tuple(range(pp)), tuple(actions))

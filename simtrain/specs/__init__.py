@@ -1,0 +1,1 @@
+"""Specifications: model, GPU, parallel layout; strict loaders and presets."""

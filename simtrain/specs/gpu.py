@@ -1,0 +1,111 @@
+"""GPU specifications and presets.
+
+Peak numbers are NVIDIA's datasheet values for dense (non-sparse) math. ``efficiency`` is the
+fraction of peak a large BF16 GEMM reaches; the default 0.6 is the constant of the course notes'
+``parallel_plan.py`` (a typical Megatron-LM GEMM efficiency on H100) and can be overridden per run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from simtrain.errors import SpecError, unknown_name
+from simtrain.specs.strict import Table
+from simtrain.units import GB, GiB, TFLOPS
+
+DEFAULT_EFFICIENCY = 0.6
+
+
+@dataclass(frozen=True)
+class GpuSpec:
+    name: str
+    peak_bf16_flops: float  # dense BF16 tensor-core peak, FLOP/s
+    peak_fp8_flops: float | None  # dense FP8 peak, FLOP/s; None where the GPU has no FP8
+    hbm_bytes: float  # HBM capacity, bytes
+    hbm_bandwidth_Bps: float  # HBM bandwidth, bytes/s
+    nvlink_Bps: float  # NVLink bandwidth per GPU and direction, bytes/s
+    efficiency: float = DEFAULT_EFFICIENCY  # fraction of peak a large GEMM reaches
+    memory_reserved_fraction: float = 0.0  # capacity kept back for fragmentation and buffers
+
+    def __post_init__(self) -> None:
+        for field in ("peak_bf16_flops", "hbm_bytes", "hbm_bandwidth_Bps", "nvlink_Bps"):
+            if not getattr(self, field) > 0:
+                raise SpecError(f"gpu {self.name}: {field} = {getattr(self, field)!r}: must be > 0")
+        if not 0 < self.efficiency <= 1:
+            raise SpecError(f"gpu {self.name}: efficiency = {self.efficiency!r}: must be in (0, 1]")
+        if not 0 <= self.memory_reserved_fraction < 1:
+            raise SpecError(f"gpu {self.name}: memory_reserved_fraction = "
+                            f"{self.memory_reserved_fraction!r}: must be in [0, 1)")
+
+    @property
+    def usable_memory_bytes(self) -> float:
+        """Capacity available to the training job."""
+        return self.hbm_bytes * (1 - self.memory_reserved_fraction)
+
+    @property
+    def effective_flops(self) -> float:
+        """Sustained BF16 FLOP/s of a large GEMM."""
+        return self.peak_bf16_flops * self.efficiency
+
+    def with_efficiency(self, efficiency: float) -> "GpuSpec":
+        return replace(self, efficiency=efficiency)
+
+
+GPU_PRESETS: dict[str, GpuSpec] = {
+    # A100 SXM4 80GB datasheet: 312 TFLOPS BF16, 2,039 GB/s, NVLink 3 600 GB/s (both directions).
+    "a100-80g": GpuSpec("a100-80g", 312 * TFLOPS, None, 80 * GiB, 2039 * GB, 300 * GB),
+    # H100 SXM5 datasheet: 989 TFLOPS BF16, 1,979 FP8, 3.35 TB/s, NVLink 4 900 GB/s.
+    "h100-sxm": GpuSpec("h100-sxm", 989.4 * TFLOPS, 1978.9 * TFLOPS, 80 * GiB, 3350 * GB, 450 * GB),
+    # H800 SXM: H100 compute with NVLink cut to 400 GB/s (DeepSeek-V3 report, section 3.1).
+    "h800": GpuSpec("h800", 989.4 * TFLOPS, 1978.9 * TFLOPS, 80 * GiB, 3350 * GB, 200 * GB),
+    # H200 SXM datasheet: H100 compute, 141 GB HBM3e at 4.8 TB/s.
+    "h200": GpuSpec("h200", 989.4 * TFLOPS, 1978.9 * TFLOPS, 141 * GB, 4800 * GB, 450 * GB),
+    # HGX B200 datasheet (per GPU): 2.25 PFLOPS BF16, 4.5 PFLOPS FP8 dense, 180 GB at 8 TB/s,
+    # NVLink 5 1.8 TB/s.
+    "b200": GpuSpec("b200", 2250 * TFLOPS, 4500 * TFLOPS, 180 * GB, 8000 * GB, 900 * GB),
+    # The course notes' parallel_plan.py constants: PEAK 989e12, EFF 0.6, 80e9 bytes with 10%
+    # reserved, NVLINK 450e9.
+    "seed-h100": GpuSpec("seed-h100", 989e12, None, 80e9, 3350 * GB, 450e9,
+                         efficiency=0.6, memory_reserved_fraction=0.1),
+}
+
+
+def get_gpu(name: str) -> GpuSpec:
+    """A GPU preset by name."""
+    try:
+        return GPU_PRESETS[name]
+    except KeyError:
+        raise unknown_name("gpu", name, GPU_PRESETS) from None
+
+
+def gpu_from_table(table: Table) -> GpuSpec:
+    """A GPU from a TOML table; ``base`` names a preset whose fields the table overrides.
+
+    Keys (units in the names): base, name, peak_bf16_tflops, peak_fp8_tflops, hbm_gb,
+    hbm_bandwidth_GBps, nvlink_GBps, efficiency, memory_reserved_fraction.
+    """
+    base_name = table.get("base", str, None)
+    base = get_gpu(base_name) if base_name else None
+
+    def num(key: str, current: float | None, scale: float) -> float | None:
+        if table.has(key):
+            return table.get(key, float, positive=True) * scale
+        table.get(key, float, None)
+        if current is None and base is None:
+            raise SpecError(f"{table.where}: missing key {key!r} (or give base = a GPU preset)")
+        return current
+
+    spec = GpuSpec(
+        name=table.get("name", str, base.name if base else "custom"),
+        peak_bf16_flops=num("peak_bf16_tflops", base and base.peak_bf16_flops, TFLOPS),
+        peak_fp8_flops=(table.get("peak_fp8_tflops", float, positive=True) * TFLOPS
+                        if table.has("peak_fp8_tflops") else (base.peak_fp8_flops if base else None)),
+        hbm_bytes=num("hbm_gb", base and base.hbm_bytes, GB),
+        hbm_bandwidth_Bps=num("hbm_bandwidth_GBps", base and base.hbm_bandwidth_Bps, GB),
+        nvlink_Bps=num("nvlink_GBps", base and base.nvlink_Bps, GB),
+        efficiency=table.get("efficiency", float, base.efficiency if base else DEFAULT_EFFICIENCY),
+        memory_reserved_fraction=table.get("memory_reserved_fraction", float,
+                                           base.memory_reserved_fraction if base else 0.0),
+    )
+    table.done()
+    return spec

@@ -1,0 +1,161 @@
+"""The parallel layout of a run: degrees, batch shape, ZeRO, recompute, schedule, rank order.
+
+Constraints follow Megatron-LM's argument checks (``megatron/training/arguments.py``): TP must
+divide the attention heads and the KV heads, PP x VPP must divide the layers, the global batch must
+split into whole micro-batches per data-parallel replica, EP must divide the experts and be folded
+from the DP x CP ranks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, replace
+from typing import TYPE_CHECKING
+
+from simtrain.errors import SpecError
+from simtrain.mesh import DEFAULT_ORDER, parse_order
+
+if TYPE_CHECKING:  # pragma: no cover
+    from simtrain.specs.model import ModelSpec
+
+RECOMPUTE_POLICIES = ("none", "selective", "full")
+
+
+@dataclass(frozen=True)
+class ParallelSpec:
+    tp: int = 1  # tensor parallel degree
+    cp: int = 1  # context parallel degree (sequence split across ranks)
+    pp: int = 1  # pipeline parallel degree (stages)
+    dp: int = 1  # data parallel degree (replicas)
+    ep: int = 1  # expert parallel degree (MoE), folded from dp x cp
+    etp: int | None = None  # expert tensor parallel degree; None = tp
+    vpp: int = 1  # virtual pipeline chunks per rank (interleaved schedules)
+    mbs: int = 1  # micro-batch size, sequences
+    gbs: int = 1  # global batch size, sequences per step
+    seq: int = 4096  # sequence length, tokens
+    zero: int = 1  # ZeRO stage 0-3 (1 = distributed optimizer)
+    sp: bool = True  # sequence parallelism alongside TP (only meaningful when tp > 1)
+    recompute: str = "none"  # none | selective | full | N (full recompute of N layers per stage)
+    schedule: str = "1f1b"  # pipeline schedule name or CSV path
+    order: str = DEFAULT_ORDER  # rank order, innermost dimension first
+
+    @property
+    def world(self) -> int:
+        return self.tp * self.cp * self.pp * self.dp
+
+    @property
+    def expert_tp(self) -> int:
+        return self.tp if self.etp is None else self.etp
+
+    @property
+    def edp(self) -> int:
+        """Expert data parallel degree: the ranks of one stage not used by etp x ep."""
+        return self.world // (self.expert_tp * self.ep * self.pp)
+
+    @property
+    def num_microbatches(self) -> int:
+        """Micro-batches each pipeline runs per step: gbs / (dp * mbs)."""
+        return self.gbs // (self.dp * self.mbs)
+
+    @property
+    def sequence_parallel(self) -> bool:
+        return self.sp and self.tp > 1
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.gbs * self.seq
+
+    def recompute_layers(self, layers_per_stage: int) -> int:
+        """Layers per stage that run a full recompute forward before their backward."""
+        if self.recompute == "full":
+            return layers_per_stage
+        if self.recompute in ("none", "selective"):
+            return 0
+        return min(int(self.recompute), layers_per_stage)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def parse_recompute(value: str | int) -> str:
+    """Normalise a recompute policy: none | selective | full | a layer count N >= 0."""
+    text = str(value).strip().lower()
+    if text in RECOMPUTE_POLICIES:
+        return text
+    if text.isdigit():
+        return str(int(text))
+    raise SpecError(f"recompute={value!r}: must be none, selective, full or a layer count N >= 0")
+
+
+def resolve_parallel(num_gpus: int, *, tp: int = 1, cp: int = 1, pp: int = 1, dp: int | None = None,
+                     **rest) -> ParallelSpec:
+    """A ParallelSpec whose dp is derived from the GPU count when not given."""
+    for name, value in (("gpus", num_gpus), ("tp", tp), ("cp", cp), ("pp", pp)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise SpecError(f"{name}={value!r}: must be an integer >= 1")
+    inner = tp * cp * pp
+    if dp is None:
+        if num_gpus % inner:
+            raise SpecError(f"gpus={num_gpus} is not divisible by tp*cp*pp={inner} "
+                            f"(tp={tp}, cp={cp}, pp={pp}); dp cannot be derived")
+        dp = num_gpus // inner
+    elif inner * dp != num_gpus:
+        raise SpecError(f"tp*cp*pp*dp={inner * dp} (tp={tp}, cp={cp}, pp={pp}, dp={dp}) does not "
+                        f"match gpus={num_gpus}")
+    if "recompute" in rest:
+        rest["recompute"] = parse_recompute(rest["recompute"])
+    return ParallelSpec(tp=tp, cp=cp, pp=pp, dp=dp, **rest)
+
+
+def validate_parallel(par: ParallelSpec, model: "ModelSpec", num_gpus: int | None = None) -> None:
+    """Raise a SpecError naming the first impossible combination of layout and model."""
+    for name in ("tp", "cp", "pp", "dp", "ep", "vpp", "mbs", "gbs", "seq"):
+        value = getattr(par, name)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise SpecError(f"{name}={value!r}: must be an integer >= 1")
+    if par.etp is not None and par.etp < 1:
+        raise SpecError(f"etp={par.etp}: must be an integer >= 1")
+    parse_order(par.order)
+    parse_recompute(par.recompute)
+    if par.zero not in (0, 1, 2, 3):
+        raise SpecError(f"zero={par.zero!r}: ZeRO stage must be 0, 1, 2 or 3")
+    if num_gpus is not None and par.world != num_gpus:
+        raise SpecError(f"tp*cp*pp*dp={par.world} (tp={par.tp}, cp={par.cp}, pp={par.pp}, "
+                        f"dp={par.dp}) does not match gpus={num_gpus}")
+    if model.heads % par.tp:
+        raise SpecError(f"tp={par.tp} does not divide the {model.heads} attention heads of {model.name}")
+    if model.kv_heads % par.tp:
+        raise SpecError(f"tp={par.tp} does not divide the {model.kv_heads} KV heads of {model.name} "
+                        f"(valid tp: divisors of {model.kv_heads})")
+    if model.layers % (par.pp * par.vpp):
+        raise SpecError(f"pp*vpp={par.pp * par.vpp} (pp={par.pp}, vpp={par.vpp}) does not divide "
+                        f"the {model.layers} layers of {model.name}")
+    if par.vpp > 1 and par.pp == 1:
+        raise SpecError(f"vpp={par.vpp} needs pp > 1 (interleaving splits each pipeline rank)")
+    if par.gbs % (par.dp * par.mbs):
+        raise SpecError(f"gbs={par.gbs} is not divisible by dp*mbs={par.dp * par.mbs} "
+                        f"(dp={par.dp}, mbs={par.mbs})")
+    if par.pp > 1 and par.num_microbatches < par.pp:
+        raise SpecError(f"gbs={par.gbs} gives {par.num_microbatches} micro-batches per pipeline "
+                        f"(gbs/(dp*mbs)), fewer than pp={par.pp} stages; use gbs >= "
+                        f"{par.pp * par.dp * par.mbs} or a smaller pp")
+    if par.cp > 1 and par.seq % (2 * par.cp):
+        raise SpecError(f"seq={par.seq} is not divisible by 2*cp={2 * par.cp} (load-balanced "
+                        f"causal context parallelism gives each CP rank two equal chunks)")
+    if par.ep > 1 or par.etp not in (None, par.tp):
+        if not model.is_moe:
+            raise SpecError(f"ep={par.ep}, etp={par.etp}: {model.name} has no experts; "
+                            f"expert parallelism needs an MoE model")
+    if model.is_moe:
+        if model.num_experts % par.ep:
+            raise SpecError(f"ep={par.ep} does not divide the {model.num_experts} experts of "
+                            f"{model.name}")
+        if par.world % (par.expert_tp * par.ep * par.pp):
+            raise SpecError(f"etp*ep*pp={par.expert_tp * par.ep * par.pp} does not divide the world "
+                            f"size {par.world}; EP is folded from the DP x CP ranks")
+    rc = par.recompute
+    if rc.isdigit() and int(rc) > model.layers // par.pp:
+        raise SpecError(f"recompute={rc} layers exceeds the {model.layers // par.pp} layers per stage")
+
+
+def with_overrides(par: ParallelSpec, **changes) -> ParallelSpec:
+    return replace(par, **changes)

@@ -1,0 +1,152 @@
+"""The timeline of a simulated step: one span per operation a rank ran on one of its streams.
+
+Spans are stored column-wise in numpy arrays (strings as small integer codes into name tables) so
+that a timeline of millions of spans stays compact, and round-trip through JSON.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+STREAMS = ("compute", "tp", "cp", "ep", "pp_send", "pp_recv", "dp")
+COMPUTE_KINDS = ("F", "B", "I", "W", "R", "opt")  # R = recompute forward, opt = optimizer step
+COMM_KINDS = ("tp", "cp", "ep", "pp", "dp")
+KINDS = COMPUTE_KINDS + COMM_KINDS
+
+_INT_COLUMNS = ("rank", "stream", "kind", "name", "stage", "layer", "mb", "flow")
+_FLOAT_COLUMNS = ("start_s", "end_s", "flops", "bytes", "alloc_bytes", "free_bytes")
+
+
+@dataclass(frozen=True)
+class Span:
+    """One operation as it ran. ``layer``, ``stage`` and ``mb`` are -1 where they do not apply.
+
+    ``flow`` links the two ends of a point-to-point transfer (-1 otherwise); ``alloc_bytes`` is
+    memory allocated when the span starts and ``free_bytes`` memory released when it ends.
+    """
+
+    rank: int
+    stream: str
+    kind: str
+    name: str
+    stage: int
+    layer: int
+    mb: int
+    start_s: float
+    end_s: float
+    flops: float = 0.0
+    bytes: float = 0.0
+    flow: int = -1
+    alloc_bytes: float = 0.0
+    free_bytes: float = 0.0
+
+    @property
+    def duration_s(self) -> float:
+        return self.end_s - self.start_s
+
+
+@dataclass
+class TimelineBuilder:
+    """Collects spans during a run; :meth:`build` freezes them into a :class:`Timeline`."""
+
+    names: list[str] = field(default_factory=list)
+    _name_ids: dict[str, int] = field(default_factory=dict)
+    rows: list[tuple] = field(default_factory=list)
+
+    def name_id(self, name: str) -> int:
+        nid = self._name_ids.get(name)
+        if nid is None:
+            nid = self._name_ids[name] = len(self.names)
+            self.names.append(name)
+        return nid
+
+    def add(self, rank: int, stream: int, kind: int, name: int, stage: int, layer: int, mb: int,
+            start_s: float, end_s: float, flops: float = 0.0, nbytes: float = 0.0, flow: int = -1,
+            alloc_bytes: float = 0.0, free_bytes: float = 0.0) -> None:
+        """Record a span; stream, kind and name are codes (indices into STREAMS, KINDS, names)."""
+        self.rows.append((rank, stream, kind, name, stage, layer, mb, flow,
+                          start_s, end_s, flops, nbytes, alloc_bytes, free_bytes))
+
+    def build(self) -> "Timeline":
+        n = len(self.rows)
+        cols: dict[str, np.ndarray] = {}
+        if n:
+            ints = np.array([r[:8] for r in self.rows], dtype=np.int64)
+            floats = np.array([r[8:] for r in self.rows], dtype=np.float64)
+        else:
+            ints = np.zeros((0, 8), dtype=np.int64)
+            floats = np.zeros((0, 6), dtype=np.float64)
+        for i, c in enumerate(_INT_COLUMNS):
+            cols[c] = ints[:, i].astype(np.int32)
+        for i, c in enumerate(_FLOAT_COLUMNS):
+            cols[c] = floats[:, i]
+        # a stable order: by start time, then rank, stream and insertion
+        order = np.lexsort((np.arange(n), cols["stream"], cols["rank"], cols["start_s"]))
+        return Timeline({c: v[order] for c, v in cols.items()}, list(self.names))
+
+
+class Timeline:
+    """Column store of spans. ``cols`` maps column name to a numpy array of equal length."""
+
+    def __init__(self, cols: dict[str, np.ndarray], names: list[str]):
+        self.cols = cols
+        self.names = names
+
+    def __len__(self) -> int:
+        return len(self.cols["rank"])
+
+    def __getitem__(self, column: str) -> np.ndarray:
+        return self.cols[column]
+
+    @property
+    def end_s(self) -> float:
+        """The end of the last span: the step time."""
+        return float(self.cols["end_s"].max()) if len(self) else 0.0
+
+    @property
+    def ranks(self) -> list[int]:
+        return sorted(set(self.cols["rank"].tolist()))
+
+    def mask(self, *, rank: int | None = None, stream: str | None = None,
+             kind: str | tuple[str, ...] | None = None) -> np.ndarray:
+        m = np.ones(len(self), dtype=bool)
+        if rank is not None:
+            m &= self.cols["rank"] == rank
+        if stream is not None:
+            m &= self.cols["stream"] == STREAMS.index(stream)
+        if kind is not None:
+            kinds = (kind,) if isinstance(kind, str) else kind
+            m &= np.isin(self.cols["kind"], [KINDS.index(k) for k in kinds])
+        return m
+
+    def span(self, i: int) -> Span:
+        c = self.cols
+        return Span(rank=int(c["rank"][i]), stream=STREAMS[c["stream"][i]], kind=KINDS[c["kind"][i]],
+                    name=self.names[c["name"][i]], stage=int(c["stage"][i]), layer=int(c["layer"][i]),
+                    mb=int(c["mb"][i]), start_s=float(c["start_s"][i]), end_s=float(c["end_s"][i]),
+                    flops=float(c["flops"][i]), bytes=float(c["bytes"][i]), flow=int(c["flow"][i]),
+                    alloc_bytes=float(c["alloc_bytes"][i]), free_bytes=float(c["free_bytes"][i]))
+
+    def spans(self, mask: np.ndarray | None = None) -> list[Span]:
+        idx = np.nonzero(mask)[0] if mask is not None else range(len(self))
+        return [self.span(int(i)) for i in idx]
+
+    def to_json(self) -> dict:
+        """A JSON-ready dict: column lists plus the string tables."""
+        return {
+            "streams": list(STREAMS), "kinds": list(KINDS), "names": list(self.names),
+            "columns": {c: v.tolist() for c, v in self.cols.items()},
+        }
+
+    @classmethod
+    def from_json(cls, data: dict) -> "Timeline":
+        if list(data["streams"]) != list(STREAMS) or list(data["kinds"]) != list(KINDS):
+            raise ValueError("timeline JSON was written with other stream or kind tables")
+        cols = {}
+        for c in _INT_COLUMNS:
+            cols[c] = np.asarray(data["columns"][c], dtype=np.int32)
+        for c in _FLOAT_COLUMNS:
+            cols[c] = np.asarray(data["columns"][c], dtype=np.float64)
+        return cls(cols, list(data["names"]))

@@ -1,0 +1,377 @@
+"""Lowering: specs + pipeline schedule + cost model -> per-rank programs with dependencies.
+
+Where communication sits follows Megatron-LM:
+
+* TP (``megatron/core/tensor_parallel/mappings.py``): with sequence parallelism an all-gather
+  before and a reduce-scatter after each of the attention and MLP blocks in the forward pass, and
+  the mirror pair in the input-gradient pass; without it one all-reduce after each block forward
+  and one after each block's input gradient. A TP collective blocks the next block of the same
+  micro-batch.
+* PP: the last forward op of a stage sends the activation to the next stage of the micro-batch's
+  chain, the last backward op sends the gradient back; sends are asynchronous, the receiver waits.
+* DP (``megatron/core/distributed/param_and_grad_buffer.py``): gradients are reduced per bucket
+  of consecutive layers in backward order, launched when the bucket's last weight gradient is
+  done, over the data-parallel group including CP ranks; all-reduce without ZeRO, reduce-scatter
+  with it. With ZeRO >= 1 the updated parameters are all-gathered per bucket before their first
+  forward of the step (steady state of ``--overlap-param-gather``). The optimizer step follows
+  the last reduction.
+
+With folding (the default), one representative rank per pipeline rank is simulated: the ranks
+that share its pipeline position run identical programs, and each collective it joins costs as
+much as the slowest of the groups it stands for.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from simtrain import costs
+from simtrain.costs import Shape
+from simtrain.errors import SpecError
+from simtrain.mesh import DeviceMesh
+from simtrain.program import KIND, STREAM, Op, Program
+from simtrain.schedules.ir import Action, Schedule
+from simtrain.specs.gpu import GpuSpec
+from simtrain.specs.model import ModelSpec
+from simtrain.specs.parallel import ParallelSpec
+
+
+@dataclass(frozen=True)
+class WorkloadOptions:
+    fold: bool = True  # simulate one representative rank per pipeline rank
+    dp_bucket_params: int | None = None  # gradient bucket size; None = Megatron's max(40M, 1M * dp)
+    embedding: bool = True  # embedding on the first stage
+    lm_head: bool = True  # LM head and loss on the last stage
+    optimizer: bool = True  # optimizer step at the end of the step
+    dp_comm: bool = True  # data-parallel gradient reduction and parameter gather
+    tp_comm: bool = True  # tensor-parallel collectives
+
+
+def stage_layers(model: ModelSpec, chunks: int) -> list[range]:
+    """Layers of each model chunk, split evenly (Megatron's default)."""
+    if model.layers % chunks:
+        raise SpecError(f"the {model.layers} layers of {model.name} do not split evenly into "
+                        f"{chunks} pipeline chunks")
+    per = model.layers // chunks
+    return [range(c * per, (c + 1) * per) for c in range(chunks)]
+
+
+class _Lowering:
+    """State of one lowering pass; used once by :func:`lower`."""
+
+    def __init__(self, model: ModelSpec, par: ParallelSpec, gpu: GpuSpec, schedule: Schedule,
+                 mesh: DeviceMesh, opts: WorkloadOptions):
+        self.model, self.par, self.gpu, self.sched, self.mesh, self.opts = model, par, gpu, schedule, mesh, opts
+        self.shape = Shape.of(par)
+        self.prog = Program()
+        self.chunks = stage_layers(model, schedule.chain_length)
+        self.pp_groups = mesh.groups("pp")
+        self.sends: dict[tuple, int] = {}  # (stage, mb, "act"|"grad") -> p2p op id
+        self.needs: list[tuple[int, tuple]] = []  # (op id, send key)
+        self.counters: dict[tuple[int, int], int] = {}
+        self.group_cache: dict[tuple, tuple[tuple[int, ...], ...]] = {}
+        self.cost_cache: dict[tuple, tuple[float, float, float]] = {}
+        layers_per_stage = model.layers // schedule.chain_length
+        self.recompute_layers = par.recompute_layers(layers_per_stage)
+        self.selective = par.recompute == "selective"
+
+    # ---- groups ------------------------------------------------------------------------------
+    def _slices(self, rank: int) -> list[list[int]]:
+        """The pipeline groups ``rank``'s program stands for (all of them when folding)."""
+        if self.opts.fold:
+            return self.pp_groups
+        return [self.mesh.group_of("pp", rank)]
+
+    def _dim_groups(self, dim: str, rank: int) -> tuple[tuple[int, ...], ...]:
+        """Groups along ``dim`` the op of ``rank`` stands for; ``dpcp`` = DP including CP ranks."""
+        stage = self.prog.rank_stage[rank]
+        cache_key = (dim, rank if not self.opts.fold else -1, stage)
+        cached = self.group_cache.get(cache_key)
+        if cached is not None:
+            return cached
+        groups = []
+        for pp_group in self._slices(rank):
+            member = pp_group[stage]
+            if dim == "dpcp":
+                g = sorted({d for c in self.mesh.group_of("cp", member) for d in self.mesh.group_of("dp", c)})
+            else:
+                g = self.mesh.group_of(dim, member)
+            groups.append(tuple(g))
+        out = self.group_cache[cache_key] = tuple(sorted(set(groups)))
+        return out
+
+    # ---- op emission -------------------------------------------------------------------------
+    def _emit(self, rank: int, stream: str, kind: str, name: str, stage: int, layer: int, mb: int,
+              deps: list[int], cost: costs.OpCost | None = None, **kw) -> Op:
+        op = Op(0, rank, STREAM[stream], KIND[kind], name, stage, layer, mb, deps=deps, **kw)
+        if cost is not None:
+            op.flops, op.nbytes = cost.flops, cost.bytes
+            op.duration_s = self._time(cost)
+        return self.prog.add(op)
+
+    def _time(self, cost: costs.OpCost) -> float:
+        key = (cost.flops, cost.bytes)
+        t = self.cost_cache.get(key)
+        if t is None:
+            t = self.cost_cache[key] = cost.time_s(self.gpu)
+        return t
+
+    def _collective(self, rank: int, stream: str, dim: str, op_name: str, nbytes: float,
+                    stage: int, layer: int, mb: int, deps: list[int]) -> Op:
+        groups = self._dim_groups(dim, rank)
+        n = self.counters.get((rank, STREAM[stream]), 0)
+        self.counters[(rank, STREAM[stream])] = n + 1
+        key = (stream, groups[0], n) if not self.opts.fold else (stream, rank, n)
+        return self._emit(rank, stream, stream, f"{stream}.{op_name}", stage, layer, mb, deps,
+                          nbytes=nbytes, comm=op_name, group_set=self.prog.group_set_id(groups), key=key)
+
+    # ---- one action --------------------------------------------------------------------------
+    def _tp(self, rank, op_name, stage, layer, mb, last):
+        if self.par.tp == 1 or not self.opts.tp_comm:
+            return last
+        op = self._collective(rank, "tp", "tp", op_name, costs.tp_collective_bytes(self.model, self.shape),
+                              stage, layer, mb, [last] if last is not None else [])
+        return op.id
+
+    def _compute(self, rank, kind, name, stage, layer, mb, cost, last, **kw):
+        op = self._emit(rank, "compute", kind, name, stage, layer, mb,
+                        [last] if last is not None else [], cost, **kw)
+        return op
+
+    def _forward_layer(self, rank, stage, layer, mb, last, kind="F", alloc_scale=1.0):
+        """Attention and MLP forward of one layer (kind R when it is a recompute)."""
+        sp = self.par.sequence_parallel
+        m, sh = self.model, self.shape
+        rc = self._recomputed(stage, layer)
+        if kind == "F":
+            alloc = costs.layer_activation_bytes(m, sh, full_recompute=rc)
+        else:  # the recompute rebuilds the full activation set
+            alloc = costs.layer_activation_bytes(m, sh, full_recompute=False)
+        pre, post = ("all_gather", "reduce_scatter") if sp else (None, "all_reduce")
+        if pre:
+            last = self._tp(rank, pre, stage, layer, mb, last)
+        op = self._compute(rank, kind, f"attn.{kind}", stage, layer, mb,
+                           costs.attention_cost(m, sh, "F"), last, alloc=alloc)
+        self._first_use(rank, stage, layer, op)
+        last = self._tp(rank, post, stage, layer, mb, op.id)
+        if pre:
+            last = self._tp(rank, pre, stage, layer, mb, last)
+        op = self._compute(rank, kind, f"mlp.{kind}", stage, layer, mb, costs.mlp_cost(m, sh, "F", layer), last)
+        return self._tp(rank, post, stage, layer, mb, op.id)
+
+    def _recomputed(self, stage: int, layer: int) -> bool:
+        chunk = self.chunks[self.sched.chunk_of_stage(stage)]
+        return layer - chunk.start < self.recompute_layers
+
+    def _backward_layer(self, rank, stage, layer, mb, last, kind):
+        """Input-gradient (and, for B, weight-gradient) of one layer, recompute first if due."""
+        m, sh = self.model, self.shape
+        rc = self._recomputed(stage, layer)
+        if rc and kind in ("B", "I"):
+            last = self._forward_layer(rank, stage, layer, mb, last, kind="R")
+        sp = self.par.sequence_parallel
+        pre, post = ("all_gather", "reduce_scatter") if sp else (None, "all_reduce")
+        free = costs.layer_activation_bytes(m, sh, full_recompute=rc)
+        if rc:
+            free += costs.layer_activation_bytes(m, sh, full_recompute=False)
+        frees_here = kind == "B"
+        if pre:
+            last = self._tp(rank, pre, stage, layer, mb, last)
+        op = self._compute(rank, kind, f"mlp.{kind}", stage, layer, mb, costs.mlp_cost(m, sh, kind, layer), last)
+        self._grad_done(rank, stage, layer, op, kind)
+        last = self._tp(rank, post, stage, layer, mb, op.id)
+        if pre:
+            last = self._tp(rank, pre, stage, layer, mb, last)
+        op = self._compute(rank, kind, f"attn.{kind}", stage, layer, mb,
+                           costs.attention_cost(m, sh, kind, self.selective), last,
+                           free=free if frees_here else 0.0)
+        self._grad_done(rank, stage, layer, op, kind)
+        return self._tp(rank, post, stage, layer, mb, op.id)
+
+    def _weight_layer(self, rank, stage, layer, mb, last):
+        m, sh = self.model, self.shape
+        rc = self._recomputed(stage, layer)
+        free = costs.layer_activation_bytes(m, sh, full_recompute=rc)
+        if rc:
+            free += costs.layer_activation_bytes(m, sh, full_recompute=False)
+        op = self._compute(rank, "W", "mlp.W", stage, layer, mb, costs.mlp_cost(m, sh, "W", layer), last)
+        self._grad_done(rank, stage, layer, op, "W")
+        op = self._compute(rank, "W", "attn.W", stage, layer, mb, costs.attention_cost(m, sh, "W"),
+                           op.id, free=free)
+        self._grad_done(rank, stage, layer, op, "W")
+        return op.id
+
+    def _action(self, rank: int, action: Action) -> None:
+        for half in action.halves():
+            self._plain_action(rank, half)
+
+    def _plain_action(self, rank: int, a: Action) -> None:
+        m, sh = self.model, self.shape
+        chunk = self.sched.chunk_of_stage(a.stage)
+        layers = self.chunks[chunk]
+        first, last_chunk = chunk == 0, chunk == len(self.chunks) - 1
+        prev_stage, next_stage = self.sched.stage_neighbours(a.stage)
+        start = len(self.prog.ops)
+        last = None
+        if a.kind == "F":
+            if first and self.opts.embedding:
+                last = self._compute(rank, "F", "embed.F", a.stage, -1, a.mb,
+                                     costs.embedding_cost(m, sh, "F"), last).id
+            for layer in layers:
+                last = self._forward_layer(rank, a.stage, layer, a.mb, last)
+            if last_chunk and self.opts.lm_head:
+                logits = 4.0 * sh.tokens * m.vocab / sh.tp
+                last = self._compute(rank, "F", "lm_head.F", a.stage, -1, a.mb,
+                                     costs.lm_head_cost(m, sh, "F"), last, alloc=logits).id
+            self._needs_from(start, (prev_stage, a.mb, "act") if prev_stage is not None else None)
+            if next_stage is not None:
+                self._send(rank, a.stage, next_stage, a.mb, "act", last)
+        elif a.kind in ("B", "I"):
+            if last_chunk and self.opts.lm_head:
+                logits = 4.0 * sh.tokens * m.vocab / sh.tp
+                op = self._compute(rank, a.kind, f"lm_head.{a.kind}", a.stage, -1, a.mb,
+                                   costs.lm_head_cost(m, sh, a.kind), last, free=logits)
+                self._grad_done(rank, a.stage, -2, op, a.kind)
+                last = op.id
+            for layer in reversed(layers):
+                last = self._backward_layer(rank, a.stage, layer, a.mb, last, a.kind)
+            if first and self.opts.embedding and a.kind == "B":
+                op = self._compute(rank, "B", "embed.B", a.stage, -1, a.mb,
+                                   costs.embedding_cost(m, sh, "B"), last)
+                self._grad_done(rank, a.stage, -1, op, "B")
+            self._needs_from(start, (next_stage, a.mb, "grad") if next_stage is not None else None)
+            if prev_stage is not None and last is not None:
+                self._send(rank, a.stage, prev_stage, a.mb, "grad", last)
+        elif a.kind == "W":
+            if last_chunk and self.opts.lm_head:
+                op = self._compute(rank, "W", "lm_head.W", a.stage, -1, a.mb, costs.lm_head_cost(m, sh, "W"), last)
+                self._grad_done(rank, a.stage, -2, op, "W")
+                last = op.id
+            for layer in reversed(layers):
+                last = self._weight_layer(rank, a.stage, layer, a.mb, last)
+            if first and self.opts.embedding:
+                op = self._compute(rank, "W", "embed.W", a.stage, -1, a.mb, costs.embedding_cost(m, sh, "W"), last)
+                self._grad_done(rank, a.stage, -1, op, "W")
+        else:
+            raise ValueError(f"unexpected action kind {a.kind!r}")
+
+    def _needs_from(self, first_op: int, key: tuple | None) -> None:
+        """The action's first op waits for the transfer ``key`` (none for the chain's ends)."""
+        if key is not None and first_op < len(self.prog.ops):
+            self.needs.append((first_op, key))
+
+    def _send(self, rank: int, stage: int, to_stage: int, mb: int, what: str, after: int) -> None:
+        src_pp = self.sched.stage_to_rank[stage]
+        dst_pp = self.sched.stage_to_rank[to_stage]
+        peer = self._sim_rank(rank, dst_pp)
+        pairs = tuple(sorted({(g[src_pp], g[dst_pp]) for g in self._slices(rank)}))
+        nbytes = costs.pp_activation_bytes(self.model, self.shape)
+        op = self._emit(rank, "pp_send", "pp", f"pp.send.{what}", stage, -1, mb, [after], nbytes=nbytes,
+                        comm="p2p", group_set=self.prog.group_set_id(pairs), peer=peer)
+        self.sends[(stage, mb, what)] = op.id
+
+    def _sim_rank(self, rank: int, pp_index: int) -> int:
+        return self.mesh.group_of("pp", rank)[pp_index]
+
+    # ---- data parallelism --------------------------------------------------------------------
+    def _buckets(self, rank: int) -> list[dict]:
+        """Gradient buckets of ``rank``: layers of each stage it holds, in backward order."""
+        par, m = self.par, self.model
+        dpcp = par.dp * par.cp
+        size = self.opts.dp_bucket_params or max(40_000_000, 1_000_000 * dpcp)
+        pp_index = self.prog.rank_stage[rank]
+        out = []
+        for stage in self.sched.stages_of_rank(pp_index):
+            chunk = self.sched.chunk_of_stage(stage)
+            items = []  # (layer id, params): -2 = LM head, -1 = embedding
+            if chunk == len(self.chunks) - 1 and self.opts.lm_head and not m.tied_embeddings:
+                items.append((-2, m.lm_head_params() + m.final_norm_params()))
+            items += [(layer, m.layer_params(layer)) for layer in reversed(self.chunks[chunk])]
+            if chunk == 0 and self.opts.embedding:
+                items.append((-1, m.embedding_params()))
+            current = None
+            for layer, params in items:
+                if current is None:
+                    current = {"stage": stage, "layers": [], "params": 0.0}
+                    out.append(current)
+                current["layers"].append(layer)
+                current["params"] += params / par.tp
+                if current["params"] >= size:
+                    current = None
+        return out
+
+    def _first_use(self, rank: int, stage: int, layer: int, op: Op) -> None:
+        ag = self.param_gather.get((stage, layer))
+        if ag is not None and (stage, layer) not in self.used:
+            self.used.add((stage, layer))
+            op.deps.append(ag)
+
+    def _grad_done(self, rank: int, stage: int, layer: int, op: Op, kind: str) -> None:
+        if kind in ("B", "W"):
+            self.grad_ops[(stage, layer)] = op.id
+
+    def _params_on_rank(self, rank: int) -> float:
+        m = self.model
+        total = 0.0
+        for stage in self.sched.stages_of_rank(self.prog.rank_stage[rank]):
+            chunk = self.sched.chunk_of_stage(stage)
+            total += sum(m.layer_params(layer) for layer in self.chunks[chunk])
+            if chunk == 0:
+                total += m.embedding_params()
+            if chunk == len(self.chunks) - 1:
+                total += m.lm_head_params() + m.final_norm_params()
+        return total / self.par.tp
+
+    # ---- driver ------------------------------------------------------------------------------
+    def build(self) -> Program:
+        par, prog = self.par, self.prog
+        base_group = self.mesh.group_of("pp", 0)
+        if self.opts.fold:
+            slices = [base_group]
+        else:
+            slices = self.pp_groups
+        for group in slices:
+            for pp_index, rank in enumerate(group):
+                prog.rank_stage[rank] = pp_index
+                prog.rank_weight[rank] = len(self.pp_groups) if self.opts.fold else 1
+        dpcp = par.dp * par.cp
+        for rank in prog.ranks:
+            self.param_gather: dict[tuple[int, int], int] = {}
+            self.used: set[tuple[int, int]] = set()
+            self.grad_ops: dict[tuple[int, int], int] = {}
+            buckets = self._buckets(rank) if (self.opts.dp_comm and dpcp > 1) else []
+            if par.zero >= 1:
+                for bucket in reversed(buckets):  # forward order of first use
+                    op = self._collective(rank, "dp", "dpcp", "all_gather", 2 * bucket["params"],
+                                          bucket["stage"], -1, -1, [])
+                    for layer in bucket["layers"]:
+                        self.param_gather[(bucket["stage"], layer)] = op.id
+            for action in self.sched.actions[prog.rank_stage[rank]]:
+                self._action(rank, action)
+            reductions = []
+            ordered = sorted(buckets, key=lambda b: max(self.grad_ops.get((b["stage"], l), -1) for l in b["layers"]))
+            for bucket in ordered:
+                deps = sorted({self.grad_ops[(bucket["stage"], l)] for l in bucket["layers"]
+                               if (bucket["stage"], l) in self.grad_ops})
+                op_name = "reduce_scatter" if par.zero >= 1 else "all_reduce"
+                reductions.append(self._collective(rank, "dp", "dpcp", op_name, 2 * bucket["params"],
+                                                   bucket["stage"], -1, -1, deps).id)
+            params = self._params_on_rank(rank)
+            prog.static_bytes[rank] = costs.static_bytes(params, par.zero, dpcp)
+            if self.opts.optimizer:
+                shard = dpcp if par.zero >= 1 else 1
+                self._emit(rank, "compute", "opt", "optimizer", -1, -1, -1, reductions,
+                           costs.optimizer_cost(params, shard))
+        for op_id, key in self.needs:
+            src = self.sends.get(key)
+            if src is None:
+                raise SpecError(f"schedule {self.sched.name}: nothing sends {key[2]} of micro-batch "
+                                f"{key[1]} from stage {key[0]}")
+            self.prog.ops[op_id].deps.append(src)
+        return prog
+
+
+def lower(model: ModelSpec, par: ParallelSpec, gpu: GpuSpec, schedule: Schedule, mesh: DeviceMesh,
+          opts: WorkloadOptions | None = None) -> Program:
+    """Per-rank programs for one training step."""
+    return _Lowering(model, par, gpu, schedule, mesh, opts or WorkloadOptions()).build()
