@@ -83,10 +83,10 @@ def load_config(path: str | Path) -> dict[str, Any]:
     """Read an experiment TOML: a flat table of the same keys as the ``simtrain run`` flags."""
     table = Table(read_toml(path), str(path))
     out = {}
-    for key in list(table.data):
-        if key in SETTINGS:
-            kind, _ = SETTINGS[key]
-            out[key] = table.get(key, kind)
+    for key, (kind, _) in SETTINGS.items():
+        value = table.get(key, kind, None)
+        if value is not None:
+            out[key] = value
     table.done()
     return out
 
@@ -123,8 +123,6 @@ def resolve(settings: dict[str, Any] | None = None) -> Scenario:
         raise SpecError(f"gpus={s['gpus']} exceeds the {cluster.num_gpus} GPUs of topology "
                         f"{cluster.name} with {cluster.num_nodes} nodes; raise --nodes")
     gpu = cluster.gpu if s["efficiency"] is None else cluster.gpu.with_efficiency(s["efficiency"])
-    if s["gbs"] is None:
-        s["gbs"] = None
     par_kw = {k: s[k] for k in ("ep", "etp", "vpp", "mbs", "seq", "zero", "sp", "recompute", "schedule", "order")}
     dp = s["dp"]
     inner = s["tp"] * s["cp"] * s["pp"]

@@ -24,7 +24,13 @@ def _schedule_table(m: int, v: int, group: int) -> list[tuple[int, int]]:
     return table
 
 
-def interleaved_1f1b(pp: int, m: int, vpp: int = 2, **_) -> Schedule:
+def valid_groups(pp: int, m: int) -> list[int]:
+    """Micro-batch group sizes Megatron-core accepts for (pp, m): ``pp <= g <= m`` with the
+    remainder ``m % g`` either 0 or at least ``pp``."""
+    return [g for g in range(pp, m + 1) if m % g == 0 or m % g >= pp]
+
+
+def interleaved_1f1b(pp: int, m: int, vpp: int = 2, group: int | None = None, **_) -> Schedule:
     """Interleaved (looped, depth-first) 1F1B with ``v = vpp`` model chunks per rank.
 
     ``p * v`` stages in one chain, stage ``s`` on rank ``s % p`` (chunk ``s // p``). Each rank walks
@@ -46,15 +52,23 @@ def interleaved_1f1b(pp: int, m: int, vpp: int = 2, **_) -> Schedule:
         s = one_f_one_b(pp, m)
         return Schedule("interleaved-1f1b", pp, m, s.stage_to_rank, s.actions,
                         meta={"pp": pp, "m": m, "vpp": 1})
+    g = pp if group is None else int(group)
     if m < pp:
         raise ScheduleError(f"interleaved-1f1b: needs at least pp micro-batches (got m={m}, pp={pp}; "
-                            f"valid m: {pp} or more; Megatron-core requires the micro-batch group "
-                            f"size, here pp, to be <= m)")
-    table = _schedule_table(m, v, pp)
+                            f"valid m: {pp} or more)")
+    if g not in valid_groups(pp, m):
+        ok = valid_groups(pp, m)
+        raise ScheduleError(
+            f"interleaved-1f1b: m={m} micro-batches with pp={pp} and micro-batch group {g}: the group "
+            f"must be in [pp, m] = [{pp}, {m}] and leave a remainder m % group of 0 or >= pp "
+            f"(as Megatron-core requires); with group={pp} valid m are multiples of {pp} "
+            f"({pp}, {2 * pp}, {3 * pp}, ...); for m={m} valid groups are {ok[:8]}"
+            + (" ..." if len(ok) > 8 else ""))
+    table = _schedule_table(m, v, g)
     total = m * v
     rows = []
     for r in range(pp):
-        warm = min(2 * (pp - r - 1) + (v - 1) * pp, total)
+        warm = min(2 * (pp - r - 1) + (v - 1) * g, total)
 
         def fwd(k: int) -> Action:
             mb, c = table[k]
@@ -70,4 +84,4 @@ def interleaved_1f1b(pp: int, m: int, vpp: int = 2, **_) -> Schedule:
         row += [bwd(k) for k in range(total - warm, total)]
         rows.append(tuple(row))
     return Schedule("interleaved-1f1b", pp, m, tuple(s % pp for s in range(pp * v)), tuple(rows),
-                    meta={"pp": pp, "m": m, "vpp": v})
+                    meta={"pp": pp, "m": m, "vpp": v, "group": g})

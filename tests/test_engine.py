@@ -1,0 +1,210 @@
+"""Engine and workload: hand-computed cases, closed-form bubbles, folding, invariants."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from helpers import tiny_model
+from simtrain import costs, engine
+from simtrain.costs import Shape
+from simtrain.errors import SimulationError
+from simtrain.mesh import build_mesh
+from simtrain.metrics import summarize
+from simtrain.network import AnalyticNetwork, FreeNetwork
+from simtrain.program import KIND, STREAM, Op, Program
+from simtrain.schedules import generate
+from simtrain.specs.gpu import get_gpu
+from simtrain.specs.parallel import ParallelSpec
+from simtrain.topology import Router, build_topology
+from simtrain.workload import WorkloadOptions, lower
+
+GPU = get_gpu("h100-sxm")
+BARE = WorkloadOptions(embedding=False, lm_head=False, optimizer=False, dp_comm=False)
+
+
+def simulate(model, par, schedule_name="1f1b", opts=BARE, network=None, gpus_per_node=8):
+    mesh = build_mesh(par.tp, par.cp, par.dp, par.pp, gpus_per_node=gpus_per_node)
+    sched = generate(schedule_name, par.pp, par.num_microbatches)
+    prog = lower(model, par, GPU, sched, mesh, opts)
+    res = engine.run(prog, network or FreeNetwork())
+    rep = summarize(res.timeline, model=model, gpu=GPU, num_gpus=par.world, seq=par.seq, gbs=par.gbs,
+                    rank_weight=prog.rank_weight, rank_stage=prog.rank_stage,
+                    static_bytes=prog.static_bytes)
+    return prog, res, rep
+
+
+def layer_times(model, par):
+    """Hand composition: forward and full backward time of one layer on one rank."""
+    sh = Shape.of(par)
+    t = lambda c: c.time_s(GPU)  # noqa: E731
+    f = t(costs.attention_cost(model, sh, "F")) + t(costs.mlp_cost(model, sh, "F", 0))
+    b = t(costs.attention_cost(model, sh, "B")) + t(costs.mlp_cost(model, sh, "B", 0))
+    return f, b
+
+
+@pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])
+def test_two_stages_two_microbatches(schedule):
+    model = tiny_model(layers=2)
+    par = ParallelSpec(pp=2, gbs=2, seq=1024)
+    _, res, rep = simulate(model, par, schedule)
+    f, b = layer_times(model, par)  # one layer per stage
+    # F0 F1 on stage 0, stage 1 starts F0 at f; backwards chain back: 3f + 3b in total
+    assert rep["step_time_s"] == pytest.approx(3 * f + 3 * b, rel=1e-9)
+    assert rep["bubble_ratio"] == pytest.approx(1 / 3, rel=1e-9)
+    tl = res.timeline
+    stage1_first = min(s.start_s for s in tl.spans(tl.mask(rank=1, stream="compute")))
+    assert stage1_first == pytest.approx(f, rel=1e-9)
+
+
+def test_cost_model_hand_numbers():
+    model = tiny_model(layers=2)  # h=1024, 8 heads, f=4h, plain MLP
+    sh = Shape(tokens=1024, seq=1024, tp=1, sp=False)
+    attn = costs.attention_cost(model, sh, "F")
+    # QKV + output projection: 2 n (4 h^2); causal core: 2 n s h
+    assert attn.flops == 2 * 1024 * 4 * 1024**2 + 2 * 1024 * 1024 * 1024
+    assert costs.mlp_cost(model, sh, "F", 0).flops == 2 * 1024 * 2 * 1024 * 4096
+    assert costs.attention_cost(model, sh, "I").flops == 2 * 1024 * 4 * 1024**2 + 2 * 2 * 1024**3
+    assert costs.attention_cost(model, sh, "W").flops == 2 * 1024 * 4 * 1024**2
+    assert costs.lm_head_cost(model, sh, "F").flops == 2 * 1024 * 1024 * 32000
+    assert costs.layer_activation_bytes(model, sh, False) == 34 * 1024 * 1024
+    assert costs.static_bytes(1e9, zero=1, dp_shard=4) == 1e9 * (2 + 2 + 3)
+    assert costs.static_bytes(1e9, zero=3, dp_shard=2) == 1e9 * 8
+
+
+def two_node_cluster(gpus_per_node=1):
+    data = {"gpu": "h100-sxm", "nodes": 2,
+            "node": {"gpus": gpus_per_node, "nic_gbps": 400, "pcie_GBps": 64},
+            "fabric": {"kind": "fat-tree", "nodes_per_leaf": 2, "spines": 1}}
+    return build_topology(data, "two-node")
+
+
+def test_pure_dp_allreduce_fully_exposed():
+    model = tiny_model(layers=2)
+    cluster = two_node_cluster()
+    router = Router(cluster)
+    net = AnalyticNetwork(cluster, router)
+    par = ParallelSpec(dp=2, gbs=2, seq=1024, zero=0)
+    opts = WorkloadOptions(embedding=False, lm_head=False, optimizer=False,
+                           dp_bucket_params=10**12)  # one bucket: launched after the last W
+    prog, res, rep = simulate(model, par, opts=opts, network=net, gpus_per_node=1)
+    tl = res.timeline
+    busy = sum(s.duration_s for s in tl.spans(tl.mask(rank=0, stream="compute")))
+    nbytes = 2 * 2 * model.layer_params(0)  # bf16 gradients of both layers
+    bandwidth = 50e9  # 400 Gb/s NIC, the route's bottleneck
+    alpha = router.latency(0, 1)
+    expected = 2 * (2 - 1) / 2 * nbytes / bandwidth + 2 * (2 - 1) * alpha
+    assert rep["step_time_s"] - busy == pytest.approx(expected, rel=1e-9)
+    assert rep["exposed_comm_s"]["dp"] == pytest.approx(expected, rel=1e-9)
+    assert rep["breakdown_s"]["dp"] == pytest.approx(expected, rel=1e-9)
+
+
+def test_pure_tp_one_node():
+    model = tiny_model(layers=2)
+    data = {"gpu": "h100-sxm", "nodes": 1, "node": {"gpus": 8, "nvlink_GBps": 450}}
+    cluster = build_topology(data, "one-node")
+    router = Router(cluster)
+    net = AnalyticNetwork(cluster, router)
+    par = ParallelSpec(tp=8, gbs=1, seq=1024)
+    _, res, rep = simulate(model, par, opts=BARE, network=net)
+    f, b = layer_times(model, par)
+    nbytes = 2 * 1024 * 1024  # tokens x hidden, bf16
+    alpha = router.latency(0, 1)
+    one = 7 / 8 * nbytes / 450e9 + 7 * alpha  # an all-gather or a reduce-scatter on the ring
+    expected = 2 * (f + b) + 2 * 8 * one  # 4 collectives per layer forward, 4 backward
+    assert rep["step_time_s"] == pytest.approx(expected, rel=1e-9)
+    assert rep["breakdown_s"]["tp"] == pytest.approx(16 * one, rel=1e-9)
+
+
+@settings(max_examples=40, deadline=None)
+@given(p=st.integers(1, 8), m=st.integers(1, 32), schedule=st.sampled_from(["gpipe", "1f1b"]))
+def test_bubble_closed_form(p, m, schedule):
+    model = tiny_model(layers=p, hidden=256, heads=4, vocab=1000)
+    par = ParallelSpec(pp=p, gbs=m, seq=256)
+    _, _, rep = simulate(model, par, schedule)
+    assert rep["bubble_ratio"] == pytest.approx((p - 1) / (m + p - 1), rel=1e-9, abs=1e-12)
+
+
+def test_folded_equals_unfolded():
+    model = tiny_model(layers=4)
+    data = {"gpu": "h100-sxm", "nodes": 2, "node": {"gpus": 8, "nic_gbps": 400},
+            "fabric": {"kind": "fat-tree", "nodes_per_leaf": 2, "spines": 2}}
+    cluster = build_topology(data, "c")
+    net = AnalyticNetwork(cluster, Router(cluster))
+    par = ParallelSpec(tp=2, dp=4, pp=2, gbs=16, seq=1024)
+    reps = []
+    for fold in (True, False):
+        _, _, rep = simulate(model, par, opts=WorkloadOptions(fold=fold), network=net)
+        reps.append(rep)
+    folded, unfolded = reps
+    for key in ("step_time_s", "mfu", "hfu", "bubble_ratio"):
+        assert folded[key] == pytest.approx(unfolded[key], rel=1e-12)
+    for k, v in folded["breakdown_s"].items():
+        assert v == pytest.approx(unfolded["breakdown_s"][k], rel=1e-9, abs=1e-15)
+    assert folded["peak_memory_gib"] == pytest.approx(unfolded["peak_memory_gib"])
+
+
+def test_breakdown_sums_to_step():
+    model = tiny_model(layers=4)
+    cluster = two_node_cluster(gpus_per_node=8)
+    net = AnalyticNetwork(cluster, Router(cluster))
+    par = ParallelSpec(tp=2, dp=4, pp=2, gbs=8, seq=1024)
+    _, _, rep = simulate(model, par, opts=WorkloadOptions(), network=net)
+    assert sum(rep["breakdown_s"].values()) == pytest.approx(rep["step_time_s"], rel=1e-9)
+
+
+def _op(prog, rank, stream, name, deps=(), duration=1.0, **kw):
+    return prog.add(Op(0, rank, STREAM[stream], KIND["F"], name, 0, -1, -1, duration_s=duration,
+                       deps=list(deps), **kw))
+
+
+def test_engine_collective_waits_for_all_members():
+    prog = Program()
+    prog.rank_weight = {0: 1, 1: 1}
+    a = _op(prog, 0, "compute", "a", duration=1.0)
+    b = _op(prog, 1, "compute", "b", duration=3.0)
+    for rank, dep in ((0, a.id), (1, b.id)):
+        prog.group_sets = [((0, 1),)]
+        prog.add(Op(0, rank, STREAM["tp"], KIND["tp"], "ar", 0, -1, -1, nbytes=1.0, comm="all_reduce",
+                    group_set=0, key=("k",), deps=[dep]))
+
+    class Net(FreeNetwork):
+        def collective_time(self, op, gpus, nbytes):
+            return 2.0
+
+    res = engine.run(prog, Net())
+    tl = res.timeline
+    ar = tl.spans(tl.mask(stream="tp"))
+    assert [(s.start_s, s.end_s) for s in ar] == [(3.0, 5.0), (3.0, 5.0)]
+
+
+def test_engine_deadlock_reports_blocked_ops():
+    prog = Program()
+    prog.rank_weight = {0: 1, 1: 1}
+    a = _op(prog, 0, "compute", "a", deps=[1])
+    _op(prog, 1, "compute", "b", deps=[a.id])
+    with pytest.raises(SimulationError, match="deadlock.*rank 0 compute: a.*rank 1 compute: b"):
+        engine.run(prog, FreeNetwork())
+
+
+def test_engine_event_budget():
+    model = tiny_model(layers=2)
+    par = ParallelSpec(pp=2, gbs=8, seq=256)
+    mesh = build_mesh(1, 1, 1, 2)
+    prog = lower(model, par, GPU, generate("1f1b", 2, 8), mesh, BARE)
+    with pytest.raises(SimulationError, match="max_events=10"):
+        engine.run(prog, FreeNetwork(), max_events=10)
+
+
+def test_timeline_json_round_trip():
+    model = tiny_model(layers=2)
+    _, res, _ = simulate(model, ParallelSpec(pp=2, gbs=4, seq=256))
+    from simtrain.timeline import Timeline
+
+    data = json.loads(json.dumps(res.timeline.to_json()))
+    back = Timeline.from_json(data)
+    assert len(back) == len(res.timeline)
+    for col, values in res.timeline.cols.items():
+        assert (back[col] == values).all()

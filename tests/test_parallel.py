@@ -1,0 +1,45 @@
+"""ParallelSpec: derivation of dp and the impossible combinations."""
+
+from __future__ import annotations
+
+import pytest
+
+from simtrain.errors import SpecError
+from simtrain.specs.model import load_model
+from simtrain.specs.parallel import resolve_parallel, validate_parallel
+
+L70 = load_model("llama3-70b")
+MIX = load_model("mixtral-8x7b")
+
+
+def test_dp_derived():
+    par = resolve_parallel(64, tp=8, pp=4, gbs=512, seq=8192)
+    assert par.dp == 2 and par.num_microbatches == 256 and par.world == 64
+    validate_parallel(par, L70, 64)
+
+
+@pytest.mark.parametrize("kw, model, message", [
+    (dict(tp=16, gbs=64), L70, "tp=16 does not divide the 8 KV heads"),
+    (dict(tp=3, dp=1, gbs=64), L70, "does not match gpus=64"),
+    (dict(tp=8, pp=3, dp=1, gbs=64), L70, "does not match"),
+    (dict(tp=8, pp=4, gbs=3), L70, "gbs=3 is not divisible by dp*mbs=2"),
+    (dict(tp=8, pp=4, gbs=4), L70, "fewer than pp=4 stages"),
+    (dict(tp=8, pp=2, vpp=3, gbs=64), L70, "pp*vpp=6"),
+    (dict(tp=8, ep=2, gbs=64), L70, "has no experts"),
+    (dict(tp=1, ep=3, gbs=64), MIX, "ep=3 does not divide the 8 experts"),
+    (dict(tp=8, zero=4, gbs=64), L70, "ZeRO stage must be 0, 1, 2 or 3"),
+    (dict(tp=8, cp=2, seq=4098, gbs=64), L70, "seq=4098 is not divisible by 2*cp=4"),
+    (dict(tp=8, recompute="100", gbs=64), L70, "recompute=100 layers exceeds the 80"),
+])
+def test_impossible(kw, model, message):
+    with pytest.raises(SpecError, match=message.replace("*", r"\*")):
+        gpus = 64
+        par = resolve_parallel(gpus, **kw)
+        validate_parallel(par, model, gpus)
+
+
+def test_recompute_parse():
+    with pytest.raises(SpecError, match="recompute='some'"):
+        resolve_parallel(8, recompute="some")
+    assert resolve_parallel(8, recompute="FULL").recompute == "full"
+    assert resolve_parallel(8, recompute=3).recompute_layers(10) == 3
