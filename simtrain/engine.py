@@ -90,10 +90,10 @@ class _Run:
                 f"raise --max-events or simulate fewer micro-batches (smaller --gbs)")
 
     def _record(self, op, rank: int, stream: int, name: str, start: float, end: float, flow: int = -1,
-                alloc: float = 0.0, free: float = 0.0) -> None:
+                alloc: float = 0.0, free: float = 0.0, stage: int | None = None) -> None:
         tl = self.tl
-        tl.add(rank, stream, op.kind, tl.name_id(name), op.stage, op.layer, op.mb, start, end,
-               op.flops, op.nbytes, flow, alloc, free)
+        tl.add(rank, stream, op.kind, tl.name_id(name), op.stage if stage is None else stage,
+               op.layer, op.mb, start, end, op.flops, op.nbytes, flow, alloc, free)
 
     def stream_process(self, rank: int, stream: int, op_ids: list[int]):
         env = self.env
@@ -125,7 +125,7 @@ class _Run:
                 self.flow_ids += 1
                 self._record(op, rank, stream, op.name, start, env.now, flow=flow)
                 self._record(op, op.peer, STREAM["pp_recv"], op.name.replace("send", "recv"), start,
-                             env.now, flow=flow)
+                             env.now, flow=flow, stage=op.peer_stage)
                 self._finish(op, start, env.now)
             else:
                 entry = self.arrivals.get(op.key)

@@ -26,12 +26,12 @@ class Op:
     """
 
     __slots__ = ("id", "rank", "stream", "kind", "name", "stage", "layer", "mb", "duration_s",
-                 "flops", "nbytes", "comm", "group_set", "key", "peer", "deps", "alloc", "free")
+                 "flops", "nbytes", "comm", "group_set", "key", "peer", "peer_stage", "deps", "alloc", "free")
 
     def __init__(self, id: int, rank: int, stream: int, kind: int, name: str, stage: int,
                  layer: int, mb: int, duration_s: float = 0.0, flops: float = 0.0,
                  nbytes: float = 0.0, comm: str | None = None, group_set: int = -1,
-                 key: tuple | None = None, peer: int = -1, deps: list[int] | None = None,
+                 key: tuple | None = None, peer: int = -1, peer_stage: int = -1, deps: list[int] | None = None,
                  alloc: float = 0.0, free: float = 0.0):
         self.id = id
         self.rank = rank
@@ -48,6 +48,7 @@ class Op:
         self.group_set = group_set
         self.key = key
         self.peer = peer
+        self.peer_stage = peer_stage
         self.deps = deps if deps is not None else []
         self.alloc = alloc
         self.free = free

@@ -267,7 +267,8 @@ class _Lowering:
         pairs = tuple(sorted({(g[src_pp], g[dst_pp]) for g in self._slices(rank)}))
         nbytes = costs.pp_activation_bytes(self.model, self.shape)
         op = self._emit(rank, "pp_send", "pp", f"pp.send.{what}", stage, -1, mb, [after], nbytes=nbytes,
-                        comm="p2p", group_set=self.prog.group_set_id(pairs), peer=peer)
+                        comm="p2p", group_set=self.prog.group_set_id(pairs), peer=peer,
+                        peer_stage=to_stage)
         self.sends[(stage, mb, what)] = op.id
 
     def _sim_rank(self, rank: int, pp_index: int) -> int:

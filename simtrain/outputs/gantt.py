@@ -233,6 +233,8 @@ def draw_gantt(timeline: Timeline, path: str | os.PathLike, *, title: str | None
     unit, scale = _time_unit(t1 - t0)
     x0 = start * scale
     x1 = np.maximum(end, start) * scale
+    min_width = (t1 - t0) * scale / (_FIG_WIDTH_IN * _DPI)  # about one pixel: short spans stay visible
+    x1 = np.maximum(x1, x0 + min_width)
     kinds = timeline["kind"][idx]
     levels = _chunk_levels(timeline, idx)
 
@@ -266,7 +268,7 @@ def draw_gantt(timeline: Timeline, path: str | os.PathLike, *, title: str | None
                       zorder=0)
 
     # --- boxes: one PolyCollection per (kind, shade)
-    edge = len(idx) <= 20000
+    edge = len(idx) <= 2000
     half = _BAR / 2
     present_kinds: list[str] = []
     shaded = False
@@ -289,23 +291,39 @@ def draw_gantt(timeline: Timeline, path: str | os.PathLike, *, title: str | None
                 verts, closed=True, facecolors=[colour], edgecolors="white" if edge else "none",
                 linewidths=0.3 if edge else 0.0, antialiaseds=edge, zorder=2))
 
-    # --- micro-batch numbers where the box is wide enough
+    # --- micro-batch numbers, one per action: consecutive spans of a row with the same kind,
+    # stage and micro-batch (the blocks of one forward or backward) form one labelled group
     mbs = timeline["mb"][idx]
+    stages = timeline["stage"][idx]
+    order = np.lexsort((x0, span_row))
+    g_row, g_kind, g_mb, g_stage = span_row[order], kinds[order], mbs[order], stages[order]
+    new_group = np.ones(len(order), dtype=bool)
+    if len(order) > 1:
+        new_group[1:] = ((g_row[1:] != g_row[:-1]) | (g_kind[1:] != g_kind[:-1])
+                         | (g_mb[1:] != g_mb[:-1]) | (g_stage[1:] != g_stage[:-1]))
+    starts = np.nonzero(new_group)[0]
+    ends = np.append(starts[1:], len(order)) - 1
+    gx0 = x0[order][starts]
+    gx1 = np.maximum.reduceat(x1[order], starts) if len(order) else np.zeros(0)
+    first = order[starts]
     px_per_unit = ax_w_in * _DPI / (scale * (t1 - t0))
-    box_px = (x1 - x0) * px_per_unit
+    box_px = (gx1 - gx0) * px_per_unit
     font_pt = _LABEL_PT + (1.0 if textbook else 0.0)
     char_px = font_pt * 0.62 * _DPI / 72
-    n_chars = np.where(mbs >= 0, np.floor(np.log10(np.maximum(mbs, 1))) + 1, 0)
+    gmb = mbs[first]
+    n_chars = np.where(gmb >= 0, np.floor(np.log10(np.maximum(gmb, 1))) + 1, 0)
     need_px = n_chars * char_px + 3
-    fits = (mbs >= 0) & (box_px >= need_px) & (_ROW_IN * _BAR * 72 >= font_pt * 1.1)
+    fits = (gmb >= 0) & (box_px >= need_px) & (_ROW_IN * _BAR * 72 >= font_pt * 1.1)
     cand = np.nonzero(fits)[0]
     if len(cand) > MAX_LABELS:  # keep the widest boxes, ties in timeline order
         cand = np.sort(cand[np.argsort(-box_px[cand], kind="stable")[:MAX_LABELS]])
-    for i in cand.tolist():
+    for g in cand.tolist():
+        i = int(first[g])
         kind = KINDS[kinds[i]]
         fill = _lighten(KIND_COLOURS[kind], CHUNK_LIGHTEN[int(levels[i])])
-        ax.text((x0[i] + x1[i]) / 2, span_row[i], str(int(mbs[i])), ha="center", va="center",
+        ax.text((gx0[g] + gx1[g]) / 2, span_row[i], str(int(mbs[i])), ha="center", va="center",
                 fontsize=font_pt, color=_text_colour(fill), zorder=3, clip_on=True)
+    del ends
 
     # --- axes, legend, title
     ax.set_yticks(np.arange(len(rows)))
