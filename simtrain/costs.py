@@ -102,6 +102,31 @@ def attention_cost(model: ModelSpec, shape: Shape, kind: str, selective_recomput
     raise ValueError(kind)
 
 
+def attention_parts(model: ModelSpec, shape: Shape, kind: str,
+                    selective_recompute: bool = False) -> tuple[OpCost, OpCost, OpCost]:
+    """The attention block of pass ``kind`` split into (QKV projection, core, output projection).
+
+    Their sum is :func:`attention_cost`; context parallelism runs the core in ``cp`` ring steps
+    between the two projections. The projections split the block's GEMM FLOPs and bytes by their
+    weight counts: QKV ``h (q + 2 kv)``, output ``q h``.
+    """
+    total = attention_cost(model, shape, kind, selective_recompute)
+    core_f = attention_core_flops(model, shape)
+    core = {"F": core_f, "I": core_f * (3 if selective_recompute else 2), "W": 0.0}
+    core["B"] = core["I"]
+    gemm = OpCost(total.flops - core[kind], total.bytes * 0.9)
+    qkv_share = (model.q_width + 2 * model.kv_width) / (2 * model.q_width + 2 * model.kv_width)
+    return (gemm.scaled(qkv_share), OpCost(core[kind], total.bytes * 0.1),
+            gemm.scaled(1 - qkv_share))
+
+
+def cp_kv_bytes(model: ModelSpec, shape: Shape) -> float:
+    """Bytes of the K and V blocks a CP rank passes to its ring neighbour per step (bf16, the rank's
+    tokens, its 1/t share of the KV heads). The backward pass moves twice this per step (KV and
+    their gradients), as the course notes' ring estimate ``3 (cp-1)`` volumes per layer assumes."""
+    return 2 * ACT_BYTES * shape.tokens * model.kv_width / shape.tp
+
+
 def mlp_cost(model: ModelSpec, shape: Shape, kind: str, layer: int) -> OpCost:
     """MLP block of ``layer``; an MoE layer without expert parallelism costs its active experts."""
     if model.is_moe_layer(layer):

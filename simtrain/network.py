@@ -15,7 +15,7 @@ from typing import Protocol
 
 from simtrain.topology import Cluster, Router
 
-COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all")
+COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all", "ring_shift")
 
 
 class NetworkModel(Protocol):
@@ -34,6 +34,8 @@ def alpha_beta_time(op: str, n: int, nbytes: float, bandwidth_Bps: float, alpha_
         return 2 * (n - 1) / n * nbytes / bandwidth_Bps + 2 * (n - 1) * alpha_s
     if op in ("reduce_scatter", "all_gather", "all_to_all"):
         return (n - 1) / n * nbytes / bandwidth_Bps + (n - 1) * alpha_s
+    if op == "ring_shift":  # every rank sends S bytes to its ring successor at once
+        return nbytes / bandwidth_Bps + alpha_s
     raise ValueError(f"unknown collective {op!r}")
 
 

@@ -150,14 +150,48 @@ class _Lowering:
         pre, post = ("all_gather", "reduce_scatter") if sp else (None, "all_reduce")
         if pre:
             last = self._tp(rank, pre, stage, layer, mb, last)
-        op = self._compute(rank, kind, f"attn.{kind}", stage, layer, mb,
-                           costs.attention_cost(m, sh, "F"), last, alloc=alloc)
-        self._first_use(rank, stage, layer, op)
+        first, op = self._attention(rank, kind, "F", stage, layer, mb, last, alloc=alloc)
+        self._first_use(rank, stage, layer, first)
         last = self._tp(rank, post, stage, layer, mb, op.id)
         if pre:
             last = self._tp(rank, pre, stage, layer, mb, last)
         op = self._compute(rank, kind, f"mlp.{kind}", stage, layer, mb, costs.mlp_cost(m, sh, "F", layer), last)
         return self._tp(rank, post, stage, layer, mb, op.id)
+
+    def _attention(self, rank, kind, pass_kind, stage, layer, mb, last, alloc=0.0, free=0.0):
+        """The attention block of one pass; with CP its core runs in ``cp`` ring steps.
+
+        Ring attention (Liu et al. 2023; Megatron-LM/TransformerEngine's ``cp_comm_type=p2p``
+        with load-balanced causal chunks): step i computes the local queries against the K/V
+        block received at step i-1 while the next block travels on the CP stream, so the
+        transfers hide behind the chunks unless a chunk is shorter than a transfer. Backward
+        steps pass K/V and their gradients. Returns (first op, last op).
+        """
+        m, sh, cp = self.model, self.shape, self.par.cp
+        if cp == 1:
+            op = self._compute(rank, kind, f"attn.{kind}", stage, layer, mb,
+                               costs.attention_cost(m, sh, pass_kind, self.selective), last,
+                               alloc=alloc, free=free)
+            return op, op
+        qkv, core, out = costs.attention_parts(m, sh, pass_kind, self.selective)
+        backward = pass_kind in ("I", "B")
+        first_cost, last_cost = (out, qkv) if backward else (qkv, out)
+        names = ("proj_out", "proj_qkv") if backward else ("proj_qkv", "proj_out")
+        first = self._compute(rank, kind, f"attn.{names[0]}.{kind}", stage, layer, mb, first_cost, last,
+                              alloc=alloc)
+        step_bytes = costs.cp_kv_bytes(m, sh) * (2 if backward else 1)
+        chunk_cost = core.scaled(1.0 / cp)
+        prev = first.id
+        transfer = None
+        for i in range(cp):
+            deps = [prev] if transfer is None else [prev, transfer]
+            if i < cp - 1:  # forward the block this step uses to the next rank
+                transfer = self._collective(rank, "cp", "cp", "ring_shift", step_bytes, stage, layer, mb,
+                                            [first.id] if i == 0 else []).id
+            chunk = self._emit(rank, "compute", kind, f"attn.core.{kind}", stage, layer, mb, deps, chunk_cost)
+            prev = chunk.id
+        op = self._compute(rank, kind, f"attn.{names[1]}.{kind}", stage, layer, mb, last_cost, prev, free=free)
+        return first, op
 
     def _recomputed(self, stage: int, layer: int) -> bool:
         chunk = self.chunks[self.sched.chunk_of_stage(stage)]
@@ -182,9 +216,8 @@ class _Lowering:
         last = self._tp(rank, post, stage, layer, mb, op.id)
         if pre:
             last = self._tp(rank, pre, stage, layer, mb, last)
-        op = self._compute(rank, kind, f"attn.{kind}", stage, layer, mb,
-                           costs.attention_cost(m, sh, kind, self.selective), last,
-                           free=free if frees_here else 0.0)
+        _, op = self._attention(rank, kind, kind, stage, layer, mb, last,
+                                free=free if frees_here else 0.0)
         self._grad_done(rank, stage, layer, op, kind)
         return self._tp(rank, post, stage, layer, mb, op.id)
 
