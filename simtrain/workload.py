@@ -30,6 +30,7 @@ from simtrain.costs import Shape
 from simtrain.errors import SpecError
 from simtrain.mesh import DeviceMesh
 from simtrain.program import KIND, STREAM, Op, Program
+from simtrain.routing import Routing, load_factors
 from simtrain.schedules.ir import Action, Schedule
 from simtrain.specs.gpu import GpuSpec
 from simtrain.specs.model import ModelSpec
@@ -45,6 +46,7 @@ class WorkloadOptions:
     optimizer: bool = True  # optimizer step at the end of the step
     dp_comm: bool = True  # data-parallel gradient reduction and parameter gather
     tp_comm: bool = True  # tensor-parallel collectives
+    routing: Routing = Routing()  # MoE token routing (uniform unless skewed)
 
 
 def stage_layers(model: ModelSpec, chunks: int) -> list[range]:
@@ -74,6 +76,10 @@ class _Lowering:
         layers_per_stage = model.layers // schedule.chain_length
         self.recompute_layers = par.recompute_layers(layers_per_stage)
         self.selective = par.recompute == "selective"
+        moe_layers = [i for i in range(model.layers) if model.is_moe_layer(i)]
+        factors = load_factors(model.num_experts, par.ep, len(moe_layers), opts.routing) if moe_layers else []
+        self.load_factor = dict(zip(moe_layers, factors))
+        self.group_size = {"dpcp": par.dp * par.cp, "edp": par.edp}
 
     # ---- groups ------------------------------------------------------------------------------
     def _slices(self, rank: int) -> list[list[int]]:
@@ -92,7 +98,9 @@ class _Lowering:
         groups = []
         for pp_group in self._slices(rank):
             member = pp_group[stage]
-            if dim == "dpcp":
+            if dim == "edp":
+                g = self.mesh.group_of("edp", member)
+            elif dim == "dpcp":
                 g = sorted({d for c in self.mesh.group_of("cp", member) for d in self.mesh.group_of("dp", c)})
             else:
                 g = self.mesh.group_of(dim, member)
@@ -103,6 +111,7 @@ class _Lowering:
     # ---- op emission -------------------------------------------------------------------------
     def _emit(self, rank: int, stream: str, kind: str, name: str, stage: int, layer: int, mb: int,
               deps: list[int], cost: costs.OpCost | None = None, **kw) -> Op:
+        deps = [d for d in deps if d is not None]
         op = Op(0, rank, STREAM[stream], KIND[kind], name, stage, layer, mb, deps=deps, **kw)
         if cost is not None:
             op.flops, op.nbytes = cost.flops, cost.bytes
@@ -153,10 +162,71 @@ class _Lowering:
         first, op = self._attention(rank, kind, "F", stage, layer, mb, last, alloc=alloc)
         self._first_use(rank, stage, layer, first)
         last = self._tp(rank, post, stage, layer, mb, op.id)
+        if m.is_moe_layer(layer):
+            return self._moe(rank, kind, "F", stage, layer, mb, last)
         if pre:
             last = self._tp(rank, pre, stage, layer, mb, last)
         op = self._compute(rank, kind, f"mlp.{kind}", stage, layer, mb, costs.mlp_cost(m, sh, "F", layer), last)
         return self._tp(rank, post, stage, layer, mb, op.id)
+
+    def _moe(self, rank, kind, pass_kind, stage, layer, mb, last):
+        """An MoE block: router, dispatch all-to-all, routed experts (the busiest EP rank's load),
+        shared experts beside the all-to-all, combine all-to-all; the backward mirrors it.
+
+        Megatron-LM's all-to-all token dispatcher (``megatron/core/transformer/moe``): tokens stay
+        sequence-split across TP ranks (expert TP 1) or are gathered over the expert-TP group first.
+        """
+        m, sh, par = self.model, self.shape, self.par
+        etp = par.expert_tp
+        tokens = sh.tokens / par.tp if par.sequence_parallel else sh.tokens
+        if etp > 1:
+            tokens = sh.tokens
+        factor = self.load_factor.get(layer, 1.0)
+        routed = tokens * m.top_k * factor
+        a2a = costs.ACT_BYTES * tokens * m.top_k * m.hidden
+        passes = {"F": 1, "I": 1, "W": 1, "B": 2}[pass_kind]
+        gemm = lambda p, n, split: costs.OpCost(2.0 * n * p * passes / split,  # noqa: E731
+                                                 costs.BYTES_PARAM * p / split + 4 * costs.ACT_BYTES * n * m.hidden)
+        experts = gemm(m.expert_params(), routed, etp)
+        shared = gemm(m.shared_expert_params(), sh.tokens, par.tp) if m.shared_experts else None
+        router = gemm(m.router_params(), tokens, 1)
+        if pass_kind == "W":
+            op = self._compute(rank, "W", "moe.experts.W", stage, layer, mb, experts, last)
+            self._grad_done(rank, stage, layer, op, "W")
+            if shared:
+                op = self._compute(rank, "W", "moe.shared.W", stage, layer, mb, shared, op.id)
+            op = self._compute(rank, "W", "moe.router.W", stage, layer, mb, router, op.id)
+            self._grad_done(rank, stage, layer, op, "W")
+            return op.id
+        backward = pass_kind != "F"
+        if etp > 1 and not backward:
+            last = self._tp(rank, "all_gather", stage, layer, mb, last)
+        if not backward:
+            op = self._compute(rank, kind, f"moe.router.{kind}", stage, layer, mb, router, last)
+            last = op.id
+        first_a2a = self._a2a(rank, "dispatch" if not backward else "combine", stage, layer, mb, a2a, last)
+        side = last
+        if shared:
+            side = self._compute(rank, kind, f"moe.shared.{kind}", stage, layer, mb, shared, last).id
+        op = self._compute(rank, kind, f"moe.experts.{kind}", stage, layer, mb, experts, first_a2a)
+        if side is not None and side not in op.deps:
+            op.deps.append(side)
+        self._grad_done(rank, stage, layer, op, pass_kind)
+        last = self._a2a(rank, "combine" if not backward else "dispatch", stage, layer, mb, a2a, op.id)
+        if backward:
+            op = self._compute(rank, kind, f"moe.router.{kind}", stage, layer, mb, router, last)
+            self._grad_done(rank, stage, layer, op, pass_kind)
+            last = op.id
+        if etp > 1 and backward:
+            last = self._tp(rank, "reduce_scatter", stage, layer, mb, last)
+        return last
+
+    def _a2a(self, rank, what, stage, layer, mb, nbytes, last):
+        if self.par.ep == 1:
+            return last
+        op = self._collective(rank, "ep", "ep", "all_to_all", nbytes, stage, layer, mb, [last])
+        op.name = f"ep.{what}"
+        return op.id
 
     def _attention(self, rank, kind, pass_kind, stage, layer, mb, last, alloc=0.0, free=0.0):
         """The attention block of one pass; with CP its core runs in ``cp`` ring steps.
@@ -209,11 +279,14 @@ class _Lowering:
         if rc:
             free += costs.layer_activation_bytes(m, sh, full_recompute=False)
         frees_here = kind == "B"
-        if pre:
-            last = self._tp(rank, pre, stage, layer, mb, last)
-        op = self._compute(rank, kind, f"mlp.{kind}", stage, layer, mb, costs.mlp_cost(m, sh, kind, layer), last)
-        self._grad_done(rank, stage, layer, op, kind)
-        last = self._tp(rank, post, stage, layer, mb, op.id)
+        if m.is_moe_layer(layer):
+            last = self._moe(rank, kind, kind, stage, layer, mb, last)
+        else:
+            if pre:
+                last = self._tp(rank, pre, stage, layer, mb, last)
+            op = self._compute(rank, kind, f"mlp.{kind}", stage, layer, mb, costs.mlp_cost(m, sh, kind, layer), last)
+            self._grad_done(rank, stage, layer, op, kind)
+            last = self._tp(rank, post, stage, layer, mb, op.id)
         if pre:
             last = self._tp(rank, pre, stage, layer, mb, last)
         _, op = self._attention(rank, kind, kind, stage, layer, mb, last,
@@ -227,10 +300,14 @@ class _Lowering:
         free = costs.layer_activation_bytes(m, sh, full_recompute=rc)
         if rc:
             free += costs.layer_activation_bytes(m, sh, full_recompute=False)
-        op = self._compute(rank, "W", "mlp.W", stage, layer, mb, costs.mlp_cost(m, sh, "W", layer), last)
-        self._grad_done(rank, stage, layer, op, "W")
+        if m.is_moe_layer(layer):
+            last = self._moe(rank, "W", "W", stage, layer, mb, last)
+        else:
+            op = self._compute(rank, "W", "mlp.W", stage, layer, mb, costs.mlp_cost(m, sh, "W", layer), last)
+            self._grad_done(rank, stage, layer, op, "W")
+            last = op.id
         op = self._compute(rank, "W", "attn.W", stage, layer, mb, costs.attention_cost(m, sh, "W"),
-                           op.id, free=free)
+                           last, free=free)
         self._grad_done(rank, stage, layer, op, "W")
         return op.id
 
@@ -308,30 +385,48 @@ class _Lowering:
         return self.mesh.group_of("pp", rank)[pp_index]
 
     # ---- data parallelism --------------------------------------------------------------------
+    def _layer_shards(self, layer: int) -> list[tuple[str, float]]:
+        """Parameters of ``layer`` on one rank, by the group that reduces their gradients:
+        ``dpcp`` (data parallel including CP ranks) for dense weights, ``edp`` (expert data
+        parallel) for routed experts, sharded over ``ep`` x ``etp`` (Megatron MoE folding)."""
+        m, par = self.model, self.par
+        if layer == -2:
+            return [("dpcp", (m.lm_head_params() + m.final_norm_params()) / par.tp)]
+        if layer == -1:
+            return [("dpcp", m.embedding_params() / par.tp)]
+        if not m.is_moe_layer(layer):
+            return [("dpcp", m.layer_params(layer) / par.tp)]
+        experts = m.num_experts * m.expert_params()
+        return [("dpcp", (m.layer_params(layer) - experts) / par.tp),
+                ("edp", experts / (par.ep * par.expert_tp))]
+
     def _buckets(self, rank: int) -> list[dict]:
-        """Gradient buckets of ``rank``: layers of each stage it holds, in backward order."""
+        """Gradient buckets of ``rank``: the layers of each stage it holds, in backward order,
+        one bucket sequence per reduction group, each closed once it reaches the bucket size."""
         par, m = self.par, self.model
-        dpcp = par.dp * par.cp
-        size = self.opts.dp_bucket_params or max(40_000_000, 1_000_000 * dpcp)
-        pp_index = self.prog.rank_stage[rank]
+        size = self.opts.dp_bucket_params or max(40_000_000, 1_000_000 * par.dp * par.cp)
         out = []
-        for stage in self.sched.stages_of_rank(pp_index):
+        for stage in self.sched.stages_of_rank(self.prog.rank_stage[rank]):
             chunk = self.sched.chunk_of_stage(stage)
-            items = []  # (layer id, params): -2 = LM head, -1 = embedding
+            layers = []  # -2 = LM head, -1 = embedding
             if chunk == len(self.chunks) - 1 and self.opts.lm_head and not m.tied_embeddings:
-                items.append((-2, m.lm_head_params() + m.final_norm_params()))
-            items += [(layer, m.layer_params(layer)) for layer in reversed(self.chunks[chunk])]
+                layers.append(-2)
+            layers += list(reversed(self.chunks[chunk]))
             if chunk == 0 and self.opts.embedding:
-                items.append((-1, m.embedding_params()))
-            current = None
-            for layer, params in items:
-                if current is None:
-                    current = {"stage": stage, "layers": [], "params": 0.0}
-                    out.append(current)
-                current["layers"].append(layer)
-                current["params"] += params / par.tp
-                if current["params"] >= size:
-                    current = None
+                layers.append(-1)
+            current: dict[str, dict | None] = {}
+            for layer in layers:
+                for group, params in self._layer_shards(layer):
+                    if self.group_size[group] == 1:
+                        continue
+                    bucket = current.get(group)
+                    if bucket is None:
+                        bucket = current[group] = {"stage": stage, "group": group, "layers": [], "params": 0.0}
+                        out.append(bucket)
+                    bucket["layers"].append(layer)
+                    bucket["params"] += params
+                    if bucket["params"] >= size:
+                        current[group] = None
         return out
 
     def _first_use(self, rank: int, stage: int, layer: int, op: Op) -> None:
@@ -344,17 +439,25 @@ class _Lowering:
         if kind in ("B", "W"):
             self.grad_ops[(stage, layer)] = op.id
 
-    def _params_on_rank(self, rank: int) -> float:
+    def _static_bytes(self, rank: int) -> tuple[float, float]:
+        """(static memory, parameters the optimizer updates) of ``rank``: each shard under ZeRO
+        over its own reduction group (stage 1 optimizer state, 2 also gradients, 3 also weights)."""
         m = self.model
-        total = 0.0
+        by_group = {"dpcp": 0.0, "edp": 0.0}
         for stage in self.sched.stages_of_rank(self.prog.rank_stage[rank]):
             chunk = self.sched.chunk_of_stage(stage)
-            total += sum(m.layer_params(layer) for layer in self.chunks[chunk])
+            layers = list(self.chunks[chunk])
             if chunk == 0:
-                total += m.embedding_params()
-            if chunk == len(self.chunks) - 1:
-                total += m.lm_head_params() + m.final_norm_params()
-        return total / self.par.tp
+                layers.append(-1)
+            if chunk == len(self.chunks) - 1 and not m.tied_embeddings:
+                layers.append(-2)
+            for layer in layers:
+                for group, params in self._layer_shards(layer):
+                    by_group[group] += params
+        zero = self.par.zero
+        static = sum(costs.static_bytes(p, zero, self.group_size[g]) for g, p in by_group.items())
+        updated = sum(p / (self.group_size[g] if zero >= 1 else 1) for g, p in by_group.items())
+        return static, updated
 
     # ---- driver ------------------------------------------------------------------------------
     def build(self) -> Program:
@@ -368,15 +471,14 @@ class _Lowering:
             for pp_index, rank in enumerate(group):
                 prog.rank_stage[rank] = pp_index
                 prog.rank_weight[rank] = len(self.pp_groups) if self.opts.fold else 1
-        dpcp = par.dp * par.cp
         for rank in prog.ranks:
             self.param_gather: dict[tuple[int, int], int] = {}
             self.used: set[tuple[int, int]] = set()
             self.grad_ops: dict[tuple[int, int], int] = {}
-            buckets = self._buckets(rank) if (self.opts.dp_comm and dpcp > 1) else []
-            if par.zero >= 1:
+            buckets = self._buckets(rank) if self.opts.dp_comm else []
+            if par.zero in (1, 2):
                 for bucket in reversed(buckets):  # forward order of first use
-                    op = self._collective(rank, "dp", "dpcp", "all_gather", 2 * bucket["params"],
+                    op = self._collective(rank, "dp", bucket["group"], "all_gather", 2 * bucket["params"],
                                           bucket["stage"], -1, -1, [])
                     for layer in bucket["layers"]:
                         self.param_gather[(bucket["stage"], layer)] = op.id
@@ -388,14 +490,12 @@ class _Lowering:
                 deps = sorted({self.grad_ops[(bucket["stage"], l)] for l in bucket["layers"]
                                if (bucket["stage"], l) in self.grad_ops})
                 op_name = "reduce_scatter" if par.zero >= 1 else "all_reduce"
-                reductions.append(self._collective(rank, "dp", "dpcp", op_name, 2 * bucket["params"],
+                reductions.append(self._collective(rank, "dp", bucket["group"], op_name, 2 * bucket["params"],
                                                    bucket["stage"], -1, -1, deps).id)
-            params = self._params_on_rank(rank)
-            prog.static_bytes[rank] = costs.static_bytes(params, par.zero, dpcp)
+            prog.static_bytes[rank], updated = self._static_bytes(rank)
             if self.opts.optimizer:
-                shard = dpcp if par.zero >= 1 else 1
                 self._emit(rank, "compute", "opt", "optimizer", -1, -1, -1, reductions,
-                           costs.optimizer_cost(params, shard))
+                           costs.optimizer_cost(updated, 1))
         for op_id, key in self.needs:
             src = self.sends.get(key)
             if src is None:
