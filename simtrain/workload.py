@@ -80,6 +80,8 @@ class _Lowering:
         factors = load_factors(model.num_experts, par.ep, len(moe_layers), opts.routing) if moe_layers else []
         self.load_factor = dict(zip(moe_layers, factors))
         self.group_size = {"dpcp": par.dp * par.cp, "edp": par.edp}
+        self.layer_anchor: int | None = None
+        self.pending_gathers: list[int] = []
 
     # ---- groups ------------------------------------------------------------------------------
     def _slices(self, rank: int) -> list[list[int]]:
@@ -147,8 +149,32 @@ class _Lowering:
                         [last] if last is not None else [], cost, **kw)
         return op
 
+    def _zero3_gather(self, rank, stage, layer, mb) -> int:
+        """ZeRO-3/FSDP: all-gather the layer's parameter shards before it runs (every pass and
+        micro-batch), prefetched one layer ahead: the gather may start once the previous layer
+        of the same pass has started (PyTorch FSDP's default backward/forward prefetch of one).
+        Returns the index of the first op of the layer, whose dependencies the caller completes."""
+        gathers = []
+        if self.par.zero == 3 and self.opts.dp_comm:
+            anchor = [self.layer_anchor] if self.layer_anchor is not None else []
+            for group, params in self._layer_shards(layer):
+                if self.group_size[group] > 1:
+                    gathers.append(self._collective(rank, "dp", group, "all_gather", costs.BYTES_PARAM * params,
+                                                    stage, layer, mb, anchor).id)
+        self.pending_gathers = gathers
+        return len(self.prog.ops)
+
+    def _layer_started(self, first_index: int) -> None:
+        """The layer's first op waits for its parameter gathers; it anchors the next prefetch."""
+        if first_index < len(self.prog.ops):
+            self.prog.ops[first_index].deps.extend(self.pending_gathers)
+            self.layer_anchor = first_index
+        self.pending_gathers = []
+
     def _forward_layer(self, rank, stage, layer, mb, last, kind="F", alloc_scale=1.0):
         """Attention and MLP forward of one layer (kind R when it is a recompute)."""
+        if kind == "F":
+            self._layer_started(self._zero3_gather(rank, stage, layer, mb))
         sp = self.par.sequence_parallel
         m, sh = self.model, self.shape
         rc = self._recomputed(stage, layer)
@@ -271,8 +297,10 @@ class _Lowering:
         """Input-gradient (and, for B, weight-gradient) of one layer, recompute first if due."""
         m, sh = self.model, self.shape
         rc = self._recomputed(stage, layer)
+        first = self._zero3_gather(rank, stage, layer, mb)
         if rc and kind in ("B", "I"):
             last = self._forward_layer(rank, stage, layer, mb, last, kind="R")
+        self._layer_started(first)
         sp = self.par.sequence_parallel
         pre, post = ("all_gather", "reduce_scatter") if sp else (None, "all_reduce")
         free = costs.layer_activation_bytes(m, sh, full_recompute=rc)
@@ -322,6 +350,7 @@ class _Lowering:
         first, last_chunk = chunk == 0, chunk == len(self.chunks) - 1
         prev_stage, next_stage = self.sched.stage_neighbours(a.stage)
         start = len(self.prog.ops)
+        self.layer_anchor = None
         last = None
         if a.kind == "F":
             if first and self.opts.embedding:
@@ -366,9 +395,15 @@ class _Lowering:
             raise ValueError(f"unexpected action kind {a.kind!r}")
 
     def _needs_from(self, first_op: int, key: tuple | None) -> None:
-        """The action's first op waits for the transfer ``key`` (none for the chain's ends)."""
-        if key is not None and first_op < len(self.prog.ops):
-            self.needs.append((first_op, key))
+        """The action's first compute or TP op waits for the transfer ``key`` (none at the chain's
+        ends); parameter gathers before it do not."""
+        if key is None:
+            return
+        dp = STREAM["dp"]
+        for i in range(first_op, len(self.prog.ops)):
+            if self.prog.ops[i].stream != dp:
+                self.needs.append((i, key))
+                return
 
     def _send(self, rank: int, stage: int, to_stage: int, mb: int, what: str, after: int) -> None:
         src_pp = self.sched.stage_to_rank[stage]
