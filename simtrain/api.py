@@ -49,6 +49,7 @@ SETTINGS: dict[str, tuple[type | tuple[type, ...], Any]] = {
     "seq": (int, 4096), "mbs": (int, 1), "gbs": (int, None),
     "zero": (int, 1), "sp": (bool, True), "recompute": ((str, int), "none"),
     "order": (str, DEFAULT_ORDER),
+    "first_stage_layers": (int, None), "last_stage_layers": (int, None), "balance_stages": (bool, False),
     "network": (str, "analytic"),
     "efficiency": (float, None),
     "fold": (bool, True),
@@ -77,6 +78,7 @@ class SimResult:
     report: dict  # JSON-ready metrics and configuration (deterministic: no wall time)
     wall_s: float
     rank_labels: dict[int, str]
+    static_bytes: dict[int, float]  # static memory per simulated rank
 
 
 def load_config(path: str | Path) -> dict[str, Any]:
@@ -123,7 +125,8 @@ def resolve(settings: dict[str, Any] | None = None) -> Scenario:
         raise SpecError(f"gpus={s['gpus']} exceeds the {cluster.num_gpus} GPUs of topology "
                         f"{cluster.name} with {cluster.num_nodes} nodes; raise --nodes")
     gpu = cluster.gpu if s["efficiency"] is None else cluster.gpu.with_efficiency(s["efficiency"])
-    par_kw = {k: s[k] for k in ("ep", "etp", "vpp", "mbs", "seq", "zero", "sp", "recompute", "schedule", "order")}
+    par_kw = {k: s[k] for k in ("ep", "etp", "vpp", "mbs", "seq", "zero", "sp", "recompute", "schedule", "order",
+                                "first_stage_layers", "last_stage_layers", "balance_stages")}
     dp = s["dp"]
     inner = s["tp"] * s["cp"] * s["pp"]
     gbs = s["gbs"]
@@ -167,7 +170,7 @@ def simulate(scenario: Scenario, options: WorkloadOptions | None = None) -> SimR
         "num_microbatches": par.num_microbatches,
         "config": _config(scenario),
     }
-    return SimResult(scenario, result.timeline, report, wall, labels)
+    return SimResult(scenario, result.timeline, report, wall, labels, dict(program.static_bytes))
 
 
 def _config(sc: Scenario) -> dict:
@@ -189,9 +192,15 @@ def write_outputs(result: SimResult, out_dir: str | Path, plot: bool = True) -> 
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise SpecError(f"--out {out}: cannot create the folder ({exc.strerror})") from None
+    from simtrain.metrics import memory_timeline
+    from simtrain.outputs.trace import counter_events, rank_pid
+
     paths = {"report": str(out / "report.json"), "trace": str(out / "trace.json")}
     write_json_atomic(result.report, paths["report"])
-    write_trace(result.timeline, paths["trace"], rank_labels=result.rank_labels)
+    memory = memory_timeline(result.timeline, result.static_bytes)
+    counters = [e for rank, (t, level) in sorted(memory.items())
+                for e in counter_events("memory", rank_pid(rank), list(zip(t, level / 2**30)), key="GiB")]
+    write_trace(result.timeline, paths["trace"], rank_labels=result.rank_labels, counters=counters)
     if plot:
         from simtrain.outputs.gantt import draw_gantt
 
@@ -200,7 +209,8 @@ def write_outputs(result: SimResult, out_dir: str | Path, plot: bool = True) -> 
         title = (f"{sc.model.name} on {sc.parallel.world} x {sc.gpu.name}: TP{sc.parallel.tp} "
                  f"CP{sc.parallel.cp} PP{sc.parallel.pp} DP{sc.parallel.dp}, {sc.parallel.schedule}, "
                  f"{sc.parallel.num_microbatches} micro-batches")
-        draw_gantt(result.timeline, paths["timeline"], title=title, rank_labels=result.rank_labels)
+        draw_gantt(result.timeline, paths["timeline"], title=title, rank_labels=result.rank_labels,
+                   memory=memory, memory_capacity_bytes=sc.gpu.usable_memory_bytes)
     return paths
 
 

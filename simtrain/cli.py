@@ -69,6 +69,10 @@ def _add_run_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-sp", dest="sp", action="store_false", help="no sequence parallelism")
     p.add_argument("--recompute", metavar="none|selective|full|N", help="activation recompute policy")
     p.add_argument("--order", help="rank order, innermost first (default tp-cp-ep-dp-pp)")
+    p.add_argument("--first-stage-layers", type=_positive_int, help="layers on the first pipeline chunk")
+    p.add_argument("--last-stage-layers", type=_positive_int, help="layers on the last pipeline chunk")
+    p.add_argument("--balance-stages", action="store_true", default=None,
+                   help="move layers off the first and last stages to equalise stage times")
     p.add_argument("--network", help="network model: analytic (default) or none (free communication)")
     p.add_argument("--efficiency", type=_fraction, help="fraction of peak FLOP/s a GEMM reaches")
     p.add_argument("--no-fold", dest="fold", action="store_false", default=None,
@@ -81,7 +85,7 @@ def _add_run_flags(p: argparse.ArgumentParser) -> None:
 
 _RUN_KEYS = ("model", "topology", "nodes", "gpus", "tp", "pp", "dp", "cp", "ep", "etp", "vpp", "schedule",
              "seq", "mbs", "gbs", "zero", "sp", "recompute", "order", "network", "efficiency", "fold",
-             "max_events")
+             "max_events", "first_stage_layers", "last_stage_layers", "balance_stages")
 
 
 def _settings(args: argparse.Namespace) -> dict[str, Any] | None:

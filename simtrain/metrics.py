@@ -104,20 +104,28 @@ def comm_exposure(tl: Timeline, rank: int) -> dict[str, tuple[float, float]]:
     return out
 
 
-def memory_peaks(tl: Timeline, static_bytes: dict[int, float]) -> dict[int, float]:
-    """Peak bytes per rank: static memory plus the activation high-water mark."""
+def memory_timeline(tl: Timeline, static_bytes: dict[int, float]) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+    """Per rank: (times, bytes in use from that time on): static memory plus activations that a
+    span allocates when it starts and releases when it ends. At equal times releases come first
+    (a backward frees before the next forward allocates)."""
     c = tl.cols
     out = {}
     for rank, static in static_bytes.items():
         m = c["rank"] == rank
-        times = np.concatenate([c["start_s"][m], c["end_s"][m]])
-        deltas = np.concatenate([c["alloc_bytes"][m], -c["free_bytes"][m]])
-        # at equal times releases come first (a backward frees before the next forward allocates)
+        times = np.concatenate([[0.0], c["start_s"][m], c["end_s"][m]])
+        deltas = np.concatenate([[static], c["alloc_bytes"][m], -c["free_bytes"][m]])
+        keep = deltas != 0
+        keep[0] = True
+        times, deltas = times[keep], deltas[keep]
         order = np.lexsort((deltas, times))
-        level = np.cumsum(deltas[order])
-        out[rank] = static + (float(level.max()) if len(level) else 0.0)
-        out[rank] = max(out[rank], static)
+        out[rank] = (times[order], np.cumsum(deltas[order]))
     return out
+
+
+def memory_peaks(tl: Timeline, static_bytes: dict[int, float]) -> dict[int, float]:
+    """Peak bytes per rank: static memory plus the activation high-water mark."""
+    return {rank: max(float(level.max()), static_bytes[rank])
+            for rank, (_, level) in memory_timeline(tl, static_bytes).items()}
 
 
 def summarize(tl: Timeline, *, model: ModelSpec, gpu: GpuSpec, num_gpus: int, seq: int, gbs: int,

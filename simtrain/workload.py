@@ -49,13 +49,67 @@ class WorkloadOptions:
     routing: Routing = Routing()  # MoE token routing (uniform unless skewed)
 
 
-def stage_layers(model: ModelSpec, chunks: int) -> list[range]:
-    """Layers of each model chunk, split evenly (Megatron's default)."""
-    if model.layers % chunks:
-        raise SpecError(f"the {model.layers} layers of {model.name} do not split evenly into "
-                        f"{chunks} pipeline chunks")
-    per = model.layers // chunks
-    return [range(c * per, (c + 1) * per) for c in range(chunks)]
+def stage_layers(model: ModelSpec, chunks: int, first: int | None = None,
+                 last: int | None = None) -> list[range]:
+    """Layers of each model chunk: ``first`` and ``last`` layers on the end chunks when given,
+    the rest split evenly (Megatron-LM's ``--decoder-first-pipeline-num-layers`` and
+    ``--decoder-last-pipeline-num-layers``)."""
+    L = model.layers
+    if chunks == 1:
+        return [range(L)]
+    if first is None and last is None:
+        if L % chunks:
+            raise SpecError(f"the {L} layers of {model.name} do not split evenly into {chunks} "
+                            f"pipeline chunks")
+        per = L // chunks
+        return [range(c * per, (c + 1) * per) for c in range(chunks)]
+    middle_chunks = chunks - 2
+    if first is None or last is None:
+        rest = L - (first or 0) - (last or 0)
+        n_rest = chunks - 1
+        if rest < n_rest or rest % n_rest:
+            raise SpecError(f"first_stage_layers={first}, last_stage_layers={last}: the other "
+                            f"{rest} of {L} layers do not split evenly over {n_rest} chunks")
+        per = rest // n_rest
+        first = per if first is None else first
+        last = per if last is None else last
+    rest = L - first - last
+    if middle_chunks == 0:
+        if rest != 0:
+            raise SpecError(f"first_stage_layers={first} + last_stage_layers={last} must equal the "
+                            f"{L} layers of {model.name} with 2 pipeline chunks")
+        return [range(0, first), range(first, L)]
+    if rest < middle_chunks or rest % middle_chunks:
+        raise SpecError(f"first_stage_layers={first}, last_stage_layers={last}: the remaining {rest} "
+                        f"layers do not split evenly over the {middle_chunks} middle chunks")
+    per = rest // middle_chunks
+    bounds = [0, first] + [first + per * (i + 1) for i in range(middle_chunks)]
+    return [range(bounds[i], bounds[i + 1]) for i in range(len(bounds) - 1)] + [range(L - last, L)]
+
+
+def balanced_split(model: ModelSpec, chunks: int, layer_s: float, first_extra_s: float,
+                   last_extra_s: float) -> tuple[int, int]:
+    """(first, last) chunk layer counts that minimise the slowest chunk's time, where every layer
+    costs ``layer_s`` and the end chunks also carry the embedding (``first_extra_s``) and the LM
+    head and loss (``last_extra_s``); ties go to the most even split."""
+    L = model.layers
+    best = None
+    for first in range(1, L):
+        for last in range(1, L - first + 1):
+            try:
+                split = stage_layers(model, chunks, first, last)
+            except SpecError:
+                continue
+            times = [len(r) * layer_s for r in split]
+            times[0] += first_extra_s
+            times[-1] += last_extra_s
+            key = (max(times), max(len(r) for r in split) - min(len(r) for r in split), first, last)
+            if best is None or key < best:
+                best = key
+    if best is None:
+        raise SpecError(f"no split of the {L} layers of {model.name} over {chunks} chunks leaves the "
+                        f"middle chunks even")
+    return best[2], best[3]
 
 
 class _Lowering:
@@ -66,15 +120,14 @@ class _Lowering:
         self.model, self.par, self.gpu, self.sched, self.mesh, self.opts = model, par, gpu, schedule, mesh, opts
         self.shape = Shape.of(par)
         self.prog = Program()
-        self.chunks = stage_layers(model, schedule.chain_length)
+        self.chunks = self._split()
         self.pp_groups = mesh.groups("pp")
         self.sends: dict[tuple, int] = {}  # (stage, mb, "act"|"grad") -> p2p op id
         self.needs: list[tuple[int, tuple]] = []  # (op id, send key)
         self.counters: dict[tuple[int, int], int] = {}
         self.group_cache: dict[tuple, tuple[tuple[int, ...], ...]] = {}
         self.cost_cache: dict[tuple, tuple[float, float, float]] = {}
-        layers_per_stage = model.layers // schedule.chain_length
-        self.recompute_layers = par.recompute_layers(layers_per_stage)
+        self.recompute_layers = par.recompute_layers(max(len(c) for c in self.chunks))
         self.selective = par.recompute == "selective"
         moe_layers = [i for i in range(model.layers) if model.is_moe_layer(i)]
         factors = load_factors(model.num_experts, par.ep, len(moe_layers), opts.routing) if moe_layers else []
@@ -82,6 +135,18 @@ class _Lowering:
         self.group_size = {"dpcp": par.dp * par.cp, "edp": par.edp}
         self.layer_anchor: int | None = None
         self.pending_gathers: list[int] = []
+
+    def _split(self) -> list[range]:
+        par, m, chunks = self.par, self.model, self.sched.chain_length
+        if par.balance_stages and chunks > 1:
+            sh, t = self.shape, lambda c: c.time_s(self.gpu)  # noqa: E731
+            layer = sum(t(costs.attention_cost(m, sh, k)) + t(costs.mlp_cost(m, sh, k, m.layers - 1))
+                        for k in ("F", "B"))
+            first = sum(t(costs.embedding_cost(m, sh, k)) for k in ("F", "B")) if self.opts.embedding else 0.0
+            last = sum(t(costs.lm_head_cost(m, sh, k)) for k in ("F", "B")) if self.opts.lm_head else 0.0
+            f, l_ = balanced_split(m, chunks, layer, first, last)
+            return stage_layers(m, chunks, f, l_)
+        return stage_layers(m, chunks, par.first_stage_layers, par.last_stage_layers)
 
     # ---- groups ------------------------------------------------------------------------------
     def _slices(self, rank: int) -> list[list[int]]:

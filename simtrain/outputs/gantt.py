@@ -185,7 +185,9 @@ def _use_agg() -> None:
 def draw_gantt(timeline: Timeline, path: str | os.PathLike, *, title: str | None = None,
                ranks: Iterable[int] | None = None, streams: Iterable[str] | None = None,
                textbook: bool = False, max_rows: int = 64,
-               rank_labels: Mapping[int, str] | None = None) -> None:
+               rank_labels: Mapping[int, str] | None = None,
+               memory: Mapping[int, tuple[np.ndarray, np.ndarray]] | None = None,
+               memory_capacity_bytes: float | None = None) -> None:
     """Draw ``timeline`` as a Gantt chart to ``path`` (``.png`` or ``.svg``, else ValueError).
 
     Rows are planned by :func:`gantt_rows`; ``textbook`` draws the pipeline-schedule picture (one
@@ -245,13 +247,15 @@ def draw_gantt(timeline: Timeline, path: str | os.PathLike, *, title: str | None
         labels.append(base if textbook else f"{base}  {s}")
     longest = max((len(t) for t in labels), default=6)
     left_in = max(0.8, 0.2 + longest * _TICK_PT * 0.6 / 72)
-    height_in = _TOP_IN + _BOTTOM_IN + n_rows * _ROW_IN
+    mem_in = _MEMORY_IN if memory else 0.0
+    height_in = _TOP_IN + _BOTTOM_IN + n_rows * _ROW_IN + mem_in
     ax_w_in = _FIG_WIDTH_IN - left_in - _RIGHT_IN
 
     fig = Figure(figsize=(_FIG_WIDTH_IN, height_in), dpi=_DPI)
     FigureCanvasAgg(fig)
-    ax = fig.add_axes((left_in / _FIG_WIDTH_IN, _BOTTOM_IN / height_in,
+    ax = fig.add_axes((left_in / _FIG_WIDTH_IN, (_BOTTOM_IN + mem_in) / height_in,
                        ax_w_in / _FIG_WIDTH_IN, n_rows * _ROW_IN / height_in))
+
     ax.set_facecolor("white")
     ax.set_xlim(t0 * scale, t1 * scale)
     ax.set_ylim(n_rows - 0.5, -0.5)
@@ -340,6 +344,9 @@ def draw_gantt(timeline: Timeline, path: str | os.PathLike, *, title: str | None
         ax.legend(handles=handles, loc="lower left", bbox_to_anchor=(0.0, 1.0), ncol=len(handles),
                   frameon=False, fontsize=8, borderaxespad=0.3, handlelength=1.2,
                   columnspacing=1.0)
+    if memory:
+        _memory_panel(fig, ax, memory, memory_capacity_bytes, plan.shown_ranks, rank_labels,
+                      scale, (t0, t1), left_in, ax_w_in, height_in, unit)
     heading = title if title is not None else (
         "pipeline schedule" if textbook else "simulated training step")
     if plan.subsampled:
@@ -349,6 +356,35 @@ def draw_gantt(timeline: Timeline, path: str | os.PathLike, *, title: str | None
                  y=1.0 - 0.1 / height_in, va="top")
 
     _save_atomic(fig, path, fmt, matplotlib)
+
+
+def _memory_panel(fig, ax, memory, capacity, ranks, rank_labels, scale, span, left_in, ax_w_in,
+                  height_in, unit) -> None:
+    """Memory in use per drawn rank (GiB) as step lines under the Gantt, with the capacity."""
+    pax = fig.add_axes((left_in / _FIG_WIDTH_IN, _BOTTOM_IN / height_in, ax_w_in / _FIG_WIDTH_IN,
+                        (_MEMORY_IN - 0.45) / height_in), sharex=ax)
+    shown = [r for r in ranks if r in memory] or sorted(memory)
+    for i, rank in enumerate(shown[:12]):
+        times, level = memory[rank]
+        t = np.append(times, span[1]) * scale
+        y = np.append(level, level[-1]) / 2**30
+        pax.step(t, y, where="post", linewidth=1.0, color=_PALETTE_LINES[i % len(_PALETTE_LINES)],
+                 label=(rank_labels or {}).get(rank, f"rank {rank}"))
+    if capacity:
+        pax.axhline(capacity / 2**30, color="#CC3311", linestyle="--", linewidth=0.8, label="capacity")
+    pax.set_ylabel("memory (GiB)", fontsize=8)
+    pax.tick_params(labelsize=_TICK_PT)
+    pax.set_ylim(bottom=0)
+    pax.legend(fontsize=6, loc="lower right", ncol=4, frameon=True, framealpha=0.8)
+    pax.set_xlabel(f"time ({unit})", fontsize=9)
+    for side in ("top", "right"):
+        pax.spines[side].set_visible(False)
+    ax.tick_params(axis="x", labelbottom=False)
+    ax.set_xlabel("")
+
+
+_MEMORY_IN = 2.2  # height of the memory panel
+_PALETTE_LINES = ("#0077BB", "#EE7733", "#009988", "#CC3311", "#33BBEE", "#EE3377", "#BBBBBB", "#000000")
 
 
 def _save_atomic(fig, path: Path, fmt: str, matplotlib) -> None:

@@ -59,7 +59,8 @@ def _meta(name: str, pid: int, tid: int, value: str | int) -> dict:
 
 
 def trace_events(timeline: Timeline, *, rank_labels: Mapping[int, str] | None = None,
-                 group_by: str = "rank", gpus_per_node: int | None = None) -> dict:
+                 group_by: str = "rank", gpus_per_node: int | None = None,
+                 counters: Sequence[dict] = ()) -> dict:
     """The Chrome trace-event JSON object of ``timeline``.
 
     ``{"traceEvents": [...], "displayTimeUnit": "ms", "otherData": {...}}`` with: process and
@@ -72,7 +73,8 @@ def trace_events(timeline: Timeline, *, rank_labels: Mapping[int, str] | None = 
     counted in ``otherData["unpaired_flows"]``.
 
     ``group_by="node"`` (needs ``gpus_per_node``) makes each node a process and each
-    (rank, stream) a thread.
+    (rank, stream) a thread. ``counters`` are extra counter events (memory, link utilisation)
+    appended as they are.
     """
     if group_by not in GROUP_BY:
         raise ValueError(f"group_by={group_by!r}: must be one of {GROUP_BY}")
@@ -137,6 +139,8 @@ def trace_events(timeline: Timeline, *, rank_labels: Mapping[int, str] | None = 
                        "ts": start[si] * _US})
         events.append({"ph": "f", "bp": "e", "name": "pp", "cat": "pp", "id": fid, "pid": rpid,
                        "tid": rtid, "ts": start[ri] * _US})
+
+    events.extend(counters)  # counter tracks ("C" events) built by counter_events()
 
     other = {"generator": "simtrain", "version": __version__, "group_by": group_by,
              "step_time_s": timeline.end_s, "spans": len(timeline),

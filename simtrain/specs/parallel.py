@@ -37,6 +37,9 @@ class ParallelSpec:
     recompute: str = "none"  # none | selective | full | N (full recompute of N layers per stage)
     schedule: str = "1f1b"  # pipeline schedule name or CSV path
     order: str = DEFAULT_ORDER  # rank order, innermost dimension first
+    first_stage_layers: int | None = None  # layers of the first pipeline chunk; None = even split
+    last_stage_layers: int | None = None  # layers of the last pipeline chunk; None = even split
+    balance_stages: bool = False  # choose first/last chunk layers to equalise stage times
 
     @property
     def world(self) -> int:
@@ -126,9 +129,17 @@ def validate_parallel(par: ParallelSpec, model: "ModelSpec", num_gpus: int | Non
     if model.kv_heads % par.tp:
         raise SpecError(f"tp={par.tp} does not divide the {model.kv_heads} KV heads of {model.name} "
                         f"(valid tp: divisors of {model.kv_heads})")
-    if model.layers % (par.pp * par.vpp):
+    uneven = par.first_stage_layers is not None or par.last_stage_layers is not None or par.balance_stages
+    if not uneven and model.layers % (par.pp * par.vpp):
         raise SpecError(f"pp*vpp={par.pp * par.vpp} (pp={par.pp}, vpp={par.vpp}) does not divide "
-                        f"the {model.layers} layers of {model.name}")
+                        f"the {model.layers} layers of {model.name}; give --first-stage-layers/"
+                        f"--last-stage-layers or --balance-stages for uneven stages")
+    for key in ("first_stage_layers", "last_stage_layers"):
+        value = getattr(par, key)
+        if value is not None and (not isinstance(value, int) or value < 1):
+            raise SpecError(f"{key}={value!r}: must be an integer >= 1")
+    if uneven and par.pp == 1:
+        raise SpecError("--first-stage-layers/--last-stage-layers/--balance-stages need pp > 1")
     if par.vpp > 1 and par.pp == 1:
         raise SpecError(f"vpp={par.vpp} needs pp > 1 (interleaving splits each pipeline rank)")
     if par.gbs % (par.dp * par.mbs):
@@ -153,8 +164,8 @@ def validate_parallel(par: ParallelSpec, model: "ModelSpec", num_gpus: int | Non
             raise SpecError(f"etp*ep*pp={par.expert_tp * par.ep * par.pp} does not divide the world "
                             f"size {par.world}; EP is folded from the DP x CP ranks")
     rc = par.recompute
-    if rc.isdigit() and int(rc) > model.layers // par.pp:
-        raise SpecError(f"recompute={rc} layers exceeds the {model.layers // par.pp} layers per stage")
+    if rc.isdigit() and int(rc) > -(-model.layers // par.pp):
+        raise SpecError(f"recompute={rc} layers exceeds the {-(-model.layers // par.pp)} layers per stage")
 
 
 def with_overrides(par: ParallelSpec, **changes) -> ParallelSpec:
