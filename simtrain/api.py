@@ -17,14 +17,15 @@ from simtrain.errors import SpecError
 from simtrain.mesh import DEFAULT_ORDER, build_mesh
 from simtrain.metrics import summarize
 from simtrain.network import AnalyticNetwork, FreeNetwork
-from simtrain.schedules import generate as load_schedule
+from simtrain.costs import Shape, pp_activation_bytes
+from simtrain.schedules import load_schedule, validate
 from simtrain.specs.gpu import GpuSpec
 from simtrain.specs.model import ModelSpec, load_model
 from simtrain.specs.parallel import ParallelSpec, resolve_parallel, validate_parallel
 from simtrain.specs.strict import Table, check_value, read_toml
 from simtrain.timeline import Timeline
 from simtrain.topology import Cluster, Router, load_topology
-from simtrain.workload import WorkloadOptions, lower
+from simtrain.workload import WorkloadOptions, chunk_pass_times, lower, stage_layers
 
 NETWORKS = ("analytic", "none")
 
@@ -148,8 +149,8 @@ def simulate(scenario: Scenario, options: WorkloadOptions | None = None) -> SimR
     par, model = scenario.parallel, scenario.model
     mesh = build_mesh(par.tp, par.cp, par.dp, par.pp, ep=par.ep, etp=par.etp, order=par.order,
                       gpus_per_node=scenario.cluster.gpus_per_node)
-    schedule = load_schedule(par.schedule, par.pp, par.num_microbatches, vpp=par.vpp)
     opts = options or WorkloadOptions(fold=scenario.fold)
+    schedule = build_schedule(scenario, opts)
     program = lower(model, par, scenario.gpu, schedule, mesh, opts)
     if scenario.network == "none":
         network = FreeNetwork()
@@ -171,6 +172,24 @@ def simulate(scenario: Scenario, options: WorkloadOptions | None = None) -> SimR
         "config": _config(scenario),
     }
     return SimResult(scenario, result.timeline, report, wall, labels, dict(program.static_bytes))
+
+
+def build_schedule(scenario: Scenario, opts: WorkloadOptions | None = None):
+    """The validated pipeline schedule of ``scenario``; zb-auto plans with the real per-stage costs
+    and the real stage-to-stage transfer time."""
+    par, model = scenario.parallel, scenario.model
+    params: dict[str, Any] = {"vpp": par.vpp}
+    if par.schedule == "zb-auto":
+        chunks = stage_layers(model, par.pp, par.first_stage_layers, par.last_stage_layers)
+        per_stage = chunk_pass_times(model, par, scenario.gpu, chunks, opts)
+        net = AnalyticNetwork(scenario.cluster, Router(scenario.cluster))
+        nodes = scenario.cluster.gpus_per_node
+        comm = max(net.p2p_time(0, min(par.world - 1, stride), pp_activation_bytes(model, Shape.of(par)))
+                   for stride in (par.tp * par.cp * par.dp, nodes)) if par.pp > 1 else 0.0
+        params.update(costs=tuple(tuple(c[k] for c in per_stage) for k in range(3)), comm=comm)
+    schedule = load_schedule(par.schedule, par.pp, par.num_microbatches, **params)
+    validate(schedule)
+    return schedule
 
 
 def _config(sc: Scenario) -> dict:

@@ -191,6 +191,66 @@ def cmd_mesh(args: argparse.Namespace) -> int:
     return 0
 
 
+def _costs(text: str) -> tuple[float, float, float]:
+    try:
+        parts = [float(x) for x in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid costs {text!r}: expected F,I,W, e.g. 1,1,1") from None
+    if len(parts) != 3 or any(not (p >= 0) or p == float("inf") for p in parts):
+        raise argparse.ArgumentTypeError(f"invalid costs {text!r}: expected three numbers >= 0, F,I,W")
+    return parts[0], parts[1], parts[2]
+
+
+def _nonneg_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid number {text!r}") from None
+    if not (0 <= value < float("inf")):
+        raise argparse.ArgumentTypeError(f"{value} must be a finite number >= 0")
+    return value
+
+
+def cmd_schedule(args: argparse.Namespace) -> int:
+    from simtrain.outputs.tables import table
+    from simtrain.schedule_run import run_schedule, schedule_report
+    from simtrain.schedules import load_schedule
+
+    F, I, W = args.costs  # noqa: N806,E741
+    params = {"vpp": args.vpp} if args.vpp else {}
+    if args.name == "zb-auto":
+        params.update(costs=(F, I, W), comm=args.comm)
+    sched = load_schedule(args.name, args.pp, args.microbatches, **params)
+    run = run_schedule(sched, F, I, W, comm=args.comm, vpp=args.vpp or 1)
+    if args.gantt:
+        _check_suffix(args.gantt, (".png", ".svg"), "--gantt")
+        from simtrain.outputs.gantt import draw_gantt
+
+        title = (f"{sched.name}: p={sched.num_ranks}, m={sched.num_microbatches}"
+                 + (f", v={args.vpp}" if args.vpp else "") + f", F,I,W = {F:g},{I:g},{W:g}, p2p {args.comm:g}"
+                 + f"; makespan {run.makespan:g}")
+        draw_gantt(run.timeline, args.gantt, title=title, textbook=True,
+                   rank_labels={r: f"rank {r}" for r in range(sched.num_ranks)},
+                   time_label="time (units of the given costs)")
+    report = schedule_report(run)
+    if args.json:
+        print(json.dumps(report, sort_keys=True))
+        return 0
+    closed = run.closed_form
+    print(f"{sched.name}: {sched.num_ranks} ranks, {sched.num_microbatches} micro-batches, "
+          f"{sched.num_stages} stages; costs F,I,W = {F:g},{I:g},{W:g}, p2p latency {args.comm:g}")
+    print(f"makespan {run.makespan:g}" + (f"  (closed form {closed:g})" if closed is not None
+                                           else "  (no closed form for these settings)"))
+    print(f"bubble ratio {run.bubble_ratio:.1%}")
+    rows = [[str(r), f"{run.idle_per_rank[r]:g}", f"{run.peak_inflight[r]:g}",
+             " ".join(str(a) for a in sched.actions[r][:12]) + (" ..." if len(sched.actions[r]) > 12 else "")]
+            for r in range(sched.num_ranks)]
+    print(table(rows, ["rank", "idle", "peak in-flight", "actions"]))
+    if args.gantt:
+        print(f"wrote {args.gantt}")
+    return 0
+
+
 def _check_suffix(path: str, suffixes: tuple[str, ...], flag: str) -> None:
     if not path.lower().endswith(suffixes):
         raise SimtrainError(f"{flag} {path}: the file name must end in {' or '.join(suffixes)}")
@@ -204,6 +264,18 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("run", help="simulate one training step (no flags: the default scenario)")
     _add_run_flags(p)
     p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("schedule", help="run a pipeline schedule alone with fixed action costs")
+    p.add_argument("name", metavar="NAME|FILE.csv", help="schedule name or CSV file")
+    p.add_argument("--pp", type=_positive_int, required=True, help="pipeline ranks")
+    p.add_argument("--microbatches", type=_positive_int, required=True, help="micro-batches per step")
+    p.add_argument("--vpp", type=_positive_int, help="model chunks per rank (interleaved-1f1b)")
+    p.add_argument("--costs", type=_costs, default=(1.0, 1.0, 1.0), metavar="F,I,W",
+                   help="cost of F, I and W for one plain stage (default 1,1,1)")
+    p.add_argument("--comm", type=_nonneg_float, default=0.0, help="p2p latency between stages (default 0)")
+    p.add_argument("--gantt", metavar="OUT.png|OUT.svg", help="draw the textbook picture")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_schedule)
 
     p = sub.add_parser("list", help="list presets")
     p.add_argument("what", choices=("models", "gpus", "topologies", "schedules"))

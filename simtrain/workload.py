@@ -112,6 +112,31 @@ def balanced_split(model: ModelSpec, chunks: int, layer_s: float, first_extra_s:
     return best[2], best[3]
 
 
+def chunk_pass_times(model: ModelSpec, par: ParallelSpec, gpu: GpuSpec, chunks: list[range],
+                     opts: WorkloadOptions | None = None) -> list[tuple[float, float, float]]:
+    """(F, I, W) compute time of each model chunk for one micro-batch, communication excluded:
+    the per-stage costs a cost-aware scheduler (zb-auto) plans with."""
+    opts = opts or WorkloadOptions()
+    sh = Shape.of(par)
+    t = lambda c: c.time_s(gpu)  # noqa: E731
+    out = []
+    for i, chunk in enumerate(chunks):
+        f = i_ = w = 0.0
+        for layer in chunk:
+            f += t(costs.attention_cost(model, sh, "F")) + t(costs.mlp_cost(model, sh, "F", layer))
+            i_ += t(costs.attention_cost(model, sh, "I")) + t(costs.mlp_cost(model, sh, "I", layer))
+            w += t(costs.attention_cost(model, sh, "W")) + t(costs.mlp_cost(model, sh, "W", layer))
+        if i == 0 and opts.embedding:
+            f += t(costs.embedding_cost(model, sh, "F"))
+            w += t(costs.embedding_cost(model, sh, "W"))
+        if i == len(chunks) - 1 and opts.lm_head:
+            f += t(costs.lm_head_cost(model, sh, "F"))
+            i_ += t(costs.lm_head_cost(model, sh, "I"))
+            w += t(costs.lm_head_cost(model, sh, "W"))
+        out.append((f, i_, w))
+    return out
+
+
 class _Lowering:
     """State of one lowering pass; used once by :func:`lower`."""
 
@@ -405,8 +430,14 @@ class _Lowering:
         return op.id
 
     def _action(self, rank: int, action: Action) -> None:
+        """Lower one action; an overlapped F&B pair (DualPipe) starts when the inputs of both of
+        its halves have arrived, then runs the halves' ops back to back."""
+        start = len(self.prog.ops)
         for half in action.halves():
             self._plain_action(rank, half)
+        if action.kind == "FB":
+            _, next_stage = self.sched.stage_neighbours(action.b_stage)
+            self._needs_from(start, (next_stage, action.b_mb, "grad") if next_stage is not None else None)
 
     def _plain_action(self, rank: int, a: Action) -> None:
         m, sh = self.model, self.shape

@@ -187,7 +187,8 @@ def draw_gantt(timeline: Timeline, path: str | os.PathLike, *, title: str | None
                textbook: bool = False, max_rows: int = 64,
                rank_labels: Mapping[int, str] | None = None,
                memory: Mapping[int, tuple[np.ndarray, np.ndarray]] | None = None,
-               memory_capacity_bytes: float | None = None) -> None:
+               memory_capacity_bytes: float | None = None,
+               time_label: str | None = None) -> None:
     """Draw ``timeline`` as a Gantt chart to ``path`` (``.png`` or ``.svg``, else ValueError).
 
     Rows are planned by :func:`gantt_rows`; ``textbook`` draws the pipeline-schedule picture (one
@@ -334,7 +335,7 @@ def draw_gantt(timeline: Timeline, path: str | os.PathLike, *, title: str | None
     ax.set_yticklabels(labels, fontsize=_TICK_PT)
     ax.tick_params(axis="y", length=0)
     ax.tick_params(axis="x", labelsize=_TICK_PT)
-    ax.set_xlabel(f"time ({unit})", fontsize=9)
+    ax.set_xlabel(time_label or f"time ({unit})", fontsize=9)
     for side in ("top", "right", "left"):
         ax.spines[side].set_visible(False)
     handles = [Patch(facecolor=KIND_COLOURS[k], label=KIND_LABELS[k]) for k in present_kinds]

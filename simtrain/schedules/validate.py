@@ -182,29 +182,32 @@ def closed_form_makespan(name: str, pp: int, m: int, F: float, I: float, W: floa
     formula is published or it does not apply to (pp, m).
 
     * ``gpipe``, ``1f1b``: ``(m + p - 1)(F + B)`` (GPipe, Huang et al. 2019; Narayanan et al.
-      2021). Exact in :func:`replay`.
+      2021). :func:`replay` of our generators gives exactly this for any costs.
     * ``interleaved-1f1b``: ``m(F + B) + (p - 1)(F + B)/v`` when p divides m (Narayanan et al.
-      2021, section 2.2.2: bubble divided by v); None otherwise. Exact in :func:`replay` for
-      p | m; the Megatron-core remainder group (p not dividing m) has a larger bubble.
-    * ``zb-h1``: ``m(F + I + W) + (p - 1)(F + I - W)`` (Qi et al. 2024, table: bubble
-      (p-1)(T_F + T_B - T_W), their T_B being our I). Exact in :func:`replay` when
-      ``F + I >= 2W``-ish; with W much larger than F + I the deferred W no longer fit the
-      bubbles, so the replay is longer than the formula.
-    * ``zb-h2``: the paper's bubble is ``(p - 1)(F + I - 2W)``, zero when F = I = W, measured per
+      2021, section 2.2.2: the bubble divided by v); None otherwise. Exact in :func:`replay`.
+    * ``zb-h1``: ``m(F + I + W) + (p - 1)(F + I - W)`` for ``m >= p`` (Qi et al. 2024, table 2:
+      bubble (p-1)(T_F + T_B - T_W), their T_B being our I). The replay matches it when
+      ``W <= min(F, I)``; with a larger W the handcrafted W lag (r on rank r) no longer hides
+      the W and the replay is longer.
+    * ``zb-h2``: the paper's bubble is ``(p - 1)(F + I - 2W)``, zero when F = I = W, counted per
       worker in steady state, where the optimizer post-validation lets the next step start while
-      this one drains. One step from t = 0 cannot hide the last rank's ``(p - 1)F`` start-up, so
-      we return ``m(F + I + W) + (p - 1) max(F, F + I - 2W)``: equal to ZB-H1's makespan when
-      F = I = W (the replay agrees there); exact only under the paper's F = I = W assumption.
-    * ``zb-v``: zero bubble when F = I = W (Qi et al., Pipeline Parallelism with Controllable
-      Memory; zero-bubble repo README), again per worker in steady state; for one step the
-      start-up is ``(p - 1)`` chunk forwards of ``F/2``: ``m(F + I + W) + (p - 1)F/2``, returned
-      only when F = I = W (None otherwise: no published formula).
-    * ``dualpipe``: DualPipe README: bubble ``(PP/2 - 1)(F&B + B - 3W)`` in chunk costs (a chunk
-      is one stage here), on top of ``m(F + B)`` per rank. ``F&B`` is the overlapped pair; we use
-      ``F + B`` (no overlap, as :func:`replay` does); the real schedule's gain from overlapping
-      communication is therefore not in this number. Needs p even, m even, m >= 2p.
+      this one drains. One step from t = 0 cannot hide the last rank's ``(p - 1)F`` start-up,
+      so we return ``m(F + I + W) + (p - 1) max(F, F + I - 2W)`` for ``m >= 2p - 1``: with
+      F = I = W that equals ZB-H1's makespan (3mF + (p-1)F). The replay matches it except
+      when I is much larger than F (then it is longer).
+    * ``zb-v``: zero bubble when F = I = W (Qi et al., "Pipeline Parallelism with Controllable
+      Memory"; zero-bubble repo README), again per worker in steady state; for one step the
+      start-up is ``p - 1`` chunk forwards of ``F/2``: ``m(F + I + W) + (p - 1)F/2``, returned
+      only when F = I = W and ``m >= 2p - 1`` (no published formula otherwise). Exact then.
+    * ``dualpipe``: DualPipe README: bubble ``(PP/2 - 1)(F&B + B - 3W)`` in chunk costs (a
+      chunk is a full stage here) on top of ``m(F + B)`` per rank. ``F&B`` is the overlapped
+      pair: we use ``F + B`` (no overlap, as :func:`replay` does), so the real schedule's gain
+      from overlapping communication is not in this number. Needs p even, m even, m >= 2p. The
+      replay matches it when F = I and W <= F; it is shorter when I > F and longer when
+      I < F or W > F.
     * ``dualpipev``: the same formula with PP = 2p stages of half-size chunks:
-      ``m(F + B) + (p - 1)(F&B + B - 3W)/2``. Needs m >= 2p.
+      ``m(F + B) + (p - 1)(F&B + B - 3W)/2`` (F&B = F + B again). Needs m >= 2p; same
+      agreement as DualPipe.
     """
     p, v = pp, vpp
     B = I + W  # noqa: N806
@@ -219,11 +222,15 @@ def closed_form_makespan(name: str, pp: int, m: int, F: float, I: float, W: floa
             return None
         return m * (F + B) + (p - 1) * (F + B) / v
     if name == "zb-h1":
+        if m < p:
+            return None
         return m * (F + B) + (p - 1) * (F + I - W)
     if name == "zb-h2":
+        if m < 2 * p - 1:
+            return None
         return m * (F + B) + (p - 1) * max(F, F + I - 2 * W)
     if name == "zb-v":
-        if not (F == I == W):
+        if not (F == I == W) or m < 2 * p - 1:
             return None
         return m * (F + B) + (p - 1) * F / 2
     if name == "dualpipe":

@@ -60,7 +60,7 @@ def zb_h2(pp: int, m: int, **_) -> Schedule:
     """ZB-H2 (Qi et al. 2024, section 2.2, figure 3 bottom): extra warm-up forwards fill the
     bubble before the first backward, at a peak of ``2p - 1`` in-flight micro-batches.
 
-    Rank r runs ``2(p - 1 - r)`` warm-up forwards (up to ``p - 1`` more than 1F1B/ZB-H1), then
+    Rank r runs ``2(p - 1 - r)`` warm-up forwards (``p - 1 - r`` more than 1F1B/ZB-H1), then
     ``F I W`` steps with W deferred by ``2r`` steps, so every rank holds ``2p - 1``
     micro-batches at its peak: the last ranks, whose backward runs first, keep pending W to fill
     the tail while the input gradients travel to rank 0 (the schedule's "parallelogram").
