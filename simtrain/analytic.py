@@ -1,0 +1,408 @@
+"""The closed-form model of one training step (course notes, ``parallel_plan.py``).
+
+An independent implementation of the formulas of the course notes' configuration search script
+("3D / 5D parallelism", section "a configuration search script"), driven by the same specs as the
+simulator: the model from :class:`~simtrain.specs.model.ModelSpec`, peak FLOP/s, GEMM efficiency
+and usable memory from the :class:`~simtrain.specs.gpu.GpuSpec`, bandwidths and GPUs per node
+from the :class:`~simtrain.topology.Cluster`. With the ``seed-h100`` presets the script's
+constants come out exactly: PEAK 989e12, EFF 0.6, MEM 80e9 x 0.9, NODE 8, NVLINK 450e9, NET 50e9.
+
+Notation: ``N`` parameters (``params_total``, or the ``n_params`` override), ``L`` layers, ``h``
+hidden, ``kv`` K (= V) width per token, ``V`` vocabulary, ``t, c, p, d`` = TP, CP, PP, DP
+degrees, ``s = seq // c`` tokens per CP rank, ``b`` micro-batch size, ``m = gbs / (d b)``
+micro-batches per pipeline, ``l = L / p`` layers per stage, ``P e`` sustained FLOP/s.
+
+Memory (the notes' ledger; ZeRO-1 over DP x CP, sequence parallelism with TP, flash attention):
+
+* ``psi = N / (t p)``; model states ``4 psi + 12 psi / (d c)`` bytes (bf16 weights and
+  gradients, fp32 master weights and Adam moments sharded; Rajbhandari et al. 2020);
+* activations ``(34 (l - rc) + 2 rc) s b h / t`` bytes per in-flight micro-batch (Korthikanti et
+  al. 2022, table 2, with SP and flash attention; a fully recomputed layer keeps only its input),
+  times the micro-batches in flight: ``min(p, m)`` on the first stage of 1F1B;
+* ``rc`` is the smallest full-layer recompute count per stage that fits in usable memory; none
+  fits: the configuration does not fit.
+
+Time of one micro-batch on the slowest (last) stage, then the step:
+
+* per token and layer ``f_layer = 6 (N - E) / L + 6 seq q`` (linear layers forward and backward;
+  causal attention over the full sequence) with ``E`` the embedding and LM head weights (``2 V h``
+  untied) and ``q`` the query width (= h for Llama); LM head ``f_head = 6 V h``; one FLOP per token
+  costs ``sec = s b / t / (P e)`` on one GPU;
+* ``slow = l f_layer sec + rc f_layer / 3 sec + f_head sec`` (a recomputed layer repeats its
+  forward, one third of forward + backward); the stage average is ``(L f_layer + f_head) / p``;
+* TP, not overlapped: ``l x 4 x 2 (t-1)/t x 2 s b h / B_tp`` (two all-reduces, or RS + AG,
+  forward and two backward per layer);
+* CP ring, overlapped with attention, exposed part only:
+  ``max(0, l x 3 (c-1) x 2 s b kv x 2 / B_cp - l x 6 seq h sec)``;
+* PP p2p, half hidden: ``2 s b h 2 / t / B_pp x 0.5`` (activation forward, gradient backward);
+* DP (over DP x CP), 80% hidden behind the backward, once per step:
+  ``2 (dc-1)/(dc) x 2 psi / B_dp x 0.2`` (gradient reduce-scatter + parameter all-gather);
+* bubble ``(p - 1) t_mb`` for 1F1B; other schedules: :func:`bubble_time`.
+
+The step splits into the simulator's categories (:data:`simtrain.metrics.BREAKDOWN`):
+compute ``m x avg``, recompute, imbalance ``m (slow - recompute - avg)``, tp, cp, pp, bubble, dp;
+ep is 0 (the notes' script covers dense models). MFU counts ``(L f_layer + f_head) gbs seq``,
+recompute excluded; HFU adds the recomputed forwards.
+
+Bandwidth rule (the script's ``bandwidth(inner, size)``): a group whose span (inner stride x size,
+in the rank order of the layout, innermost first, default tp-cp-ep-dp-pp) fits in one node uses
+the node's NVLink bandwidth per GPU; otherwise the scale-out bandwidth per GPU (NIC share, capped
+by PCIe). Beyond the script (no effect on a non-blocking fabric such as seed-h100): a group
+spanning more than one leaf divides that by the leaf oversubscription, more than one pod also
+by the core oversubscription.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from simtrain.errors import SpecError, unknown_name
+from simtrain.mesh import parse_order
+from simtrain.metrics import BREAKDOWN
+from simtrain.specs.gpu import GpuSpec
+from simtrain.specs.model import ModelSpec
+from simtrain.specs.parallel import ParallelSpec
+from simtrain.topology import Cluster
+from simtrain.units import GiB
+
+#: Fewest tokens a CP rank may hold (the notes' MIN_CP_CHUNK): smaller ring steps are too short.
+MIN_CP_CHUNK = 4096
+
+#: Pipeline schedules with a closed-form bubble (see :func:`bubble_time`).
+ANALYTIC_SCHEDULES = ("gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "zb-h2", "zb-v", "dualpipe",
+                      "dualpipev")
+
+COMM_KINDS = ("tp", "cp", "ep", "pp", "dp")
+TP_HIDDEN, PP_HIDDEN, DP_HIDDEN = 0.0, 0.5, 0.8  # fraction of each kind hidden behind compute
+
+
+# ---- bandwidths ---------------------------------------------------------------------------------
+
+def cluster_bandwidths(cluster: Cluster) -> tuple[float, float]:
+    """(intra-node, scale-out) bandwidth per GPU and direction, bytes/s.
+
+    Intra-node: the node's NVLink (``[node] nvlink_GBps``); a node without NVSwitch uses the
+    scale-out value. Scale-out: one GPU's share of the node's NICs, ``nics x nic / gpus``, capped
+    by its PCIe link (seed-h100: 8 x 50e9 / 8 = 50e9, PCIe 64e9). Read from ``cluster.spec``,
+    or from the graph's edge tiers when a cluster has no spec.
+    """
+    g = cluster.gpus_per_node
+    if cluster.spec is not None:
+        nd = cluster.spec.node
+        out = min(nd.pcie_Bps, nd.nic_Bps * nd.nics / g) if nd.nics else 0.0
+        intra = nd.nvlink_Bps if nd.nvswitch else out
+        return intra, out
+    edges = cluster.graph.edges(data=True)
+    nvlink = [d["bandwidth_Bps"] for _, _, d in edges if d.get("tier") == "nvlink"]
+    pcie = [d["bandwidth_Bps"] for _, _, d in edges if d.get("tier") == "pcie"]
+    nic = [d["bandwidth_Bps"] for u, _, d in edges if d.get("tier") == "leaf"
+           and cluster.graph.nodes[u].get("kind") == "nic"]
+    nics = sum(1 for _, k in cluster.graph.nodes(data="kind") if k == "nic") / cluster.num_nodes
+    out = min(min(pcie), min(nic) * nics / g) if nic and pcie else 0.0
+    return (min(nvlink) if nvlink else out), out
+
+
+def group_bandwidth(cluster: Cluster, span: int) -> float:
+    """Bandwidth per GPU of a group spanning ``span`` consecutive ranks (the notes' rule: within
+    one node NVLink, else scale-out; oversubscription as in the module docstring)."""
+    intra, out = cluster_bandwidths(cluster)
+    g = cluster.gpus_per_node
+    if span <= g:
+        return intra
+    spec = cluster.spec
+    if spec is None or spec.fabric.kind == "none":
+        return out
+    fb = spec.fabric
+    leaf_nodes = fb.nodes_per_leaf
+    if span > leaf_nodes * g:
+        out /= fb.oversubscription
+        if fb.tiers == 3:
+            rails = spec.node.nics if fb.kind == "rail-optimized" else 1
+            if span > max(fb.leaves_per_pod * leaf_nodes // rails, leaf_nodes) * g:
+                out /= fb.core_oversubscription
+    return out
+
+
+def group_spans(par: ParallelSpec) -> dict[str, int]:
+    """Span in ranks of the TP, CP, PP and DP x CP groups in ``par.order`` (innermost first).
+
+    The span of a dimension is its stride times its size; a group made of several dimensions
+    spans the largest of theirs. With the default order tp-cp-ep-dp-pp these are the script's
+    ``bandwidth(1, tp)``, ``bandwidth(tp, cp)``, ``bandwidth(tp*cp*dp, pp)`` and
+    ``bandwidth(tp, dp*cp)``. EP is folded from DP x CP and has size 1 for dense models.
+    """
+    sizes = {"tp": par.tp, "cp": par.cp, "ep": 1, "dp": par.dp, "pp": par.pp}
+    span, stride = {}, 1
+    for dim in parse_order(par.order):
+        span[dim] = stride * sizes[dim]
+        stride *= sizes[dim]
+    return {"tp": span["tp"], "cp": span["cp"], "pp": span["pp"],
+            "dpcp": max(span["dp"], span["cp"])}
+
+
+# ---- schedules ----------------------------------------------------------------------------------
+
+def bubble_time(schedule: str, pp: int, m: int, t_mb: float, vpp: int = 1) -> float | None:
+    """Pipeline bubble of one step, seconds, in the notes' units: ``t_mb`` is the time of one
+    micro-batch's forward and backward on a stage, split F : I : W = 1 : 1 : 1 (F = I = W =
+    t_mb / 3, I the input gradient, W the weight gradient, B = I + W). None where the closed form
+    does not apply to (pp, m). These equal the makespans of
+    :func:`simtrain.schedules.validate.closed_form_makespan` minus the work ``m t_mb``.
+
+    * ``gpipe``, ``1f1b``: ``(p - 1) t_mb`` (Huang et al. 2019; Narayanan et al. 2021; the notes).
+    * ``interleaved-1f1b``: ``(p - 1) t_mb / v`` (Narayanan et al. 2021, section 2.2.2); needs
+      ``m % p == 0`` when v > 1 (Megatron-LM's requirement).
+    * ``zb-h1``: ``(p - 1)(F + I - W) = (p - 1) t_mb / 3`` (Qi et al., "Zero Bubble Pipeline
+      Parallelism", ICLR 2024, table 2; their T_B is our I); needs m >= p.
+    * ``zb-h2``: the paper's steady-state bubble ``(p - 1)(F + I - 2W)`` is 0 here, but one step
+      from t = 0 keeps the last rank's ``(p - 1) F`` start-up: ``(p - 1) t_mb / 3``; m >= 2p - 1.
+    * ``zb-v``: zero in steady state (Qi et al., "Pipeline Parallelism with Controllable Memory",
+      2024); the start-up is ``p - 1`` half-stage forwards: ``(p - 1) t_mb / 6``; m >= 2p - 1.
+    * ``dualpipe``: ``(p/2 - 1)(F&B + B - 3W)`` (DeepSeek-V3 technical report, arXiv:2412.19437,
+      table 2). Assumption: ``F&B`` (a forward overlapped with a backward) costs ``F + B``, i.e.
+      no gain from the overlap, giving ``(p/2 - 1) 2 t_mb / 3``; needs p even, m even, m >= 2p.
+    * ``dualpipev``: the same formula over 2p half-size chunks (DualPipe repository README,
+      "DualPipeV"): ``(p - 1)(F&B + B - 3W) / 2 = (p - 1) t_mb / 3``; needs m >= 2p.
+    """
+    p, v = pp, vpp
+    if m < 1 or p < 1:
+        return None
+    f = i = w = t_mb / 3
+    if schedule in ("gpipe", "1f1b") or (schedule == "interleaved-1f1b" and v == 1):
+        return (p - 1) * t_mb
+    if schedule == "interleaved-1f1b":
+        return None if m % p else (p - 1) * t_mb / v
+    if schedule == "zb-h1":
+        return None if m < p else (p - 1) * (f + i - w)
+    if schedule == "zb-h2":
+        return None if m < 2 * p - 1 else (p - 1) * max(f, f + i - 2 * w)
+    if schedule == "zb-v":
+        return None if m < 2 * p - 1 else (p - 1) * f / 2
+    fb, b = f + i + w, i + w
+    if schedule == "dualpipe":
+        return None if (p % 2 or m % 2 or m < 2 * p) else (p // 2 - 1) * (fb + b - 3 * w)
+    if schedule == "dualpipev":
+        return None if m < 2 * p else (p - 1) * (fb + b - 3 * w) / 2
+    raise unknown_name("analytic schedule", schedule, ANALYTIC_SCHEDULES)
+
+
+def in_flight(schedule: str, pp: int, stage: int, m: int, vpp: int = 1) -> float:
+    """Micro-batches whose activations stage ``stage`` holds at its peak.
+
+    * 1F1B, ZB-H1, ZB-V: ``min(p - stage, m)`` (the notes; Qi et al. 2024: ZB-H1 and ZB-V peak
+      like 1F1B; ZB-V's per-rank balance is not modelled);
+    * GPipe: all ``m`` forwards run before the first backward (Huang et al. 2019);
+    * interleaved: ``p + (p - 1)/v`` on the first stage (Korthikanti et al. 2022, section 4.2.3:
+      the first stage stores ``1 + (p - 1)/(p v)`` times 1F1B's), decreasing by one per stage;
+    * ZB-H2: ``2 (p - stage) - 1`` (Qi et al. 2024, table 2: 2p - 1 on the first stage);
+    * DualPipe and DualPipeV: ``p + 1`` on every rank (DeepSeek-V3 report, table 2).
+    """
+    p = pp
+    if schedule == "gpipe":
+        return m
+    if schedule == "interleaved-1f1b" and vpp > 1:
+        return min(p - stage + (p - 1) / vpp, m)
+    if schedule == "zb-h2":
+        return min(2 * (p - stage) - 1, m)
+    if schedule in ("dualpipe", "dualpipev"):
+        return min(p + 1, m)
+    return min(p - stage, m)
+
+
+def static_copies(schedule: str) -> int:
+    """Copies of each stage's parameters (and their states) a rank holds: 2 for DualPipe, whose
+    rank r runs stages r and p - 1 - r (DeepSeek-V3 report, table 2), 1 otherwise."""
+    return 2 if schedule == "dualpipe" else 1
+
+
+# ---- the model ----------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class _Outcome:
+    result: dict | None
+    reason: str = ""  # why result is None: one line naming the configuration
+
+
+def _label(model: ModelSpec, par: ParallelSpec) -> str:
+    return (f"{model.name} tp={par.tp} cp={par.cp} pp={par.pp} dp={par.dp} "
+            f"(tp*cp*pp={par.tp * par.cp * par.pp}, {par.world} GPUs, seq={par.seq}, "
+            f"gbs={par.gbs}, mbs={par.mbs})")
+
+
+def _recompute_request(par: ParallelSpec, layers: int) -> int | None:
+    """A fixed recompute count when ``par.recompute`` names one (``full`` or N), else None (the
+    notes' rule: the smallest count that fits)."""
+    if par.recompute == "full":
+        return layers
+    if par.recompute.isdigit():
+        return min(int(par.recompute), layers)
+    return None
+
+
+def _evaluate(model: ModelSpec, cluster: Cluster, par: ParallelSpec, gpu: GpuSpec | None,
+              schedule: str | None, min_cp_chunk: int, n_params: float | None) -> _Outcome:
+    if model.is_moe:
+        raise SpecError(f"{model.name}: the analytic model (course notes, parallel_plan.py) covers "
+                        f"dense models only; {model.name} has {model.num_experts} experts")
+    sched = schedule if schedule is not None else par.schedule
+    if sched not in ANALYTIC_SCHEDULES:
+        raise unknown_name("analytic schedule", sched, ANALYTIC_SCHEDULES)
+    gpu = gpu if gpu is not None else cluster.gpu
+    t, c, p, d, b = par.tp, par.cp, par.pp, par.dp, par.mbs
+    v = par.vpp if sched == "interleaved-1f1b" else 1
+    what = _label(model, par)
+    node = cluster.gpus_per_node
+
+    def fail(why: str) -> _Outcome:
+        return _Outcome(None, f"{what}: {why}")
+
+    # ---- the script's validity rules (plus head divisibility, which the notes' cases meet)
+    if t > node:
+        return fail(f"tp={t} exceeds the {node} GPUs of a node")
+    if model.heads % t or model.kv_heads % t:
+        return fail(f"tp={t} does not divide the {model.heads} heads / {model.kv_heads} KV heads")
+    if model.layers % (p * v):
+        return fail(f"pp*vpp={p * v} does not divide the {model.layers} layers")
+    if c > 1 and par.seq // c < min_cp_chunk:
+        return fail(f"seq/cp={par.seq // c} tokens per CP rank is below "
+                    f"min_cp_chunk={min_cp_chunk}")
+    if par.gbs % (d * b):
+        return fail(f"gbs={par.gbs} is not divisible by dp*mbs={d * b}")
+    m = par.gbs // (d * b)
+    s, layers = par.seq // c, model.layers // p
+
+    # ---- memory: the first stage holds the most in-flight micro-batches
+    n_total = float(model.params_total if n_params is None else n_params)
+    n_embed = model.params_total - model.params_nonembedding  # 2 V h for an untied model
+    usable = gpu.usable_memory_bytes
+    psi = n_total / (t * p)
+    states = (4 * psi + 12 * psi / (d * c)) * static_copies(sched)
+    sbh = s * b * model.hidden / t
+    flights = [in_flight(sched, p, i, m, v) for i in range(p)]
+
+    def act(rc: int, n: float) -> float:
+        return (34 * (layers - rc) + 2 * rc) * sbh * n
+
+    fixed = _recompute_request(par, layers)
+    tries = range(layers + 1) if fixed is None else (fixed,)
+    rc = next((r for r in tries if states + act(r, max(flights)) <= usable), None)
+    if rc is None:
+        r = layers if fixed is None else fixed
+        return fail(f"{'no recompute count' if fixed is None else f'recompute={r} layers'} fits "
+                    f"in {usable / 1e9:.1f} GB (model states {states / 1e9:.1f} GB + activations "
+                    f"{act(r, max(flights)) / 1e9:.1f} GB with {r}/{layers} layers recomputed)")
+
+    # ---- time of one micro-batch on the last stage
+    h, big_v = model.hidden, model.vocab
+    f_layer = 6 * (n_total - n_embed) / model.layers + 6 * par.seq * model.q_width
+    f_head = 6 * big_v * h
+    sec = s * b / t / gpu.effective_flops
+    avg = (model.layers * f_layer + f_head) / p * sec
+    recompute = rc * f_layer / 3 * sec
+    slow = layers * f_layer * sec + recompute + f_head * sec
+    spans = group_spans(par)
+
+    def bw(kind: str) -> float:
+        out = group_bandwidth(cluster, spans[kind])
+        if out <= 0:
+            raise SpecError(f"{what}: the {kind} group spans {spans[kind]} ranks, beyond one node, "
+                            f"but topology {cluster.name} has no scale-out network (no NICs)")
+        return out
+
+    act_bytes = s * b * h * 2
+    tp_c = layers * 4 * 2 * (t - 1) / t * act_bytes / bw("tp") if t > 1 else 0.0
+    ring = layers * 3 * (c - 1) * (2 * s * b * model.kv_width * 2) / bw("cp") if c > 1 else 0.0
+    attention = layers * 6 * par.seq * model.q_width * sec
+    cp_c = max(0.0, ring - attention)
+    # interleaving crosses v times as many stage boundaries (Narayanan et al. 2021, 2.2.2)
+    pp_all = v * 2 * act_bytes / t / bw("pp") if p > 1 else 0.0
+    pp_c = pp_all * (1 - PP_HIDDEN)
+    t_mb = slow + tp_c + cp_c + pp_c
+    dpc = d * c
+    dp_all = 2 * (dpc - 1) / dpc * 2 * psi / bw("dpcp") if dpc > 1 else 0.0
+    dp_c = dp_all * (1 - DP_HIDDEN)
+    bubble = bubble_time(sched, p, m, t_mb, v)
+    if bubble is None:
+        return fail(f"schedule {sched} has no closed form for pp={p}, {m} micro-batches"
+                    + (f", vpp={v}" if v > 1 else ""))
+
+    parts = {"compute": m * avg, "recompute": m * recompute,
+             "imbalance": m * max(0.0, slow - recompute - avg),  # exactly 0 at pp = 1
+             "tp": m * tp_c, "cp": m * cp_c, "ep": 0.0, "pp": m * pp_c, "bubble": bubble,
+             "dp": dp_c}
+    breakdown = {k: parts[k] for k in BREAKDOWN}
+    step = math.fsum(breakdown.values())
+    gpus, tokens = par.world, par.gbs * par.seq
+    model_flops = (model.layers * f_layer + f_head) * tokens
+    hw_flops = model_flops + rc * p * f_layer / 3 * tokens
+    denom = step * gpus * gpu.peak_bf16_flops
+    peaks = [(states + act(rc, n)) / GiB for n in flights]
+    stage_work = [m * (layers * f_layer * sec + recompute + (f_head * sec if i == p - 1 else 0.0))
+                  for i in range(p)]
+    mean_work = m * (avg + recompute)
+    exposed = {k: breakdown[k] for k in COMM_KINDS}
+    overlapped = {"tp": 0.0, "cp": m * (ring - cp_c), "ep": 0.0, "pp": m * (pp_all - pp_c),
+                  "dp": dp_all - dp_c}
+    return _Outcome({
+        "model": "analytic",
+        "tp": t, "cp": c, "pp": p, "dp": d, "vpp": v, "mbs": b, "gbs": par.gbs, "seq": par.seq,
+        "schedule": sched, "num_microbatches": m, "layers_per_stage": layers,
+        "step_time_s": step,
+        "tokens_per_s": tokens / step,
+        "tflops_per_gpu": model_flops / (step * gpus) / 1e12,
+        "mfu": model_flops / denom,
+        "hfu": hw_flops / denom,
+        "model_flops_per_step": model_flops,
+        "hardware_flops_per_step": hw_flops,
+        "bubble_ratio": bubble / step,
+        "breakdown_s": breakdown,
+        "exposed_comm_s": exposed,
+        "overlapped_comm_s": overlapped,
+        "microbatch_time_s": t_mb,
+        "stage_imbalance": max(stage_work) / mean_work,
+        "compute_s_per_stage": stage_work,
+        "peak_memory_gib": peaks,
+        "memory_gib": peaks[0],
+        "memory_capacity_gib": usable / GiB,
+        "fits_in_memory": True,
+        "recompute_layers": [rc] * p,
+    })
+
+
+def estimate(model: ModelSpec, cluster: Cluster, par: ParallelSpec, *, gpu: GpuSpec | None = None,
+             schedule: str | None = None, min_cp_chunk: int = MIN_CP_CHUNK,
+             n_params: float | None = None) -> dict | None:
+    """The closed-form report of one step (course notes, parallel_plan.py), or None when the
+    layout does not fit in memory or breaks the script's rules (tp within a node, pp divides the
+    layers, at least ``min_cp_chunk`` tokens per CP rank, gbs divisible by dp*mbs).
+
+    ``gpu`` defaults to the cluster's GPU; ``schedule`` to ``par.schedule`` (one of
+    :data:`ANALYTIC_SCHEDULES`, else :class:`SpecError`). ``n_params`` replaces the model's
+    ``params_total`` as ``N`` (the notes use the published 70.6e9 for Llama 3 70B where the
+    exact count is 70.55e9). The recompute count is the smallest that fits, unless
+    ``par.recompute`` is ``full`` or a layer count. Only ZeRO-1 is modelled (``par.zero`` is not
+    read), and the cluster's node count is not checked (see :func:`analytic_report`).
+
+    The dict has the simulator's report keys where they apply (``step_time_s``, ``mfu``,
+    ``breakdown_s`` over the nine categories summing to the step time, ``exposed_comm_s``,
+    ``peak_memory_gib`` per stage, ...), plus ``memory_gib`` (the notes' number: the first
+    stage), ``recompute_layers`` (per stage; one count for all stages, like Megatron-LM's
+    ``--recompute-num-layers``) and ``"model": "analytic"``.
+    """
+    return _evaluate(model, cluster, par, gpu, schedule, min_cp_chunk, n_params).result
+
+
+def analytic_report(model: ModelSpec, cluster: Cluster, par: ParallelSpec,
+                    schedule: str | None = None, *, gpu: GpuSpec | None = None,
+                    min_cp_chunk: int = MIN_CP_CHUNK, n_params: float | None = None) -> dict:
+    """:func:`estimate`, raising a one-line :class:`SpecError` naming the configuration and the
+    reason when it does not fit or is invalid, or when the layout needs more GPUs than the
+    cluster has."""
+    if par.world > cluster.num_gpus:
+        raise SpecError(f"{_label(model, par)}: needs {par.world} GPUs, topology {cluster.name} "
+                        f"has {cluster.num_gpus}")
+    out = _evaluate(model, cluster, par, gpu, schedule, min_cp_chunk, n_params)
+    if out.result is None:
+        raise SpecError(out.reason)
+    return out.result

@@ -1,0 +1,61 @@
+"""Enumerate TP x CP x PP layouts with the closed-form model (course notes, parallel_plan.py).
+
+:func:`search` is the notes' ``search``: every combination of the given degrees that passes the
+script's rules (tp within a node, tp*cp*pp divides the GPUs, pp divides the layers, at least
+``min_cp_chunk`` tokens per CP rank, gbs divisible by dp*mbs) and fits in memory, sorted by
+MFU, best first.
+"""
+
+from __future__ import annotations
+
+from itertools import product
+
+from simtrain.analytic import MIN_CP_CHUNK, estimate
+from simtrain.errors import SpecError
+from simtrain.specs.gpu import GpuSpec
+from simtrain.specs.model import ModelSpec
+from simtrain.specs.parallel import ParallelSpec
+from simtrain.topology import Cluster
+
+
+def search(model: ModelSpec, cluster: Cluster, *, gpus: int, seq: int, gbs: int,
+           tps=(1, 2, 4, 8), cps=(1, 2, 4, 8, 16, 32), pps=(1, 2, 4, 8, 16), mbs: int = 1,
+           gpu: GpuSpec | None = None, schedule: str = "1f1b", min_cp_chunk: int = MIN_CP_CHUNK,
+           n_params: float | None = None) -> list[dict]:
+    """Every layout that fits, as ``{"tp", "cp", "pp", "dp", **estimate}``, sorted by MFU
+    descending (ties keep the enumeration order TP, then CP, then PP, as the script's stable
+    sort does). The loops and defaults are the script's; the cluster's node count is not used
+    (``gpus`` may exceed it: only per-GPU bandwidths and GPUs per node enter the model)."""
+    for name, value in (("gpus", gpus), ("seq", seq), ("gbs", gbs), ("mbs", mbs)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise SpecError(f"{name}={value!r}: must be an integer >= 1")
+    found = []
+    for tp, cp, pp in product(tps, cps, pps):
+        if gpus % (tp * cp * pp):
+            continue
+        dp = gpus // (tp * cp * pp)
+        par = ParallelSpec(tp=tp, cp=cp, pp=pp, dp=dp, mbs=mbs, gbs=gbs, seq=seq,
+                           schedule=schedule)
+        est = estimate(model, cluster, par, gpu=gpu, min_cp_chunk=min_cp_chunk,
+                       n_params=n_params)
+        if est is not None:
+            found.append({**est, "tp": tp, "cp": cp, "pp": pp, "dp": dp})
+    found.sort(key=lambda e: -e["mfu"])
+    return found
+
+
+def rank_of(plans: list[dict], tp: int, cp: int, pp: int) -> int | None:
+    """1-based position of the layout (tp, cp, pp) in a :func:`search` result, None if absent."""
+    return next((i for i, e in enumerate(plans, 1) if (e["tp"], e["cp"], e["pp"]) == (tp, cp, pp)),
+                None)
+
+
+def format_plan(plan: dict) -> str:
+    """One line in the notes' format: degrees, MFU, GiB per GPU, recompute, step shares >= 0.5%."""
+    step = plan["step_time_s"]
+    share = " ".join(f"{k} {v / step:.0%}" for k, v in plan["breakdown_s"].items()
+                     if v / step >= 0.005)
+    rc, layers = plan["recompute_layers"][0], plan["layers_per_stage"]
+    rec = f", recompute {rc}/{layers} layers" if rc else ""
+    return (f"TP={plan['tp']} CP={plan['cp']} PP={plan['pp']} DP={plan['dp']}: MFU "
+            f"{plan['mfu']:.1%}, {plan['memory_gib']:.0f} GiB/GPU{rec} | {share}")
