@@ -237,7 +237,9 @@ def _recompute_request(par: ParallelSpec, layers: int) -> int | None:
         return layers
     if par.recompute.isdigit():
         return min(int(par.recompute), layers)
-    return None
+    if par.recompute in ("none", "selective"):
+        return 0
+    return None  # auto
 
 
 def _evaluate(model: ModelSpec, cluster: Cluster, par: ParallelSpec, gpu: GpuSpec | None,

@@ -35,7 +35,7 @@ def search(model: ModelSpec, cluster: Cluster, *, gpus: int, seq: int, gbs: int,
             continue
         dp = gpus // (tp * cp * pp)
         par = ParallelSpec(tp=tp, cp=cp, pp=pp, dp=dp, mbs=mbs, gbs=gbs, seq=seq,
-                           schedule=schedule)
+                           schedule=schedule, recompute="auto")
         est = estimate(model, cluster, par, gpu=gpu, min_cp_chunk=min_cp_chunk,
                        n_params=n_params)
         if est is not None:

@@ -139,8 +139,27 @@ def resolve(settings: dict[str, Any] | None = None) -> Scenario:
     validate_parallel(par, model, s["gpus"])
     s["dp"] = par.dp
     s["recompute"] = par.recompute
+    if par.recompute == "auto":
+        par = replace(par, recompute=str(auto_recompute(model, cluster, gpu, par)))
+        s["recompute_layers"] = int(par.recompute)
     return Scenario(model=model, cluster=cluster, gpu=gpu, parallel=par, network=s["network"],
                     fold=s["fold"], max_events=s["max_events"], settings=s)
+
+
+def auto_recompute(model: ModelSpec, cluster: Cluster, gpu: GpuSpec, par: ParallelSpec) -> int:
+    """``--recompute auto``: the fewest fully recomputed layers per stage with which the course
+    notes' memory ledger (:mod:`simtrain.analytic`) fits the GPU."""
+    from simtrain.analytic import analytic_report
+
+    est = analytic_report(model, cluster, replace(par, recompute="auto"), schedule=_analytic_schedule(par),
+                          gpu=gpu)
+    return int(est["recompute_layers"][0])
+
+
+def _analytic_schedule(par: ParallelSpec) -> str:
+    from simtrain.analytic import ANALYTIC_SCHEDULES
+
+    return par.schedule if par.schedule in ANALYTIC_SCHEDULES else "1f1b"
 
 
 def simulate(scenario: Scenario, options: WorkloadOptions | None = None) -> SimResult:

@@ -265,6 +265,10 @@ def build_parser() -> argparse.ArgumentParser:
     _add_run_flags(p)
     p.set_defaults(func=cmd_run)
 
+    from simtrain.cli_analysis import add_commands
+
+    add_commands(sub, _add_run_flags, _settings, _positive_int)
+
     p = sub.add_parser("schedule", help="run a pipeline schedule alone with fixed action costs")
     p.add_argument("name", metavar="NAME|FILE.csv", help="schedule name or CSV file")
     p.add_argument("--pp", type=_positive_int, required=True, help="pipeline ranks")

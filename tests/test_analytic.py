@@ -180,7 +180,7 @@ def test_bandwidth_rule(seed64):
     oversub = load_topology("h100-ib-2to1")
     assert group_bandwidth(oversub, 32) == 50e9  # one leaf: 4 nodes
     assert group_bandwidth(oversub, 64) == 25e9  # crosses the 2:1 leaf uplinks
-    par = ParallelSpec(tp=4, cp=2, pp=2, dp=4)
+    par = ParallelSpec(recompute="auto", tp=4, cp=2, pp=2, dp=4)
     assert group_spans(par) == {"tp": 4, "cp": 8, "pp": 64, "dpcp": 32}
     swapped = replace(par, order="cp-tp-ep-dp-pp")
     assert group_spans(swapped) == {"tp": 8, "cp": 2, "pp": 64, "dpcp": 32}
@@ -221,7 +221,7 @@ def test_bubble_matches_schedule_makespans(name):
 
 
 def test_schedules_in_estimate(llama70b, seed64):
-    par = ParallelSpec(tp=8, cp=1, pp=4, dp=2, gbs=512, seq=8192)
+    par = ParallelSpec(recompute="auto", tp=8, cp=1, pp=4, dp=2, gbs=512, seq=8192)
     base = estimate(llama70b, seed64, par, n_params=N_70B)
     assert base["breakdown_s"]["bubble"] == pytest.approx(3 * base["microbatch_time_s"])
     for name in ("zb-h1", "zb-h2", "zb-v", "dualpipe", "dualpipev"):
@@ -270,7 +270,7 @@ def test_breakdown_sums_to_step(block, request):
 
 
 def test_report_matches_simulator_keys(llama70b, seed64):
-    est = estimate(llama70b, seed64, ParallelSpec(tp=8, pp=4, dp=2, gbs=32, seq=8192))
+    est = estimate(llama70b, seed64, ParallelSpec(recompute="auto", tp=8, pp=4, dp=2, gbs=32, seq=8192))
     for key in ("step_time_s", "tokens_per_s", "tflops_per_gpu", "mfu", "hfu", "bubble_ratio",
                 "breakdown_s", "exposed_comm_s", "overlapped_comm_s", "peak_memory_gib",
                 "memory_capacity_gib", "fits_in_memory", "model_flops_per_step",
@@ -280,14 +280,14 @@ def test_report_matches_simulator_keys(llama70b, seed64):
 
 def test_does_not_fit_or_invalid(llama70b, seed64):
     base = dict(gbs=512, seq=8192)
-    assert estimate(llama70b, seed64, ParallelSpec(tp=1, cp=1, pp=1, dp=64, **base)) is None
+    assert estimate(llama70b, seed64, ParallelSpec(recompute="auto", tp=1, cp=1, pp=1, dp=64, **base)) is None
     with pytest.raises(SpecError, match=r"tp\*cp\*pp=1,.*no recompute count fits in 72\.0 GB"):
-        analytic_report(llama70b, seed64, ParallelSpec(tp=1, cp=1, pp=1, dp=64, **base))
+        analytic_report(llama70b, seed64, ParallelSpec(recompute="auto", tp=1, cp=1, pp=1, dp=64, **base))
     cases = [
-        (ParallelSpec(tp=16, pp=4, dp=1, **base), "tp=16 exceeds the 8 GPUs"),
-        (ParallelSpec(tp=8, pp=3, dp=1, **base), "does not divide the 80 layers"),
-        (ParallelSpec(tp=8, cp=4, dp=2, **base), "below min_cp_chunk=4096"),
-        (ParallelSpec(tp=8, dp=8, gbs=100, seq=8192), "gbs=100 is not divisible by dp\\*mbs=8"),
+        (ParallelSpec(recompute="auto", tp=16, pp=4, dp=1, **base), "tp=16 exceeds the 8 GPUs"),
+        (ParallelSpec(recompute="auto", tp=8, pp=3, dp=1, **base), "does not divide the 80 layers"),
+        (ParallelSpec(recompute="auto", tp=8, cp=4, dp=2, **base), "below min_cp_chunk=4096"),
+        (ParallelSpec(recompute="auto", tp=8, dp=8, gbs=100, seq=8192), "gbs=100 is not divisible by dp\\*mbs=8"),
         (ParallelSpec(tp=8, dp=8, recompute="0", gbs=32, seq=131072),
          "recompute=0 layers fits in 72.0 GB"),
     ]
@@ -296,16 +296,16 @@ def test_does_not_fit_or_invalid(llama70b, seed64):
         with pytest.raises(SpecError, match=message):
             analytic_report(llama70b, seed64, par)
     # a smaller CP chunk admits CP=4 at 8K
-    assert estimate(llama70b, seed64, ParallelSpec(tp=8, cp=4, dp=2, **base),
+    assert estimate(llama70b, seed64, ParallelSpec(recompute="auto", tp=8, cp=4, dp=2, **base),
                     min_cp_chunk=2048) is not None
     with pytest.raises(SpecError, match="needs 1024 GPUs"):
-        analytic_report(llama70b, seed64, ParallelSpec(tp=8, dp=128, **base))
+        analytic_report(llama70b, seed64, ParallelSpec(recompute="auto", tp=8, dp=128, **base))
     with pytest.raises(SpecError, match="dense models only"):
-        estimate(load_model("mixtral-8x7b"), seed64, ParallelSpec(tp=8, dp=8, **base))
+        estimate(load_model("mixtral-8x7b"), seed64, ParallelSpec(recompute="auto", tp=8, dp=8, **base))
 
 
 def test_fixed_recompute_and_node_count(llama70b, seed64, seed1024):
-    par = ParallelSpec(tp=8, cp=4, pp=2, dp=1, gbs=32, seq=131072)
+    par = ParallelSpec(recompute="auto", tp=8, cp=4, pp=2, dp=1, gbs=32, seq=131072)
     auto = estimate(llama70b, seed64, par, n_params=N_70B)
     assert auto["recompute_layers"] == [24, 24]
     full = estimate(llama70b, seed64, replace(par, recompute="full"), n_params=N_70B)
@@ -313,5 +313,5 @@ def test_fixed_recompute_and_node_count(llama70b, seed64, seed1024):
     assert full["memory_gib"] < auto["memory_gib"] and full["mfu"] < auto["mfu"]
     assert analytic_report(llama70b, seed64, par, n_params=N_70B) == auto
     # only per-GPU bandwidths and GPUs per node enter: the node count does not matter
-    big = ParallelSpec(tp=4, cp=2, pp=2, dp=64, gbs=512, seq=8192)
+    big = ParallelSpec(recompute="auto", tp=4, cp=2, pp=2, dp=64, gbs=512, seq=8192)
     assert estimate(llama70b, seed64, big) == estimate(llama70b, seed1024, big)

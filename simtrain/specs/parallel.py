@@ -17,7 +17,7 @@ from simtrain.mesh import DEFAULT_ORDER, parse_order
 if TYPE_CHECKING:  # pragma: no cover
     from simtrain.specs.model import ModelSpec
 
-RECOMPUTE_POLICIES = ("none", "selective", "full")
+RECOMPUTE_POLICIES = ("none", "selective", "full", "auto")
 
 
 @dataclass(frozen=True)
@@ -34,7 +34,7 @@ class ParallelSpec:
     seq: int = 4096  # sequence length, tokens
     zero: int = 1  # ZeRO stage 0-3 (1 = distributed optimizer)
     sp: bool = True  # sequence parallelism alongside TP (only meaningful when tp > 1)
-    recompute: str = "none"  # none | selective | full | N (full recompute of N layers per stage)
+    recompute: str = "none"  # none | selective | full | N (full recompute of N layers per stage) | auto
     schedule: str = "1f1b"  # pipeline schedule name or CSV path
     order: str = DEFAULT_ORDER  # rank order, innermost dimension first
     first_stage_layers: int | None = None  # layers of the first pipeline chunk; None = even split
@@ -71,7 +71,7 @@ class ParallelSpec:
         """Layers per stage that run a full recompute forward before their backward."""
         if self.recompute == "full":
             return layers_per_stage
-        if self.recompute in ("none", "selective"):
+        if self.recompute in ("none", "selective", "auto"):
             return 0
         return min(int(self.recompute), layers_per_stage)
 
@@ -86,7 +86,7 @@ def parse_recompute(value: str | int) -> str:
         return text
     if text.isdigit():
         return str(int(text))
-    raise SpecError(f"recompute={value!r}: must be none, selective, full or a layer count N >= 0")
+    raise SpecError(f"recompute={value!r}: must be none, selective, full, auto or a layer count N >= 0")
 
 
 def resolve_parallel(num_gpus: int, *, tp: int = 1, cp: int = 1, pp: int = 1, dp: int | None = None,

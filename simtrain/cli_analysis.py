@@ -1,0 +1,182 @@
+"""CLI commands that put the closed form beside the simulation: analytic, compare, search."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from simtrain.errors import SimtrainError
+
+
+def _analytic_for(scenario) -> dict:
+    from simtrain.analytic import ANALYTIC_SCHEDULES, analytic_report
+
+    par = scenario.parallel
+    if par.schedule not in ANALYTIC_SCHEDULES:
+        raise SimtrainError(f"--schedule {par.schedule}: the closed-form model has bubble formulas for "
+                            f"{', '.join(ANALYTIC_SCHEDULES)} only")
+    return analytic_report(scenario.model, scenario.cluster, par, schedule=par.schedule, gpu=scenario.gpu)
+
+
+def _resolve(args, run_settings):
+    from simtrain import api
+
+    settings = run_settings(args) or dict(api.DEFAULT_SCENARIO)
+    settings.setdefault("recompute", "auto")  # the closed form's rule unless the user fixed one
+    return api.resolve(settings)
+
+
+def cmd_analytic(args: argparse.Namespace, run_settings) -> int:
+    from simtrain.outputs.tables import run_summary
+
+    sc = _resolve(args, run_settings)
+    report = {**_analytic_for(sc), "config": _config(sc)}
+    if args.json:
+        print(json.dumps(report, sort_keys=True))
+        return 0
+    report.setdefault("num_microbatches", sc.parallel.num_microbatches)
+    print("closed-form estimate (course notes' parallel_plan.py model)\n")
+    print(run_summary(report))
+    print(f"\nrecomputed layers per stage: {report['recompute_layers']}")
+    return 0
+
+
+def _config(sc) -> dict:
+    from simtrain.api import _config as config
+
+    return config(sc)
+
+
+def cmd_compare(args: argparse.Namespace, run_settings) -> int:
+    from simtrain import api
+    from simtrain.compare import largest_differences, side_by_side
+    from simtrain.outputs.tables import fmt_seconds, table
+
+    sc = _resolve(args, run_settings)
+    analytic = {**_analytic_for(sc), "config": _config(sc)}
+    result = api.simulate(sc)
+    simulated = {**result.report, "wall_s": result.wall_s}
+    if args.out:
+        api.write_outputs(result, args.out, plot=not args.no_plot)
+    if args.json:
+        print(json.dumps({"analytic": analytic, "simulated": simulated}, sort_keys=True))
+        return 0
+    c = simulated["config"]
+    print(f"{c['model']} on {c['gpus']} x {c['gpu']}: TP={c['tp']} CP={c['cp']} PP={c['pp']} DP={c['dp']}, "
+          f"{c['schedule']}, seq {c['seq']}, gbs {c['gbs']}, recompute {sc.parallel.recompute}\n")
+    rows = [["step time", fmt_seconds(analytic["step_time_s"]), fmt_seconds(simulated["step_time_s"]),
+             f"{(simulated['step_time_s'] / analytic['step_time_s'] - 1):+.1%}"],
+            ["MFU", f"{analytic['mfu']:.1%}", f"{simulated['mfu']:.1%}",
+             f"{(simulated['mfu'] - analytic['mfu']) * 100:+.1f} pt"],
+            ["peak memory (GiB, stage 0)", f"{analytic['peak_memory_gib'][0]:.1f}",
+             f"{simulated['peak_memory_gib'][0]:.1f}",
+             f"{simulated['peak_memory_gib'][0] - analytic['peak_memory_gib'][0]:+.1f}"]]
+    for r in side_by_side(analytic, simulated):
+        rows.append([r["category"], f"{fmt_seconds(r['analytic_s'])} ({r['analytic_share']:.0%})",
+                     f"{fmt_seconds(r['simulated_s'])} ({r['simulated_share']:.0%})",
+                     f"{r['difference_s']:+.4g} s"])
+    print(table(rows, ["", "analytic", "simulated", "difference"]))
+    diffs = largest_differences(analytic, simulated)
+    if diffs:
+        print("\nlargest differences:")
+        for d in diffs:
+            where = "higher" if d["difference_s"] > 0 else "lower"
+            print(f"- {d['category']}: simulated {fmt_seconds(abs(d['difference_s']))} {where}: {d['cause']}")
+    return 0
+
+
+def _int_list(text: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(x) for x in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid list {text!r}: expected integers like 1,2,4") from None
+    if not values or min(values) < 0:
+        raise argparse.ArgumentTypeError(f"invalid list {text!r}: expected integers >= 0")
+    return values
+
+
+def _str_list(text: str) -> tuple[str, ...]:
+    return tuple(x.strip() for x in text.split(",") if x.strip())
+
+
+def cmd_search(args: argparse.Namespace, run_settings) -> int:
+    from simtrain.outputs.tables import table
+    from simtrain.schedules import GENERATORS
+    from simtrain.search import search
+    from simtrain.specs.model import load_model
+    from simtrain.topology import load_topology
+
+    load_model(args.model)
+    for name in args.schedules:
+        if name not in GENERATORS:
+            from simtrain.errors import unknown_name
+
+            raise unknown_name("schedule", name, GENERATORS)
+    cluster = load_topology(args.topology, nodes=args.nodes or None)
+    nodes = args.nodes or -(-args.gpus // cluster.gpus_per_node)
+    base = {"model": args.model, "topology": args.topology, "nodes": nodes, "seq": args.seq, "gbs": args.gbs}
+    results = Path(args.results) if args.results else None
+    if args.resume and results is None:
+        raise SimtrainError("--resume needs --results FILE (the file an earlier search appended to)")
+    quiet = args.json or not sys.stderr.isatty()
+
+    def progress(done: int, total: int, label: str) -> None:
+        width = 30
+        bar = "#" * (width * done // max(total, 1))
+        end = "\n" if quiet or done == total else ""
+        print(f"\r[{bar:<{width}}] {done}/{total} {label[:60]:<60}", end=end, file=sys.stderr, flush=True)
+
+    out = search(base, gpus=args.gpus, gpus_per_node=cluster.gpus_per_node, top=args.top, jobs=args.jobs,
+                 results=results, resume=args.resume, progress=progress, schedules=args.schedules,
+                 vpps=args.vpp, mbss=args.mbs, zeros=args.zero, recomputes=args.recompute)
+    if args.json:
+        print(json.dumps(out, sort_keys=True))
+        return 0
+    print(f"{out['candidates_enumerated']} layouts enumerated, {out['candidates_fit']} fit the closed-form "
+          f"ledger, {out['candidates_simulated']} simulated")
+    rows = []
+    for r in out["ranking"]:
+        fits = "" if r["fits_in_memory"] else "  (simulated peak exceeds memory)"
+        rows.append([str(r["simulated_rank"]), str(r["analytic_rank"]), r["label"],
+                     f"{r['simulated_mfu']:.1%}", f"{r['analytic_mfu']:.1%}",
+                     f"{r['simulated_step_time_s']:.3f}", f"{r['analytic_step_time_s']:.3f}" + fits])
+    print(table(rows, ["sim rank", "analytic rank", "layout", "sim MFU", "analytic MFU", "sim step s",
+                       "analytic step s"]))
+    rho = out["spearman"]
+    print(f"\nSpearman rank correlation between the two orders: {rho:.3f}" if rho is not None else
+          "\nSpearman rank correlation: undefined (fewer than two candidates)")
+    for r in out["failed"]:
+        print(f"failed: {r['label']}: {r['error']}")
+    return 0
+
+
+def add_commands(sub, add_run_flags, run_settings, positive_int) -> None:
+    """Register analytic, compare and search on the main parser's subcommands."""
+    p = sub.add_parser("analytic", help="the closed-form estimate of a configuration (same flags as run)")
+    add_run_flags(p)
+    p.set_defaults(func=lambda a: cmd_analytic(a, run_settings))
+
+    p = sub.add_parser("compare", help="analytic and simulated side by side, per category")
+    add_run_flags(p)
+    p.set_defaults(func=lambda a: cmd_compare(a, run_settings), out=None)
+
+    p = sub.add_parser("search", help="rank layouts by simulated step time, with the analytic rank beside")
+    p.add_argument("--model", required=True)
+    p.add_argument("--topology", required=True)
+    p.add_argument("--gpus", type=positive_int, required=True)
+    p.add_argument("--nodes", type=positive_int)
+    p.add_argument("--seq", type=positive_int, required=True)
+    p.add_argument("--gbs", type=positive_int, required=True)
+    p.add_argument("--schedules", type=_str_list, default=("1f1b",), help="comma-separated schedule names")
+    p.add_argument("--vpp", type=_int_list, default=(1,), help="virtual chunks to try (interleaved)")
+    p.add_argument("--mbs", type=_int_list, default=(1,), help="micro-batch sizes to try")
+    p.add_argument("--zero", type=_int_list, default=(1,), help="ZeRO stages to try")
+    p.add_argument("--recompute", type=_str_list, default=("auto",), help="recompute policies to try")
+    p.add_argument("--top", type=positive_int, help="simulate only the analytic top K")
+    p.add_argument("--jobs", type=positive_int, default=1, help="parallel processes")
+    p.add_argument("--results", metavar="FILE.jsonl", help="append each finished candidate here")
+    p.add_argument("--resume", action="store_true", help="skip candidates already in --results")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=lambda a: cmd_search(a, run_settings))
