@@ -27,7 +27,7 @@ from simtrain.timeline import Timeline
 from simtrain.topology import Cluster, Router, load_topology
 from simtrain.workload import WorkloadOptions, chunk_pass_times, lower, stage_layers
 
-NETWORKS = ("analytic", "none")
+NETWORKS = ("analytic", "flow", "none")
 
 #: The scenario ``simtrain run`` simulates with no arguments: the course notes' Llama-3-70B on 64
 #: H100s (their ``parallel_plan.py`` constants) with the textbook TP=8 x PP=4 x DP=2 layout and a
@@ -37,6 +37,11 @@ DEFAULT_SCENARIO: dict[str, Any] = {
     "model": "llama3-70b", "topology": "seed-h100", "gpus": 64, "tp": 8, "pp": 4, "cp": 1,
     "seq": 8192, "mbs": 1, "gbs": 32, "schedule": "1f1b",
 }
+
+#: Settings that describe a scenario (model, cluster, layout, batch); when none is given, the other
+#: settings (network, schedule, recompute, ...) apply to :data:`DEFAULT_SCENARIO`.
+SCENARIO_KEYS = ("model", "topology", "nodes", "gpus", "tp", "cp", "pp", "dp", "ep", "etp", "vpp", "seq",
+                 "mbs", "gbs")
 
 #: Every setting a run takes (flags and --config keys), with its type and default.
 SETTINGS: dict[str, tuple[type | tuple[type, ...], Any]] = {
@@ -52,6 +57,7 @@ SETTINGS: dict[str, tuple[type | tuple[type, ...], Any]] = {
     "order": (str, DEFAULT_ORDER),
     "first_stage_layers": (int, None), "last_stage_layers": (int, None), "balance_stages": (bool, False),
     "network": (str, "analytic"),
+    "collective_algo": (str, None),
     "efficiency": (float, None),
     "fold": (bool, True),
     "max_events": (int, engine.DEFAULT_MAX_EVENTS),
@@ -66,7 +72,8 @@ class Scenario:
     cluster: Cluster
     gpu: GpuSpec  # the cluster's GPU with any efficiency override
     parallel: ParallelSpec
-    network: str  # analytic | none (zero-cost communication)
+    network: str  # analytic | flow | none (zero-cost communication)
+    collective_algo: str | None  # force one collective algorithm (flow fidelity); None = tuner
     fold: bool
     max_events: int
     settings: dict = field(default_factory=dict)  # the settings as resolved, for the report
@@ -80,6 +87,7 @@ class SimResult:
     wall_s: float
     rank_labels: dict[int, str]
     static_bytes: dict[int, float]  # static memory per simulated rank
+    link_series: dict = field(default_factory=dict)  # "u->v" -> [(time_s, utilisation)] (flow fidelity)
 
 
 def load_config(path: str | Path) -> dict[str, Any]:
@@ -100,7 +108,10 @@ def resolve(settings: dict[str, Any] | None = None) -> Scenario:
     Missing keys take the defaults of :data:`SETTINGS`; with no settings at all the
     :data:`DEFAULT_SCENARIO` runs.
     """
-    given = dict(DEFAULT_SCENARIO if not settings else settings)
+    settings = dict(settings or {})
+    if not (set(settings) & set(SCENARIO_KEYS)):  # only options given: they modify the default scenario
+        settings = {**DEFAULT_SCENARIO, **settings}
+    given = settings
     unknown = sorted(set(given) - set(SETTINGS))
     if unknown:
         raise SpecError(f"unknown setting {unknown[0]!r} (valid: {', '.join(SETTINGS)})")
@@ -142,8 +153,16 @@ def resolve(settings: dict[str, Any] | None = None) -> Scenario:
     if par.recompute == "auto":
         par = replace(par, recompute=str(auto_recompute(model, cluster, gpu, par)))
         s["recompute_layers"] = int(par.recompute)
+    if s["collective_algo"] is not None:
+        from simtrain.collectives import check_algorithm
+
+        check_algorithm(s["collective_algo"])
+        if s["network"] != "flow":
+            raise SpecError(f"--collective-algo {s['collective_algo']} needs --network flow (the analytic "
+                            f"network charges ring collectives)")
     return Scenario(model=model, cluster=cluster, gpu=gpu, parallel=par, network=s["network"],
-                    fold=s["fold"], max_events=s["max_events"], settings=s)
+                    collective_algo=s["collective_algo"], fold=s["fold"], max_events=s["max_events"],
+                    settings=s)
 
 
 def auto_recompute(model: ModelSpec, cluster: Cluster, gpu: GpuSpec, par: ParallelSpec) -> int:
@@ -173,6 +192,10 @@ def simulate(scenario: Scenario, options: WorkloadOptions | None = None) -> SimR
     program = lower(model, par, scenario.gpu, schedule, mesh, opts)
     if scenario.network == "none":
         network = FreeNetwork()
+    elif scenario.network == "flow":
+        from simtrain.collectives import FlowNetwork
+
+        network = FlowNetwork(scenario.cluster, Router(scenario.cluster), algo=scenario.collective_algo)
     else:
         network = AnalyticNetwork(scenario.cluster, Router(scenario.cluster))
     result = engine.run(program, network, max_events=scenario.max_events)
@@ -183,14 +206,17 @@ def simulate(scenario: Scenario, options: WorkloadOptions | None = None) -> SimR
     labels = {r: (f"stage {program.rank_stage[r]} (rank {r}, stands for {program.rank_weight[r]})"
                   if program.rank_weight[r] > 1 else f"rank {r} (stage {program.rank_stage[r]})")
               for r in program.ranks}
+    links, link_series = ({}, {}) if result.flows is None else link_report(scenario.cluster, result.flows,
+                                                                            result.timeline.end_s)
     report = {
         **metrics,
+        "links": links,
         "num_events": result.num_events,
         "simulated_ranks": len(program.ranks),
         "num_microbatches": par.num_microbatches,
         "config": _config(scenario),
     }
-    return SimResult(scenario, result.timeline, report, wall, labels, dict(program.static_bytes))
+    return SimResult(scenario, result.timeline, report, wall, labels, dict(program.static_bytes), link_series)
 
 
 def build_schedule(scenario: Scenario, opts: WorkloadOptions | None = None):
@@ -211,6 +237,27 @@ def build_schedule(scenario: Scenario, opts: WorkloadOptions | None = None):
     return schedule
 
 
+def link_report(cluster: Cluster, flows, step_s: float, top: int = 10) -> tuple[dict, dict]:
+    """The ``links`` section (flow fidelity): per directed link that carried traffic, its bytes,
+    busy time and mean utilisation over the step; the ``top`` most utilised listed first, and
+    their utilisation over time for the trace's counter tracks."""
+    stats = flows.link_stats()
+    rows = []
+    for (u, v), st in stats.items():
+        bw = cluster.graph.edges[u, v]["bandwidth_Bps"]
+        rows.append({"link": f"{u}->{v}", "tier": cluster.graph.edges[u, v]["tier"], "bytes": st["bytes"],
+                     "busy_s": st["busy_s"], "utilisation": st["bytes"] / (bw * step_s) if step_s > 0 else 0.0,
+                     "peak_utilisation": st["peak_utilisation"], "_edge": (u, v), "_bw": bw})
+    rows.sort(key=lambda r: (-r["utilisation"], r["link"]))
+    series = {r["link"]: [(t, rate / r["_bw"]) for t, rate in flows.link_series(r["_edge"])] for r in rows[:top]}
+    for r in rows:
+        del r["_edge"], r["_bw"]
+    by_tier: dict[str, float] = {}
+    for r in rows:
+        by_tier[r["tier"]] = by_tier.get(r["tier"], 0.0) + r["bytes"]
+    return {"top": rows[:top], "links_used": len(rows), "bytes_by_tier": by_tier}, series
+
+
 def _config(sc: Scenario) -> dict:
     out = dict(sc.settings)
     out["model"] = sc.model.name
@@ -219,6 +266,9 @@ def _config(sc: Scenario) -> dict:
     out["gpu"] = sc.gpu.name
     out["efficiency"] = sc.gpu.efficiency
     return out
+
+
+LINK_PID_BASE = 1_000_000  # trace process ids of link-utilisation counter tracks
 
 
 def write_outputs(result: SimResult, out_dir: str | Path, plot: bool = True) -> dict[str, str]:
@@ -238,6 +288,8 @@ def write_outputs(result: SimResult, out_dir: str | Path, plot: bool = True) -> 
     memory = memory_timeline(result.timeline, result.static_bytes)
     counters = [e for rank, (t, level) in sorted(memory.items())
                 for e in counter_events("memory", rank_pid(rank), list(zip(t, level / 2**30)), key="GiB")]
+    for i, (link, samples) in enumerate(sorted(result.link_series.items())):
+        counters += counter_events(f"link {link}", LINK_PID_BASE + i, samples, key="utilisation")
     write_trace(result.timeline, paths["trace"], rank_labels=result.rank_labels, counters=counters)
     if plot:
         from simtrain.outputs.gantt import draw_gantt

@@ -73,7 +73,10 @@ def _add_run_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--last-stage-layers", type=_positive_int, help="layers on the last pipeline chunk")
     p.add_argument("--balance-stages", action="store_true", default=None,
                    help="move layers off the first and last stages to equalise stage times")
-    p.add_argument("--network", help="network model: analytic (default) or none (free communication)")
+    p.add_argument("--network", help="network model: analytic (default), flow (max-min fair flows on the "
+                   "topology graph) or none (free communication)")
+    p.add_argument("--collective-algo", help="force a collective algorithm in flow mode: ring, tree, "
+                   "hierarchical, nvls, direct (default: chosen per message like NCCL's tuner)")
     p.add_argument("--efficiency", type=_fraction, help="fraction of peak FLOP/s a GEMM reaches")
     p.add_argument("--no-fold", dest="fold", action="store_false", default=None,
                    help="simulate every rank instead of one representative per pipeline rank")
@@ -85,7 +88,7 @@ def _add_run_flags(p: argparse.ArgumentParser) -> None:
 
 _RUN_KEYS = ("model", "topology", "nodes", "gpus", "tp", "pp", "dp", "cp", "ep", "etp", "vpp", "schedule",
              "seq", "mbs", "gbs", "zero", "sp", "recompute", "order", "network", "efficiency", "fold",
-             "max_events", "first_stage_layers", "last_stage_layers", "balance_stages")
+             "max_events", "first_stage_layers", "last_stage_layers", "balance_stages", "collective_algo")
 
 
 def _settings(args: argparse.Namespace) -> dict[str, Any] | None:
@@ -266,8 +269,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_run)
 
     from simtrain.cli_analysis import add_commands
+    from simtrain.collective_cmd import add_collective_command
 
     add_commands(sub, _add_run_flags, _settings, _positive_int)
+    add_collective_command(sub)
 
     p = sub.add_parser("schedule", help="run a pipeline schedule alone with fixed action costs")
     p.add_argument("name", metavar="NAME|FILE.csv", help="schedule name or CSV file")

@@ -32,6 +32,7 @@ DEFAULT_MAX_EVENTS = 50_000_000
 class RunResult:
     timeline: Timeline
     num_events: int  # operations executed (each is one start and one end event)
+    flows: object = None  # the flow model after the run (flow fidelity), for link statistics
 
 
 class _Run:
@@ -47,11 +48,18 @@ class _Run:
         self.done_events: list = [None] * n
         self.arrivals: dict[tuple, list] = {}
         self.recv_free: dict[int, simpy.Resource] = {}
-        self.waiting_on: dict[tuple[int, int], int] = {}
         self.executed = 0
         self.tl = TimelineBuilder()
         self.flow_ids = 0
         self.comm_cache: dict[tuple, float] = {}
+        # flow fidelity: transfers become flows on a shared max-min fair link model
+        self.flows = network.new_model() if hasattr(network, "plan") else None
+        self.flow_waiters: dict[int, simpy.Event] = {}
+        self.next_transfer = 0
+        self.wake = self.env.event()
+        if self.flows is not None:
+            self.flows.history = []
+            self.env.process(self.network_process())
 
     # ---- costs -------------------------------------------------------------------------------
     def _comm_time(self, op) -> float:
@@ -61,10 +69,54 @@ class _Run:
             groups = self.prog.group_sets[op.group_set]
             if op.comm == "p2p":
                 t = max(self.net.p2p_time(a, b, op.nbytes) for a, b in groups)
-            else:
-                t = max(self.net.collective_time(op.comm, g, op.nbytes) for g in groups)
+            else:  # "a+b": collectives of equal size run back to back as one op
+                parts = op.comm.split("+")
+                size = op.nbytes / len(parts)
+                t = max(sum(self.net.collective_time(c, g, size) for c in parts) for g in groups)
             self.comm_cache[key] = t
         return t
+
+    # ---- flow fidelity -----------------------------------------------------------------------
+    def network_process(self):
+        """Wakes when a flow ends or a transfer completes, and whenever a transfer is added."""
+        env, flows = self.env, self.flows
+        while True:
+            t = flows.next_event_s()
+            if t is None:
+                yield self.wake
+            else:
+                yield self.wake | env.timeout(max(0.0, t - env.now))
+            if self.wake.triggered:
+                self.wake = env.event()
+            for tid in flows.advance(env.now):
+                self.flow_waiters.pop(tid).succeed()
+
+    def _transfer(self, op):
+        """Run ``op``'s communication as flows: its plan's phases one after another."""
+        groups = self.prog.group_sets[op.group_set]
+        parts = ["p2p"] if op.comm == "p2p" else op.comm.split("+")
+        size = op.nbytes / len(parts)
+        for part in parts:
+            for phase in self.net.plan(part, groups, size):
+                tid = self.next_transfer
+                self.next_transfer += 1
+                ev = self.flow_waiters[tid] = self.env.event()
+                self.flows.add(self.env.now, tid, phase.flows, phase.latency_s)
+                if not self.wake.triggered:
+                    self.wake.succeed()
+                yield ev
+
+    def _launch(self, op):
+        yield from self._transfer(op)
+
+    def _communicate(self, op, duration_hint=None):
+        """Wait out one communication op: a fixed time (analytic) or its flows (flow fidelity)."""
+        if self.flows is None:
+            duration = self._comm_time(op) if duration_hint is None else duration_hint
+            if duration > 0:
+                yield self.env.timeout(duration)
+        else:
+            yield from self._transfer(op)
 
     # ---- processes ---------------------------------------------------------------------------
     def _wait(self, dep: int):
@@ -101,7 +153,6 @@ class _Run:
         finished = self.finished
         for i in op_ids:
             op = ops[i]
-            self.waiting_on[(rank, stream)] = i
             for d in op.deps:
                 if not finished[d]:
                     yield self._wait(d)
@@ -118,9 +169,7 @@ class _Run:
                 with res.request() as req:
                     yield req
                     start = env.now
-                    duration = self._comm_time(op)
-                    if duration > 0:
-                        yield env.timeout(duration)
+                    yield from self._communicate(op)
                 flow = self.flow_ids
                 self.flow_ids += 1
                 self._record(op, rank, stream, op.name, start, env.now, flow=flow)
@@ -133,14 +182,19 @@ class _Run:
                     entry = self.arrivals[op.key] = [0, env.event()]
                 entry[0] += 1
                 if entry[0] == self.prog.members[op.key]:
-                    entry[1].succeed(self._comm_time(op))
+                    # the last member to arrive launches the collective; the others wait for it
+                    entry[1].succeed(None if self.flows is not None else self._comm_time(op))
+                    if self.flows is not None:
+                        entry.append(env.process(self._launch(op)))
                 duration = yield entry[1]
                 start = env.now
-                if duration > 0:
-                    yield env.timeout(duration)
+                if self.flows is None:
+                    if duration > 0:
+                        yield env.timeout(duration)
+                else:
+                    yield entry[2]
                 self._record(op, rank, stream, op.name, start, env.now)
                 self._finish(op, start, env.now)
-        self.waiting_on.pop((rank, stream), None)
 
     # ---- driver ------------------------------------------------------------------------------
     def run(self) -> RunResult:
@@ -150,12 +204,16 @@ class _Run:
         if not all(self.finished):
             raise SimulationError(self._deadlock_message())
         self._check_invariants()
-        return RunResult(self.tl.build(), self.executed)
+        return RunResult(self.tl.build(), self.executed, self.flows)
 
     def _deadlock_message(self) -> str:
         ops = self.prog.ops
         parts = []
-        for (rank, stream), i in sorted(self.waiting_on.items()):
+        heads = [(key, next((i for i in ids if not self.finished[i]), None))
+                 for key, ids in sorted(self.prog.order.items())]
+        for (rank, stream), i in heads:
+            if i is None:
+                continue
             op = ops[i]
             pending = [ops[d].label() for d in op.deps if not self.finished[d]]
             why = f"waits for {pending[0]}" if pending else "waits for the other members of its collective"
@@ -177,6 +235,14 @@ class _Run:
             s, e = start[op_ids], end[op_ids]
             if len(op_ids) > 1 and np.any(s[1:] + tol < e[:-1]):
                 raise AssertionError("a stream ran two operations at once")
+        if self.flows is not None:
+            self.flows.check_capacity()
+            peak = float(self.flows.link_peak.max(initial=0.0))
+            if peak > 1 + 1e-9:
+                raise AssertionError(f"a link carried {peak:.6f} of its bandwidth")
+            if abs(self.flows.bytes_added - self.flows.bytes_delivered) > 1e-6 * max(1.0, self.flows.bytes_added):
+                raise AssertionError(f"flows delivered {self.flows.bytes_delivered} of "
+                                     f"{self.flows.bytes_added} bytes sent")
         recv: dict[int, list[tuple[float, float]]] = {}
         for op in ops:
             if op.comm == "p2p":

@@ -114,6 +114,8 @@ class FlowModel:
         self.finish_s: dict[int, float] = {}
         self.now = 0.0
         self.version = 0  # bumped by every add(): a wake-up planned under another version is stale
+        self.history: list[tuple[float, np.ndarray, np.ndarray]] | None = None  # set to [] to record
+        self.history_limit = 2_000_000  # link-rate samples kept at most (then recording stops)
         self.bytes_added = 0.0
         self.bytes_delivered = 0.0
         self.flows_added = 0
@@ -311,11 +313,15 @@ class FlowModel:
         slots, links = self._component()
         self._dirty = set()
         self.recomputes += 1
+        if self.history is not None:
+            touched = np.flatnonzero(self.link_rate) if links is None else np.asarray(links, dtype=np.int64)
         if links is None:
             self.link_rate[:] = 0.0
         else:
             self.link_rate[links] = 0.0
         if slots.size == 0:
+            if self.history is not None:
+                self._remember(touched)
             return
         paths = [self._flinks[s] for s in slots.tolist()]
         lens = np.fromiter((p.size for p in paths), dtype=np.int64, count=len(paths))
@@ -326,6 +332,25 @@ class FlowModel:
         self.rate[slots] = rates
         self.link_rate[used] = np.bincount(local, weights=rates[pair_flow], minlength=used.size)
         self.link_peak[used] = np.maximum(self.link_peak[used], self.link_rate[used] / self.capacity[used])
+        if self.history is not None:
+            self._remember(np.union1d(touched, used))
+
+    def _remember(self, links: np.ndarray) -> None:
+        """With :attr:`history` on, log (time, links, their summed rates) after each recompute."""
+        if self.history is None or self.history_limit <= 0:
+            return
+        self.history_limit -= links.size
+        self.history.append((self.now, links.copy(), self.link_rate[links].copy()))
+
+    def link_series(self, link: Link) -> list[tuple[float, float]]:
+        """(time, bytes/s) steps of one link's load from :attr:`history` (empty when not recorded)."""
+        i = self.index[link]
+        out = []
+        for t, links, rates in self.history or ():
+            hit = np.flatnonzero(links == i)
+            if hit.size:
+                out.append((t, float(rates[hit[0]])))
+        return out
 
     def _component(self) -> tuple[np.ndarray, list[int] | None]:
         """Active flows reachable from the dirty links through shared links (breadth-first),

@@ -151,7 +151,8 @@ class _Lowering:
         self.needs: list[tuple[int, tuple]] = []  # (op id, send key)
         self.counters: dict[tuple[int, int], int] = {}
         self.group_cache: dict[tuple, tuple[tuple[int, ...], ...]] = {}
-        self.cost_cache: dict[tuple, tuple[float, float, float]] = {}
+        self.cost_cache: dict[tuple, float] = {}
+        self.memo: dict[tuple, object] = {}
         self.recompute_layers = par.recompute_layers(max(len(c) for c in self.chunks))
         self.selective = par.recompute == "selective"
         moe_layers = [i for i in range(model.layers) if model.is_moe_layer(i)]
@@ -165,10 +166,10 @@ class _Lowering:
         par, m, chunks = self.par, self.model, self.sched.chain_length
         if par.balance_stages and chunks > 1:
             sh, t = self.shape, lambda c: c.time_s(self.gpu)  # noqa: E731
-            layer = sum(t(costs.attention_cost(m, sh, k)) + t(costs.mlp_cost(m, sh, k, m.layers - 1))
+            layer = sum(t(self._c(costs.attention_cost, k)) + t(costs.mlp_cost(m, sh, k, m.layers - 1))
                         for k in ("F", "B"))
-            first = sum(t(costs.embedding_cost(m, sh, k)) for k in ("F", "B")) if self.opts.embedding else 0.0
-            last = sum(t(costs.lm_head_cost(m, sh, k)) for k in ("F", "B")) if self.opts.lm_head else 0.0
+            first = sum(t(self._c(costs.embedding_cost, k)) for k in ("F", "B")) if self.opts.embedding else 0.0
+            last = sum(t(self._c(costs.lm_head_cost, k)) for k in ("F", "B")) if self.opts.lm_head else 0.0
             f, l_ = balanced_split(m, chunks, layer, first, last)
             return stage_layers(m, chunks, f, l_)
         return stage_layers(m, chunks, par.first_stage_layers, par.last_stage_layers)
@@ -203,12 +204,30 @@ class _Lowering:
     # ---- op emission -------------------------------------------------------------------------
     def _emit(self, rank: int, stream: str, kind: str, name: str, stage: int, layer: int, mb: int,
               deps: list[int], cost: costs.OpCost | None = None, **kw) -> Op:
-        deps = [d for d in deps if d is not None]
+        if None in deps:
+            deps = [d for d in deps if d is not None]
         op = Op(0, rank, STREAM[stream], KIND[kind], name, stage, layer, mb, deps=deps, **kw)
         if cost is not None:
-            op.flops, op.nbytes = cost.flops, cost.bytes
+            op.flops = cost.flops
+            op.nbytes = cost.bytes
             op.duration_s = self._time(cost)
         return self.prog.add(op)
+
+    def _c(self, fn, *args):
+        """A cost function of (model, shape, *args), computed once per distinct arguments."""
+        key = (fn, args)
+        value = self.memo.get(key)
+        if value is None:
+            value = self.memo[key] = fn(self.model, self.shape, *args)
+        return value
+
+    def _mlp(self, kind: str, layer: int) -> costs.OpCost:
+        """The MLP cost depends on the layer only through whether it is an MoE layer."""
+        key = ("mlp", kind, self.model.is_moe_layer(layer))
+        value = self.memo.get(key)
+        if value is None:
+            value = self.memo[key] = costs.mlp_cost(self.model, self.shape, kind, layer)
+        return value
 
     def _time(self, cost: costs.OpCost) -> float:
         key = (cost.flops, cost.bytes)
@@ -228,7 +247,18 @@ class _Lowering:
 
     # ---- one action --------------------------------------------------------------------------
     def _tp(self, rank, op_name, stage, layer, mb, last):
+        """A TP collective after ``last``. When ``last`` is itself the TP collective emitted just
+        before (a reduce-scatter closing one block, the all-gather opening the next, with no
+        compute between them), the two become one op running both back to back: same timing,
+        half the events."""
         if self.par.tp == 1 or not self.opts.tp_comm:
+            return last
+        ops = self.prog.ops
+        if last is not None and last == len(ops) - 1 and ops[last].stream == STREAM["tp"]:
+            prev = ops[last]
+            prev.comm = f"{prev.comm}+{op_name}"
+            prev.name = f"{prev.name}+{op_name}"
+            prev.nbytes += costs.tp_collective_bytes(self.model, self.shape)
             return last
         op = self._collective(rank, "tp", "tp", op_name, costs.tp_collective_bytes(self.model, self.shape),
                               stage, layer, mb, [last] if last is not None else [])
@@ -282,7 +312,7 @@ class _Lowering:
             return self._moe(rank, kind, "F", stage, layer, mb, last)
         if pre:
             last = self._tp(rank, pre, stage, layer, mb, last)
-        op = self._compute(rank, kind, f"mlp.{kind}", stage, layer, mb, costs.mlp_cost(m, sh, "F", layer), last)
+        op = self._compute(rank, kind, f"mlp.{kind}", stage, layer, mb, self._mlp("F", layer), last)
         return self._tp(rank, post, stage, layer, mb, op.id)
 
     def _moe(self, rank, kind, pass_kind, stage, layer, mb, last):
@@ -356,10 +386,10 @@ class _Lowering:
         m, sh, cp = self.model, self.shape, self.par.cp
         if cp == 1:
             op = self._compute(rank, kind, f"attn.{kind}", stage, layer, mb,
-                               costs.attention_cost(m, sh, pass_kind, self.selective), last,
+                               self._c(costs.attention_cost, pass_kind, self.selective), last,
                                alloc=alloc, free=free)
             return op, op
-        qkv, core, out = costs.attention_parts(m, sh, pass_kind, self.selective)
+        qkv, core, out = self._c(costs.attention_parts, pass_kind, self.selective)
         backward = pass_kind in ("I", "B")
         first_cost, last_cost = (out, qkv) if backward else (qkv, out)
         names = ("proj_out", "proj_qkv") if backward else ("proj_qkv", "proj_out")
@@ -402,7 +432,7 @@ class _Lowering:
         else:
             if pre:
                 last = self._tp(rank, pre, stage, layer, mb, last)
-            op = self._compute(rank, kind, f"mlp.{kind}", stage, layer, mb, costs.mlp_cost(m, sh, kind, layer), last)
+            op = self._compute(rank, kind, f"mlp.{kind}", stage, layer, mb, self._mlp(kind, layer), last)
             self._grad_done(rank, stage, layer, op, kind)
             last = self._tp(rank, post, stage, layer, mb, op.id)
         if pre:
@@ -421,10 +451,10 @@ class _Lowering:
         if m.is_moe_layer(layer):
             last = self._moe(rank, "W", "W", stage, layer, mb, last)
         else:
-            op = self._compute(rank, "W", "mlp.W", stage, layer, mb, costs.mlp_cost(m, sh, "W", layer), last)
+            op = self._compute(rank, "W", "mlp.W", stage, layer, mb, self._mlp("W", layer), last)
             self._grad_done(rank, stage, layer, op, "W")
             last = op.id
-        op = self._compute(rank, "W", "attn.W", stage, layer, mb, costs.attention_cost(m, sh, "W"),
+        op = self._compute(rank, "W", "attn.W", stage, layer, mb, self._c(costs.attention_cost, "W"),
                            last, free=free)
         self._grad_done(rank, stage, layer, op, "W")
         return op.id
@@ -451,13 +481,13 @@ class _Lowering:
         if a.kind == "F":
             if first and self.opts.embedding:
                 last = self._compute(rank, "F", "embed.F", a.stage, -1, a.mb,
-                                     costs.embedding_cost(m, sh, "F"), last).id
+                                     self._c(costs.embedding_cost, "F"), last).id
             for layer in layers:
                 last = self._forward_layer(rank, a.stage, layer, a.mb, last)
             if last_chunk and self.opts.lm_head:
                 logits = 4.0 * sh.tokens * m.vocab / sh.tp
                 last = self._compute(rank, "F", "lm_head.F", a.stage, -1, a.mb,
-                                     costs.lm_head_cost(m, sh, "F"), last, alloc=logits).id
+                                     self._c(costs.lm_head_cost, "F"), last, alloc=logits).id
             self._needs_from(start, (prev_stage, a.mb, "act") if prev_stage is not None else None)
             if next_stage is not None:
                 self._send(rank, a.stage, next_stage, a.mb, "act", last)
@@ -465,27 +495,27 @@ class _Lowering:
             if last_chunk and self.opts.lm_head:
                 logits = 4.0 * sh.tokens * m.vocab / sh.tp
                 op = self._compute(rank, a.kind, f"lm_head.{a.kind}", a.stage, -1, a.mb,
-                                   costs.lm_head_cost(m, sh, a.kind), last, free=logits)
+                                   self._c(costs.lm_head_cost, a.kind), last, free=logits)
                 self._grad_done(rank, a.stage, -2, op, a.kind)
                 last = op.id
             for layer in reversed(layers):
                 last = self._backward_layer(rank, a.stage, layer, a.mb, last, a.kind)
             if first and self.opts.embedding and a.kind == "B":
                 op = self._compute(rank, "B", "embed.B", a.stage, -1, a.mb,
-                                   costs.embedding_cost(m, sh, "B"), last)
+                                   self._c(costs.embedding_cost, "B"), last)
                 self._grad_done(rank, a.stage, -1, op, "B")
             self._needs_from(start, (next_stage, a.mb, "grad") if next_stage is not None else None)
             if prev_stage is not None and last is not None:
                 self._send(rank, a.stage, prev_stage, a.mb, "grad", last)
         elif a.kind == "W":
             if last_chunk and self.opts.lm_head:
-                op = self._compute(rank, "W", "lm_head.W", a.stage, -1, a.mb, costs.lm_head_cost(m, sh, "W"), last)
+                op = self._compute(rank, "W", "lm_head.W", a.stage, -1, a.mb, self._c(costs.lm_head_cost, "W"), last)
                 self._grad_done(rank, a.stage, -2, op, "W")
                 last = op.id
             for layer in reversed(layers):
                 last = self._weight_layer(rank, a.stage, layer, a.mb, last)
             if first and self.opts.embedding:
-                op = self._compute(rank, "W", "embed.W", a.stage, -1, a.mb, costs.embedding_cost(m, sh, "W"), last)
+                op = self._compute(rank, "W", "embed.W", a.stage, -1, a.mb, self._c(costs.embedding_cost, "W"), last)
                 self._grad_done(rank, a.stage, -1, op, "W")
         else:
             raise ValueError(f"unexpected action kind {a.kind!r}")
