@@ -1,0 +1,124 @@
+"""The flow fidelity inside the engine: agreement with analytic when uncontended, contention
+between PP sends and DP reductions on a shared NIC, link report, invariants, the CLI."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from helpers import assert_user_error, cli, cli_json, tiny_model
+from simtrain import engine
+from simtrain.collectives import FlowNetwork
+from simtrain.network import AnalyticNetwork
+from simtrain.program import KIND, STREAM, Op, Program
+from simtrain.topology import Router, build_topology
+
+
+def cluster(nodes=2, gpus=8, nodes_per_leaf=2, oversubscription=1.0):
+    return build_topology({"gpu": "h100-sxm", "nodes": nodes,
+                           "node": {"gpus": gpus, "nic_gbps": 400, "pcie_GBps": 64},
+                           "fabric": {"kind": "fat-tree", "nodes_per_leaf": nodes_per_leaf, "spines": 2,
+                                      "oversubscription": oversubscription}}, "test")
+
+
+def one_op_program(comm, groups, nbytes, peer=-1):
+    prog = Program()
+    prog.rank_weight = {0: 1} if comm != "p2p" else {0: 1, peer: 1}
+    gid = prog.group_set_id(groups)
+    prog.add(Op(0, 0, STREAM["dp" if comm != "p2p" else "pp_send"], KIND["dp" if comm != "p2p" else "pp"],
+                comm, 0, -1, -1, nbytes=nbytes, comm=comm, group_set=gid, key=None if comm == "p2p" else ("k",),
+                peer=peer))
+    return prog
+
+
+@pytest.mark.parametrize("comm, groups", [
+    ("all_reduce", (tuple(range(8)),)),  # one node: NVLink ring
+    ("all_reduce", ((0, 8),)),  # across two nodes
+    ("all_gather", (tuple(range(8)),)),
+    ("p2p", ((0, 8),)),
+])
+def test_fidelities_agree_without_contention(comm, groups):
+    c = cluster()
+    router = Router(c)
+    nbytes = 256e6
+    peer = 8 if comm == "p2p" else -1
+    t_a = engine.run(one_op_program(comm, groups, nbytes, peer), AnalyticNetwork(c, router)).timeline.end_s
+    t_f = engine.run(one_op_program(comm, groups, nbytes, peer),
+                     FlowNetwork(c, router, algo="ring" if comm != "p2p" else None)).timeline.end_s
+    assert t_f == pytest.approx(t_a, rel=0.01)
+
+
+def test_default_scenario_agrees_across_fidelities(tmp_path):
+    a = cli_json("run", "--no-plot", "--out", tmp_path / "a")
+    f = cli_json("run", "--network", "flow", "--no-plot", "--out", tmp_path / "f")
+    assert f["step_time_s"] == pytest.approx(a["step_time_s"], rel=0.01)
+    assert a["links"] == {}
+    top = f["links"]["top"]
+    assert top and all(0 <= row["utilisation"] <= 1 + 1e-9 for row in top)
+    assert all(row["peak_utilisation"] <= 1 + 1e-9 for row in top)
+    trace = json.loads((tmp_path / "f" / "trace.json").read_text())
+    names = {e["name"] for e in trace["traceEvents"] if e["ph"] == "C"}
+    assert "memory" in names and any(n.startswith("link ") for n in names)
+
+
+def test_pp_and_dp_share_a_nic():
+    """A PP send and a DP all-reduce leaving through the same NIC take longer together than
+    alone in flow mode; the analytic model does not see it."""
+    c = cluster(nodes=2, gpus=1, nodes_per_leaf=2)
+    router = Router(c)
+    nbytes = 100e6
+
+    def program(with_dp: bool, with_pp: bool):
+        prog = Program()
+        prog.rank_weight = {0: 1, 1: 1}
+        if with_pp:
+            gid = prog.group_set_id(((0, 1),))
+            prog.add(Op(0, 0, STREAM["pp_send"], KIND["pp"], "pp.send", 0, -1, 0, nbytes=nbytes,
+                        comm="p2p", group_set=gid, peer=1))
+        if with_dp:
+            gid = prog.group_set_id(((0, 1),))
+            for rank in (0, 1):
+                prog.add(Op(0, rank, STREAM["dp"], KIND["dp"], "dp.all_reduce", 0, -1, -1, nbytes=nbytes,
+                            comm="all_reduce", group_set=gid, key=("dp",)))
+        return prog
+
+    flow = FlowNetwork(c, router, algo="ring")
+    alone_pp = engine.run(program(False, True), flow).timeline
+    together = engine.run(program(True, True), FlowNetwork(c, router, algo="ring")).timeline
+    pp_alone = alone_pp.spans(alone_pp.mask(stream="pp_send"))[0].duration_s
+    pp_shared = together.spans(together.mask(stream="pp_send"))[0].duration_s
+    assert pp_shared > 1.5 * pp_alone  # the NIC is shared: the send slows down
+    analytic = engine.run(program(True, True), AnalyticNetwork(c, router)).timeline
+    assert analytic.spans(analytic.mask(stream="pp_send"))[0].duration_s == pytest.approx(pp_alone, rel=0.01)
+
+
+def test_oversubscription_slows_concurrent_dp_in_flow_mode_only(tmp_path):
+    """8 nodes, one per leaf: the DP groups' ring hops cross the spine links."""
+    out = {}
+    for over in (1.0, 2.0):
+        c = cluster(nodes=8, gpus=8, nodes_per_leaf=1, oversubscription=over)
+        groups = tuple(tuple(n * 8 + g for n in range(8)) for g in range(8))
+        router = Router(c)
+        for name, net in (("analytic", AnalyticNetwork(c, router)), ("flow", FlowNetwork(c, router, algo="ring"))):
+            out[(name, over)] = engine.run(one_op_program("all_reduce", groups, 256 * 2**20), net).timeline.end_s
+    assert out[("flow", 2.0)] / out[("flow", 1.0)] == pytest.approx(2.0, rel=0.1)
+    assert out[("analytic", 2.0)] == pytest.approx(out[("analytic", 1.0)], rel=1e-9)
+
+
+def test_collective_command(tmp_path):
+    rep = cli_json("collective", "all-reduce", "--size", "1G", "--gpus", 8, "--topology", "h100-ib")
+    for key in ("time_s", "algbw_Bps", "busbw_Bps", "algorithm"):
+        assert key in rep
+    assert rep["busbw_Bps"] == pytest.approx(450e9, rel=0.01)  # an uncontended NVLink ring
+    flow = cli_json("collective", "all-reduce", "--size", "1G", "--gpus", 8, "--topology", "h100-ib",
+                    "--network", "flow")
+    assert flow["time_s"] == pytest.approx(rep["time_s"], rel=0.01)
+
+
+def test_collective_errors():
+    assert_user_error("collective", "all-reduce", "--size", "1G", "--gpus", 8, "--topology", "h100-ib",
+                      "--algo", "rng", contains=("rng", "ring"))
+    assert_user_error("collective", "all-reduce", "--size", "1G", "--ranks", "0,999", "--topology",
+                      "h100-ib", contains=("999",))
+    assert_user_error("run", "--collective-algo", "tree", contains=("--network flow",))
