@@ -249,7 +249,8 @@ def link_report(cluster: Cluster, flows, step_s: float, top: int = 10) -> tuple[
                      "busy_s": st["busy_s"], "utilisation": st["bytes"] / (bw * step_s) if step_s > 0 else 0.0,
                      "peak_utilisation": st["peak_utilisation"], "_edge": (u, v), "_bw": bw})
     rows.sort(key=lambda r: (-r["utilisation"], r["link"]))
-    series = {r["link"]: [(t, rate / r["_bw"]) for t, rate in flows.link_series(r["_edge"])] for r in rows[:top]}
+    raw = flows.link_series([r["_edge"] for r in rows[:top]])
+    series = {r["link"]: [(t, rate / r["_bw"]) for t, rate in raw[r["_edge"]]] for r in rows[:top]}
     for r in rows:
         del r["_edge"], r["_bw"]
     by_tier: dict[str, float] = {}
@@ -289,7 +290,9 @@ def write_outputs(result: SimResult, out_dir: str | Path, plot: bool = True) -> 
     counters = [e for rank, (t, level) in sorted(memory.items())
                 for e in counter_events("memory", rank_pid(rank), list(zip(t, level / 2**30)), key="GiB")]
     for i, (link, samples) in enumerate(sorted(result.link_series.items())):
-        counters += counter_events(f"link {link}", LINK_PID_BASE + i, samples, key="utilisation")
+        pid = LINK_PID_BASE + i
+        counters.append({"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": f"link {link}"}})
+        counters += counter_events(f"link {link}", pid, samples, key="utilisation")
     write_trace(result.timeline, paths["trace"], rank_labels=result.rank_labels, counters=counters)
     if plot:
         from simtrain.outputs.gantt import draw_gantt

@@ -55,9 +55,9 @@ from simtrain.flows import FlowModel, Link, Phase
 from simtrain.network import AnalyticNetwork, alpha_beta_time
 from simtrain.topology import Cluster, Router
 
-OPS = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all", "p2p")
+OPS = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all", "p2p", "ring_shift")
 ALGORITHMS = ("ring", "tree", "hierarchical", "nvls", "direct")
-SUPPORTS = {"ring": ("all_reduce", "reduce_scatter", "all_gather"), "tree": ("all_reduce",),
+SUPPORTS = {"ring": ("all_reduce", "reduce_scatter", "all_gather", "ring_shift"), "tree": ("all_reduce",),
             "hierarchical": ("all_reduce",), "nvls": ("all_reduce",),
             "direct": ("all_to_all", "p2p")}
 
@@ -74,7 +74,7 @@ def bus_factor(op: str, n: int) -> float:
     """nccl-tests' busbw / algbw factor (doc/PERFORMANCE.md): all-reduce ``2(n-1)/n``,
     reduce-scatter, all-gather and all-to-all ``(n-1)/n``, point-to-point 1."""
     op = normalize_op(op)
-    if op == "p2p":
+    if op in ("p2p", "ring_shift"):
         return 1.0
     if n <= 1:
         return 0.0
@@ -101,8 +101,11 @@ def _ring_phase(rings: Sequence[Sequence[int]], op: str, nbytes: float, router: 
                 name: str) -> Phase:
     """Concurrent rings (the same length) doing ``op`` on ``nbytes`` each, as one phase."""
     n = len(rings[0])
-    steps = 2 * (n - 1) if op == "all_reduce" else n - 1
-    volume = steps / n * nbytes
+    if op == "ring_shift":  # context parallelism: every rank passes S bytes to its successor once
+        steps, volume = 1, nbytes
+    else:
+        steps = 2 * (n - 1) if op == "all_reduce" else n - 1
+        volume = steps / n * nbytes
     flows, alpha = [], 0.0
     for ring in rings:
         f, a = _ring_flows(ring, volume, router)

@@ -55,6 +55,7 @@ class _Run:
         # flow fidelity: transfers become flows on a shared max-min fair link model
         self.flows = network.new_model() if hasattr(network, "plan") else None
         self.flow_waiters: dict[int, simpy.Event] = {}
+        self.interacting: dict[tuple, tuple] = {}
         self.next_transfer = 0
         self.wake = self.env.event()
         if self.flows is not None:
@@ -91,12 +92,36 @@ class _Run:
             for tid in flows.advance(env.now):
                 self.flow_waiters.pop(tid).succeed()
 
+    def _interacting(self, comm: str, groups: tuple, size: float) -> tuple:
+        """The groups a folded op must run as flows: those linked to the first group through
+        shared links (transitively). The others use links no simulated flow of this op touches,
+        and being identical they see the same contention among themselves, so leaving them out
+        changes no simulated time. Intra-node TP groups reduce to one; DP groups that share
+        spine links stay together."""
+        key = (comm, groups, size)
+        out = self.interacting.get(key)
+        if out is None:
+            links = [{link for ph in self.net.plan(comm, (g,), size) for f in ph.flows for link in f[0]}
+                     for g in groups]
+            keep, frontier = {0}, set(links[0])
+            changed = True
+            while changed:
+                changed = False
+                for i, ls in enumerate(links):
+                    if i not in keep and ls & frontier:
+                        keep.add(i)
+                        frontier |= ls
+                        changed = True
+            out = self.interacting[key] = tuple(g for i, g in enumerate(groups) if i in keep)
+        return out
+
     def _transfer(self, op):
         """Run ``op``'s communication as flows: its plan's phases one after another."""
-        groups = self.prog.group_sets[op.group_set]
+        all_groups = self.prog.group_sets[op.group_set]
         parts = ["p2p"] if op.comm == "p2p" else op.comm.split("+")
         size = op.nbytes / len(parts)
         for part in parts:
+            groups = self._interacting(part, all_groups, size) if len(all_groups) > 1 else all_groups
             for phase in self.net.plan(part, groups, size):
                 tid = self.next_transfer
                 self.next_transfer += 1

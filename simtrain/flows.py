@@ -100,6 +100,7 @@ class FlowModel:
         self.link_peak = np.zeros(nl)  # peak utilisation (rate / capacity)
         self._link_flows: list[set[int]] = [set() for _ in range(nl)]
         self._paths: dict[tuple[Link, ...], np.ndarray] = {}
+        self._memo: dict[tuple[int, ...], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         n = 64  # flow slots, grown by doubling; freed slots are reused smallest first
         self.rem, self.rate, self.size = np.zeros(n), np.zeros(n), np.zeros(n)
         self.active = np.zeros(n, dtype=bool)
@@ -323,14 +324,29 @@ class FlowModel:
             if self.history is not None:
                 self._remember(touched)
             return
+        # the same set of paths (a TP ring alone on its links, say) recurs thousands of times:
+        # its max-min solution depends only on the paths, so it is memoised by them
         paths = [self._flinks[s] for s in slots.tolist()]
-        lens = np.fromiter((p.size for p in paths), dtype=np.int64, count=len(paths))
-        pair_link = np.concatenate(paths)
-        pair_flow = np.repeat(np.arange(slots.size), lens)
-        used, local = np.unique(pair_link, return_inverse=True)
-        rates = max_min_rates(pair_flow, local, self.capacity[used], slots.size)
+        pids = [id(p) for p in paths]  # path arrays are interned in self._paths
+        order = sorted(range(len(pids)), key=pids.__getitem__)
+        key = tuple(pids[i] for i in order)
+        hit = self._memo.get(key)
+        if hit is None:
+            ordered = [paths[i] for i in order]
+            lens = np.fromiter((p.size for p in ordered), dtype=np.int64, count=len(ordered))
+            pair_link = np.concatenate(ordered)
+            pair_flow = np.repeat(np.arange(len(ordered)), lens)
+            used, local = np.unique(pair_link, return_inverse=True)
+            sorted_rates = max_min_rates(pair_flow, local, self.capacity[used], len(ordered))
+            link_rates = np.bincount(local, weights=sorted_rates[pair_flow], minlength=used.size)
+            if len(self._memo) > 50_000:
+                self._memo.clear()
+            hit = self._memo[key] = (sorted_rates, used, link_rates)
+        sorted_rates, used, link_rates = hit
+        rates = np.empty(len(order))
+        rates[order] = sorted_rates
         self.rate[slots] = rates
-        self.link_rate[used] = np.bincount(local, weights=rates[pair_flow], minlength=used.size)
+        self.link_rate[used] = link_rates
         self.link_peak[used] = np.maximum(self.link_peak[used], self.link_rate[used] / self.capacity[used])
         if self.history is not None:
             self._remember(np.union1d(touched, used))
@@ -342,14 +358,16 @@ class FlowModel:
         self.history_limit -= links.size
         self.history.append((self.now, links.copy(), self.link_rate[links].copy()))
 
-    def link_series(self, link: Link) -> list[tuple[float, float]]:
-        """(time, bytes/s) steps of one link's load from :attr:`history` (empty when not recorded)."""
-        i = self.index[link]
-        out = []
-        for t, links, rates in self.history or ():
-            hit = np.flatnonzero(links == i)
-            if hit.size:
-                out.append((t, float(rates[hit[0]])))
+    def link_series(self, links: Sequence[Link]) -> dict[Link, list[tuple[float, float]]]:
+        """(time, bytes/s) steps of each link's load from :attr:`history` (empty lists when not
+        recorded), in one pass over the history."""
+        want = {self.index[link]: link for link in links}
+        out: dict[Link, list[tuple[float, float]]] = {link: [] for link in links}
+        idx = np.fromiter(want, dtype=np.int64, count=len(want))
+        for t, ls, rates in self.history or ():
+            hit = np.isin(ls, idx)
+            for i, r in zip(ls[hit].tolist(), rates[hit].tolist()):
+                out[want[i]].append((t, r))
         return out
 
     def _component(self) -> tuple[np.ndarray, list[int] | None]:
