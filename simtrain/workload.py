@@ -87,11 +87,11 @@ def stage_layers(model: ModelSpec, chunks: int, first: int | None = None,
     return [range(bounds[i], bounds[i + 1]) for i in range(len(bounds) - 1)] + [range(L - last, L)]
 
 
-def balanced_split(model: ModelSpec, chunks: int, layer_s: float, first_extra_s: float,
+def balanced_split(model: ModelSpec, chunks: int, layer_s: list[float], first_extra_s: float,
                    last_extra_s: float) -> tuple[int, int]:
-    """(first, last) chunk layer counts that minimise the slowest chunk's time, where every layer
-    costs ``layer_s`` and the end chunks also carry the embedding (``first_extra_s``) and the LM
-    head and loss (``last_extra_s``); ties go to the most even split."""
+    """(first, last) chunk layer counts that minimise the slowest chunk's time, where layer i
+    costs ``layer_s[i]`` and the end chunks also carry the embedding (``first_extra_s``) and the
+    LM head and loss (``last_extra_s``); ties go to the most even split."""
     L = model.layers
     best = None
     for first in range(1, L):
@@ -100,7 +100,7 @@ def balanced_split(model: ModelSpec, chunks: int, layer_s: float, first_extra_s:
                 split = stage_layers(model, chunks, first, last)
             except SpecError:
                 continue
-            times = [len(r) * layer_s for r in split]
+            times = [sum(layer_s[i] for i in r) for r in split]
             times[0] += first_extra_s
             times[-1] += last_extra_s
             key = (max(times), max(len(r) for r in split) - min(len(r) for r in split), first, last)
@@ -166,10 +166,10 @@ class _Lowering:
         par, m, chunks = self.par, self.model, self.sched.chain_length
         if par.balance_stages and chunks > 1:
             sh, t = self.shape, lambda c: c.time_s(self.gpu)  # noqa: E731
-            layer = sum(t(self._c(costs.attention_cost, k)) + t(costs.mlp_cost(m, sh, k, m.layers - 1))
-                        for k in ("F", "B"))
-            first = sum(t(self._c(costs.embedding_cost, k)) for k in ("F", "B")) if self.opts.embedding else 0.0
-            last = sum(t(self._c(costs.lm_head_cost, k)) for k in ("F", "B")) if self.opts.lm_head else 0.0
+            layer = [sum(t(costs.attention_cost(m, sh, k)) + t(costs.mlp_cost(m, sh, k, i)) for k in ("F", "B"))
+                     for i in range(m.layers)]
+            first = sum(t(costs.embedding_cost(m, sh, k)) for k in ("F", "B")) if self.opts.embedding else 0.0
+            last = sum(t(costs.lm_head_cost(m, sh, k)) for k in ("F", "B")) if self.opts.lm_head else 0.0
             f, l_ = balanced_split(m, chunks, layer, first, last)
             return stage_layers(m, chunks, f, l_)
         return stage_layers(m, chunks, par.first_stage_layers, par.last_stage_layers)
