@@ -18,6 +18,7 @@ from simtrain.mesh import DEFAULT_ORDER, build_mesh
 from simtrain.metrics import summarize
 from simtrain.network import AnalyticNetwork, FreeNetwork
 from simtrain.costs import Shape, pp_activation_bytes
+from simtrain.routing import Routing
 from simtrain.schedules import load_schedule, validate
 from simtrain.specs.gpu import GpuSpec
 from simtrain.specs.model import ModelSpec, load_model
@@ -58,6 +59,7 @@ SETTINGS: dict[str, tuple[type | tuple[type, ...], Any]] = {
     "first_stage_layers": (int, None), "last_stage_layers": (int, None), "balance_stages": (bool, False),
     "network": (str, "analytic"),
     "collective_algo": (str, None),
+    "routing_skew": (float, 0.0), "routing_seed": (int, 0),
     "efficiency": (float, None),
     "fold": (bool, True),
     "max_events": (int, engine.DEFAULT_MAX_EVENTS),
@@ -76,6 +78,7 @@ class Scenario:
     collective_algo: str | None  # force one collective algorithm (flow fidelity); None = tuner
     fold: bool
     max_events: int
+    routing: Routing = Routing()  # MoE token routing
     settings: dict = field(default_factory=dict)  # the settings as resolved, for the report
 
 
@@ -162,7 +165,7 @@ def resolve(settings: dict[str, Any] | None = None) -> Scenario:
                             f"network charges ring collectives)")
     return Scenario(model=model, cluster=cluster, gpu=gpu, parallel=par, network=s["network"],
                     collective_algo=s["collective_algo"], fold=s["fold"], max_events=s["max_events"],
-                    settings=s)
+                    routing=Routing(skew=s["routing_skew"], seed=s["routing_seed"]), settings=s)
 
 
 def auto_recompute(model: ModelSpec, cluster: Cluster, gpu: GpuSpec, par: ParallelSpec) -> int:
@@ -187,7 +190,7 @@ def simulate(scenario: Scenario, options: WorkloadOptions | None = None) -> SimR
     par, model = scenario.parallel, scenario.model
     mesh = build_mesh(par.tp, par.cp, par.dp, par.pp, ep=par.ep, etp=par.etp, order=par.order,
                       gpus_per_node=scenario.cluster.gpus_per_node)
-    opts = options or WorkloadOptions(fold=scenario.fold)
+    opts = options or WorkloadOptions(fold=scenario.fold, routing=scenario.routing)
     schedule = build_schedule(scenario, opts)
     program = lower(model, par, scenario.gpu, schedule, mesh, opts)
     if scenario.network == "none":

@@ -78,6 +78,9 @@ def _add_run_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--collective-algo", help="force a collective algorithm in flow mode: ring, tree, "
                    "hierarchical, nvls, direct (default: chosen per message like NCCL's tuner)")
     p.add_argument("--efficiency", type=_fraction, help="fraction of peak FLOP/s a GEMM reaches")
+    p.add_argument("--routing-skew", type=_nonneg_float, help="MoE expert popularity skew (Zipf exponent; "
+                   "default 0 = uniform routing)")
+    p.add_argument("--routing-seed", type=_nonneg_int, help="seed of the skewed expert popularity (default 0)")
     p.add_argument("--no-fold", dest="fold", action="store_false", default=None,
                    help="simulate every rank instead of one representative per pipeline rank")
     p.add_argument("--max-events", type=_positive_int, help="stop after this many operations")
@@ -88,7 +91,7 @@ def _add_run_flags(p: argparse.ArgumentParser) -> None:
 
 _RUN_KEYS = ("model", "topology", "nodes", "gpus", "tp", "pp", "dp", "cp", "ep", "etp", "vpp", "schedule",
              "seq", "mbs", "gbs", "zero", "sp", "recompute", "order", "network", "efficiency", "fold",
-             "max_events", "first_stage_layers", "last_stage_layers", "balance_stages", "collective_algo")
+             "max_events", "first_stage_layers", "last_stage_layers", "balance_stages", "collective_algo", "routing_skew", "routing_seed")
 
 
 def _settings(args: argparse.Namespace) -> dict[str, Any] | None:

@@ -17,6 +17,7 @@ from simtrain.mesh import DEFAULT_ORDER, parse_order
 if TYPE_CHECKING:  # pragma: no cover
     from simtrain.specs.model import ModelSpec
 
+MIN_CP_TOKENS = 512  # shortest sequence slice per CP rank the simulator accepts
 RECOMPUTE_POLICIES = ("none", "selective", "full", "auto")
 
 
@@ -149,6 +150,10 @@ def validate_parallel(par: ParallelSpec, model: "ModelSpec", num_gpus: int | Non
         raise SpecError(f"gbs={par.gbs} gives {par.num_microbatches} micro-batches per pipeline "
                         f"(gbs/(dp*mbs)), fewer than pp={par.pp} stages; use gbs >= "
                         f"{par.pp * par.dp * par.mbs} or a smaller pp")
+    if par.cp > 1 and par.seq // par.cp < MIN_CP_TOKENS:
+        raise SpecError(f"cp={par.cp} leaves seq/cp={par.seq // par.cp} tokens per CP rank, below "
+                        f"{MIN_CP_TOKENS}: ring-attention chunks that short cannot hide their K/V "
+                        f"transfers (use cp <= {max(1, par.seq // MIN_CP_TOKENS)})")
     if par.cp > 1 and par.seq % (2 * par.cp):
         raise SpecError(f"seq={par.seq} is not divisible by 2*cp={2 * par.cp} (load-balanced "
                         f"causal context parallelism gives each CP rank two equal chunks)")
