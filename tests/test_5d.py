@@ -127,9 +127,8 @@ def test_zero3_gathers_hidden_on_fast_network_exposed_on_slow():
                  "fabric": {"kind": "fat-tree", "nodes_per_leaf": 8, "spines": 1}}
     share = {}
     for name, topo in (("fast", fast_topo), ("slow", slow_topo)):
-        import tempfile, tomllib  # noqa: E401,F401
-
         from simtrain.topology import build_topology
+
         cluster = build_topology(topo, name)
         sc = api.resolve(dict(model="llama3-8b", topology="h100-ib", gpus=8, seq=8192, gbs=16, zero=3))
         sc = api.with_settings(sc, cluster=cluster)
