@@ -123,13 +123,14 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    from simtrain.schedules import GENERATORS
+    from simtrain.schedules import GENERATORS, example_schedules
     from simtrain.specs.gpu import GPU_PRESETS
     from simtrain.specs.model import list_models
     from simtrain.topology import list_topologies
 
     names = {"models": list_models, "gpus": lambda: sorted(GPU_PRESETS),
-             "topologies": list_topologies, "schedules": lambda: sorted(GENERATORS)}[args.what]()
+             "topologies": list_topologies,
+             "schedules": lambda: sorted(GENERATORS) + example_schedules()}[args.what]()
     if args.json:
         print(json.dumps(names))
     else:

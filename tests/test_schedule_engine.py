@@ -128,3 +128,12 @@ def test_memory_order_between_schedules(tmp_path):
     assert peak["gpipe"] > peak["1f1b"]
     assert peak["zb-h2"] > peak["zb-h1"]
     assert peak["interleaved-1f1b"] > peak["1f1b"]
+
+
+def test_example_schedule_files_by_name():
+    names = cli_json("list", "schedules")
+    assert {"hand-4x4", "zb-h1-4x8", "interleaved-4x8-v2"} <= set(names)
+    rep = cli_json("schedule", "zb-h1-4x8", "--pp", 4, "--microbatches", 8)
+    assert rep["makespan"] == 27
+    code, _, err = cli("schedule", "hand-4x4", "--pp", 2, "--microbatches", 4)
+    assert code == 2 and "pp=2" in err

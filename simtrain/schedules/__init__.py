@@ -47,12 +47,19 @@ GENERATORS = {
 }
 
 
+def example_schedules() -> list[str]:
+    """Names of the example schedule files shipped in schedules/ (usable like built-in names)."""
+    from simtrain.presets import preset_dir
+
+    return sorted(p.name[:-4] for p in preset_dir("schedules").iterdir() if p.name.endswith(".csv"))
+
+
 def generate(name: str, pp: int, m: int, **params) -> Schedule:
     """Build a registered schedule for ``pp`` ranks and ``m`` micro-batches."""
     try:
         gen = GENERATORS[name]
     except KeyError:
-        raise unknown_name("schedule", name, GENERATORS) from None
+        raise unknown_name("schedule", name, list(GENERATORS) + example_schedules()) from None
     return gen(pp, m, **params)
 
 
@@ -64,8 +71,14 @@ def load_schedule(name_or_path: str | Path, pp: int, m: int, **params) -> Schedu
     """
     text = str(name_or_path)
     if not text.lower().endswith(".csv"):
-        return generate(text, pp, m, **params)
-    sched = read_schedule_csv(text)
+        if text in GENERATORS or text not in example_schedules():
+            return generate(text, pp, m, **params)
+        from simtrain.presets import preset_dir
+
+        example = preset_dir("schedules").joinpath(f"{text}.csv")
+        sched = schedule_from_csv(example.read_text(encoding="utf-8"), f"schedules/{text}.csv")
+    else:
+        sched = read_schedule_csv(text)
     if sched.num_ranks != pp:
         raise ScheduleError(f"{text}: the schedule has {sched.num_ranks} ranks (rows) but the pipeline "
                             f"has pp={pp}")
