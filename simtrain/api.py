@@ -259,7 +259,9 @@ def link_report(cluster: Cluster, flows, step_s: float, top: int = 10) -> tuple[
     by_tier: dict[str, float] = {}
     for r in rows:
         by_tier[r["tier"]] = by_tier.get(r["tier"], 0.0) + r["bytes"]
-    return {"top": rows[:top], "links_used": len(rows), "bytes_by_tier": by_tier}, series
+    everything = {r["link"]: r["utilisation"] for r in sorted(rows, key=lambda r: r["link"])}
+    return {"top": rows[:top], "links_used": len(rows), "bytes_by_tier": by_tier,
+            "utilisation_by_link": everything}, series
 
 
 def _config(sc: Scenario) -> dict:

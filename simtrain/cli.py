@@ -148,7 +148,7 @@ def cmd_topology(args: argparse.Namespace) -> int:
         from simtrain.outputs.topology_plot import draw_topology
 
         _check_suffix(args.draw, (".png", ".svg"), "--draw")
-        draw_topology(cluster, args.draw)
+        draw_topology(cluster, args.draw, link_utilisation=_utilisation(args.report, cluster))
         info["drawing"] = args.draw
     if args.json:
         print(json.dumps(info, sort_keys=True))
@@ -168,6 +168,31 @@ def cmd_topology(args: argparse.Namespace) -> int:
     if args.draw:
         print(f"wrote {args.draw}")
     return 0
+
+
+def _utilisation(path: str | None, cluster) -> dict | None:
+    """Link utilisation from a flow-fidelity report.json, keyed by graph edge."""
+    if path is None:
+        return None
+    try:
+        with open(path, encoding="utf-8") as fh:
+            report = json.load(fh)
+    except OSError as exc:
+        raise SimtrainError(f"--report {path}: cannot read ({exc.strerror})") from None
+    except json.JSONDecodeError as exc:
+        raise SimtrainError(f"--report {path}: not JSON ({exc.msg} at line {exc.lineno})") from None
+    links = report.get("links", {}).get("utilisation_by_link") if isinstance(report, dict) else None
+    if not links:
+        raise SimtrainError(f"--report {path}: has no link utilisation; write it with "
+                            f"simtrain run --network flow")
+    out = {}
+    for name, value in links.items():
+        u, _, v = name.partition("->")
+        if not cluster.graph.has_edge(u, v):
+            raise SimtrainError(f"--report {path}: link {name} is not in topology {cluster.name} with "
+                                f"{cluster.num_nodes} nodes (use the run's topology and --nodes)")
+        out[(u, v)] = float(value)
+    return out
 
 
 def cmd_mesh(args: argparse.Namespace) -> int:
@@ -299,6 +324,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("name", metavar="NAME|FILE", help="topology preset or .toml file")
     p.add_argument("--nodes", type=_positive_int, help="number of nodes")
     p.add_argument("--draw", metavar="OUT.png", help="render the graph to a PNG or SVG")
+    p.add_argument("--report", metavar="REPORT.json",
+                   help="with --draw: colour links by utilisation from a run's report.json (--network flow)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_topology)
 

@@ -184,4 +184,5 @@ def summarize(tl: Timeline, *, model: ModelSpec, gpu: GpuSpec, num_gpus: int, se
         "peak_memory_gib": [p / GiB for p in peak_by_stage],
         "memory_capacity_gib": gpu.usable_memory_bytes / GiB,
         "fits_in_memory": all(p <= gpu.usable_memory_bytes for p in peak_by_stage),
+        "memory_excess_gib": [max(0.0, p - gpu.usable_memory_bytes) / GiB for p in peak_by_stage],
     }

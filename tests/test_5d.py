@@ -190,3 +190,13 @@ def test_bad_5d_inputs():
                       "--tp", 1, "--dp", 1, contains=("does not match",))
     assert_user_error("run", "--pp", 16, "--gpus", 64, "--tp", 4, "--first-stage-layers", 70,
                       contains=("first_stage_layers=70",))
+
+
+def test_a_run_that_does_not_fit_says_where_and_by_how_much(tmp_path):
+    from helpers import cli
+
+    code, out, err = cli("run", "--model", "llama3-70b", "--topology", "seed-h100", "--gpus", 64, "--tp", 8,
+                         "--pp", 4, "--seq", 8192, "--gbs", 64, "--schedule", "gpipe", "--no-plot", "--out",
+                         tmp_path)
+    assert code == 0, err
+    assert "DOES NOT FIT" in out and "stage 0 exceeds the capacity by" in out

@@ -122,3 +122,17 @@ def test_collective_errors():
     assert_user_error("collective", "all-reduce", "--size", "1G", "--ranks", "0,999", "--topology",
                       "h100-ib", contains=("999",))
     assert_user_error("run", "--collective-algo", "tree", contains=("--network flow",))
+
+
+def test_topology_draw_coloured_by_a_flow_report(tmp_path):
+    assert cli("run", "--network", "flow", "--no-plot", "--out", tmp_path)[0] == 0
+    png = tmp_path / "t.png"
+    code, out, err = cli("topology", "seed-h100", "--draw", png, "--report", tmp_path / "report.json")
+    assert code == 0, err
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    analytic = tmp_path / "a"
+    assert cli("run", "--no-plot", "--out", analytic)[0] == 0
+    assert_user_error("topology", "seed-h100", "--draw", png, "--report", analytic / "report.json",
+                      contains=("no link utilisation", "--network flow"))
+    assert_user_error("topology", "seed-h100", "--nodes", 2, "--draw", png, "--report",
+                      tmp_path / "report.json", contains=("is not in topology",))

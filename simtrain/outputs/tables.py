@@ -49,6 +49,9 @@ def run_summary(report: dict) -> str:
         ["peak memory per stage", " ".join(f"{g:.1f}" for g in report["peak_memory_gib"]) +
          f" GiB of {report['memory_capacity_gib']:.1f}" + ("" if report["fits_in_memory"] else "  DOES NOT FIT")],
     ])
+    excess = [(i, x) for i, x in enumerate(report.get("memory_excess_gib", [])) if x > 0]
+    if excess:
+        top += "\n" + "; ".join(f"stage {i} exceeds the capacity by {x:.1f} GiB" for i, x in excess)
     rows = []
     for k in BREAKDOWN:
         v = report["breakdown_s"][k]
