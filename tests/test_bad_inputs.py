@@ -1,0 +1,155 @@
+"""Bad inputs tried as a new user would: each gets one line naming the input, the value and what
+would be valid, and exit status 2."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from helpers import assert_user_error
+
+RUN = ("run", "--no-plot")
+GOOD_TOPOLOGY = 'gpu = "h100-sxm"\nnodes = 2\n[node]\ngpus = 8\nnic_gbps = 400\n[fabric]\nkind = "fat-tree"\nnodes_per_leaf = 2\nspines = 2\n'
+
+FILES = {
+    "malformed.toml": 'name = "x"\nnodes = = 2\n',
+    "neg_bw.toml": GOOD_TOPOLOGY.replace("nic_gbps = 400", "nic_gbps = -400"),
+    "zero_bw.toml": GOOD_TOPOLOGY.replace("nic_gbps = 400", "nic_gbps = 0"),
+    "unknown_key.toml": GOOD_TOPOLOGY + "spine_count = 3\n",
+    "string_gpus.toml": GOOD_TOPOLOGY.replace("gpus = 8", 'gpus = "eight"'),
+    "unknown_gpu.toml": GOOD_TOPOLOGY.replace('"h100-sxm"', '"h100"'),
+    "disconnected.toml": 'gpu = "h100-sxm"\nnodes = 2\n[node]\ngpus = 8\n[fabric]\nkind = "none"\n',
+    "bad_fabric.toml": GOOD_TOPOLOGY.replace('"fat-tree"', '"dragonfly"'),
+    "model_missing.toml": "hidden = 1024\nlayers = 4\n",
+    "model_typo.toml": "hidden = 1024\nlayers = 4\nheads = 8\nffn = 4096\nvocab = 32000\nhiden = 3\n",
+    "model_bad_heads.toml": "hidden = 1024\nlayers = 4\nheads = 8\nkv_heads = 3\nffn = 4096\nvocab = 32000\n",
+    "model_negative.toml": "hidden = -1024\nlayers = 4\nheads = 8\nffn = 4096\nvocab = 32000\n",
+    "config.json": json.dumps({"model_type": "llama", "hidden_size": 1024}),
+    "bert.json": json.dumps({"model_type": "bert", "hidden_size": 768}),
+    "broken.json": '{"model_type": "llama",\n "hidden_size": 10,,}',
+    "exp_typo.toml": "tp = 8\nppp = 2\n",
+    "exp_type.toml": 'tp = "eight"\n',
+    "exp_malformed.toml": "tp = [8\n",
+    "missing_cell.csv": "0F0,0F1,0B0,0B1\n1F0,1B0,1F1\n",
+    "duplicate.csv": "0F0,0F1,0B0,0B1,0B1\n1F0,1B0,1F1,1B1\n",
+    "deadlock.csv": "0F0,0B0,0F1,0B1\n1F0,1F1,1B0,1B1\n",
+    "bad_cell.csv": "0F0,0F1,0B0,0X1\n1F0,1B0,1F1,1B1\n",
+    "w_before_i.csv": "0F0,0W0,0I0\n1F0,1I0,1W0\n",
+    "good2.csv": "0F0,0F1,0B0,0B1\n1F0,1B0,1F1,1B1\n",
+}
+
+CASES = [
+    # names
+    (("topology", "h100-i"), ("unknown topology 'h100-i'", "did you mean 'h100-ib'")),
+    ((*RUN, "--model", "llama3-7b"), ("unknown model 'llama3-7b'", "llama3-70b")),
+    ((*RUN, "--topology", "h100"), ("unknown topology 'h100'",)),
+    ((*RUN, "--schedule", "1f1c"), ("unknown schedule '1f1c'", "1f1b")),
+    ((*RUN, "--network", "flo"), ("network = 'flo'", "analytic")),
+    ((*RUN, "--collective-algo", "rng", "--network", "flow"), ("rng", "ring")),
+    (("list", "modles"), ("invalid choice", "models")),
+    (("frobnicate",), ("invalid choice",)),
+    (("collective", "all-reduc", "--size", "1G", "--gpus", "8", "--topology", "h100-ib"), ("all-reduc",)),
+    # flags
+    ((*RUN, "--tp", "x"), ("--tp", "'x'")),
+    ((*RUN, "--tp", "0"), ("--tp", "must be >= 1")),
+    ((*RUN, "--efficiency", "1.5"), ("--efficiency", "(0, 1]")),
+    ((*RUN, "--zero", "4"), ("ZeRO stage must be 0, 1, 2 or 3",)),
+    ((*RUN, "--recompute", "some"), ("recompute='some'", "selective")),
+    (("schedule", "1f1b", "--pp", "4", "--microbatches", "8", "--costs", "1,1"), ("F,I,W",)),
+    (("collective", "all-reduce", "--size", "lots", "--gpus", "8", "--topology", "h100-ib"), ("lots",)),
+    (("topology", "h100-ib", "--draw", "x.gif"), (".png or .svg",)),
+    # layouts
+    ((*RUN, "--model", "llama3-70b", "--gpus", "64", "--tp", "3"), ("gpus=64 is not divisible by tp*cp*pp=3",)),
+    ((*RUN, "--model", "llama3-70b", "--gpus", "64", "--tp", "16", "--nodes", "8"), ("tp=16 does not divide the 8 KV heads",)),
+    ((*RUN, "--gpus", "64", "--tp", "8", "--pp", "3", "--dp", "2"), ("does not match gpus=64",)),
+    ((*RUN, "--gpus", "64", "--tp", "8", "--pp", "4", "--gbs", "3"), ("gbs=3 is not divisible by dp*mbs=2",)),
+    ((*RUN, "--gpus", "64", "--tp", "8", "--pp", "4", "--gbs", "4"), ("fewer than pp=4 stages",)),
+    ((*RUN, "--gpus", "24", "--tp", "8", "--pp", "3", "--dp", "1", "--nodes", "3", "--gbs", "6"),
+     ("pp*vpp=3", "80 layers")),
+    ((*RUN, "--gpus", "640", "--nodes", "8"), ("gpus=640 exceeds",)),
+    ((*RUN, "--model", "llama3-8b", "--gpus", "16", "--tp", "2", "--ep", "2", "--topology", "h100-ib"),
+     ("has no experts",)),
+    ((*RUN, "--model", "mixtral-8x7b", "--gpus", "64", "--ep", "3", "--topology", "h100-ib"),
+     ("ep=3 does not divide the 8 experts",)),
+    ((*RUN, "--model", "llama3-8b", "--topology", "h100-ib", "--gpus", "64", "--tp", "8", "--cp", "8",
+      "--seq", "2048"), ("tokens per CP rank",)),
+    ((*RUN, "--gpus", "64", "--tp", "8", "--pp", "2", "--vpp", "3", "--gbs", "16"), ("pp*vpp=6",)),
+    ((*RUN, "--gpus", "64", "--tp", "8", "--pp", "1", "--vpp", "2"), ("vpp=2 needs pp > 1",)),
+    ((*RUN, "--gpus", "64", "--tp", "8", "--pp", "4", "--gbs", "16", "--schedule", "interleaved-1f1b",
+      "--vpp", "2", "--mbs", "1", "--dp", "2", "--gbs", "10"), ("interleaved-1f1b", "m=5")),
+    (("mesh", "--gpus", "16", "--order", "tp-dp-pp"), ("permutation",)),
+    (("mesh", "--gpus", "16", "--rank", "99"), ("rank 99",)),
+    ((*RUN, "--recompute", "100", "--gpus", "64", "--tp", "8"), ("recompute=100 layers exceeds",)),
+    ((*RUN, "--collective-algo", "tree"), ("--network flow",)),
+    (("search", "--model", "llama3-405b", "--topology", "seed-h100", "--gpus", "8", "--seq", "131072",
+      "--gbs", "8"), ("no configuration fits",)),
+    (("search", "--model", "llama3-8b", "--topology", "seed-h100", "--gpus", "8", "--seq", "8192",
+      "--gbs", "64", "--resume"), ("--resume needs --results",)),
+]
+
+FILE_CASES = [
+    (("topology", "{malformed.toml}"), ("malformed TOML", "line 2")),
+    (("topology", "{neg_bw.toml}"), ("nic_gbps", "-400")),
+    (("topology", "{zero_bw.toml}"), ("nic_gbps", "0")),
+    (("topology", "{unknown_key.toml}"), ("unknown key 'spine_count'",)),
+    (("topology", "{string_gpus.toml}"), ("gpus", "'eight'")),
+    (("topology", "{unknown_gpu.toml}"), ("unknown gpu 'h100'",)),
+    (("topology", "{disconnected.toml}"), ("route",)),
+    (("topology", "{bad_fabric.toml}"), ("dragonfly",)),
+    (("topology", "{nofile.toml}"), ("file not found",)),
+    ((*RUN, "--model", "{model_missing.toml}"), ("missing key",)),
+    ((*RUN, "--model", "{model_typo.toml}"), ("unknown key 'hiden'", "did you mean 'hidden'")),
+    ((*RUN, "--model", "{model_bad_heads.toml}"), ("kv_heads = 3",)),
+    ((*RUN, "--model", "{model_negative.toml}"), ("hidden = -1024",)),
+    ((*RUN, "--model", "{config.json}"), ("num_hidden_layers",)),
+    ((*RUN, "--model", "{bert.json}"), ("bert", "llama")),
+    ((*RUN, "--model", "{broken.json}"), ("line 2",)),
+    ((*RUN, "--config", "{exp_typo.toml}"), ("unknown key 'ppp'", "did you mean 'pp'")),
+    ((*RUN, "--config", "{exp_type.toml}"), ("tp", "'eight'")),
+    ((*RUN, "--config", "{exp_malformed.toml}"), ("malformed TOML",)),
+    ((*RUN, "--config", "{nofile.toml}"), ("file not found",)),
+    (("schedule", "{missing_cell.csv}", "--pp", "2", "--microbatches", "2"), ("rank 1 (line 2), cell 3", "missing")),
+    (("schedule", "{duplicate.csv}", "--pp", "2", "--microbatches", "2"), ("duplicate",)),
+    (("schedule", "{deadlock.csv}", "--pp", "2", "--microbatches", "2"), ("deadlock",)),
+    (("schedule", "{bad_cell.csv}", "--pp", "2", "--microbatches", "2"), ("cell 3", "0X1")),
+    (("schedule", "{w_before_i.csv}", "--pp", "2", "--microbatches", "1"), ("rank 0",)),
+    (("schedule", "{good2.csv}", "--pp", "4", "--microbatches", "2"), ("2 ranks", "pp=4")),
+    (("schedule", "{good2.csv}", "--pp", "2", "--microbatches", "3"), ("m=3",)),
+    (("schedule", "{nofile.csv}", "--pp", "2", "--microbatches", "2"), ("nofile.csv",)),
+]
+
+
+@pytest.mark.parametrize("argv, needles", CASES)
+def test_bad_input(argv, needles):
+    assert_user_error(*argv, contains=needles)
+
+
+@pytest.mark.parametrize("argv, needles", FILE_CASES)
+def test_bad_file(tmp_path, argv, needles):
+    for name, text in FILES.items():
+        (tmp_path / name).write_text(text)
+    paths = {f"{{{n}}}": str(tmp_path / n) for n in list(FILES) + ["nofile.toml", "nofile.csv"]}
+    argv = [paths.get(a, a) for a in argv]
+    if argv[0] == "schedule":
+        code_line = assert_user_error_first_line(*argv)
+        for n in needles:
+            assert n in code_line, code_line
+        return
+    assert_user_error(*argv, contains=needles)
+
+
+def assert_user_error_first_line(*argv):
+    """Schedule errors print one error line, then the rank-by-step grid."""
+    from helpers import cli
+
+    code, out, err = cli(*argv)
+    assert code == 2, (code, out, err)
+    assert "Traceback" not in err
+    first = err.splitlines()[0]
+    assert first.startswith("simtrain: error: ")
+    return first
+
+
+def test_at_least_forty_cases():
+    assert len(CASES) + len(FILE_CASES) >= 40
