@@ -83,7 +83,10 @@ def _add_run_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--routing-seed", type=_nonneg_int, help="seed of the skewed expert popularity (default 0)")
     p.add_argument("--no-fold", dest="fold", action="store_false", default=None,
                    help="simulate every rank instead of one representative per pipeline rank")
-    p.add_argument("--max-events", type=_positive_int, help="stop after this many operations")
+    p.add_argument("--max-events", type=_positive_int, help="stop after this many operations "
+                   "(default 50,000,000; a normal run stays far below)")
+    p.add_argument("--require-fit", action="store_true",
+                   help="fail (exit 2) when a stage's peak memory exceeds the GPU's capacity")
     p.add_argument("--out", default="out", help="output folder (default out/)")
     p.add_argument("--no-plot", action="store_true", help="skip timeline.png")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
@@ -112,6 +115,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     from simtrain.outputs.tables import run_summary
 
     result = api.simulate(api.resolve(_settings(args)))
+    if getattr(args, "require_fit", False) and not result.report["fits_in_memory"]:
+        over = [f"stage {i} by {x:.1f} GiB" for i, x in enumerate(result.report["memory_excess_gib"]) if x > 0]
+        raise SimtrainError(f"--require-fit: peak memory exceeds the {result.report['memory_capacity_gib']:.1f} "
+                            f"GiB usable per GPU on {', '.join(over)}; recompute more (--recompute full), "
+                            f"raise tp/pp/cp or use ZeRO-3")
     paths = api.write_outputs(result, args.out, plot=not args.no_plot)
     if args.json:
         print(json.dumps({**result.report, "wall_s": result.wall_s, "outputs": paths}, sort_keys=True))
