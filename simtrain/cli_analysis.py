@@ -65,7 +65,8 @@ def cmd_compare(args: argparse.Namespace, run_settings) -> int:
         return 0
     c = simulated["config"]
     print(f"{c['model']} on {c['gpus']} x {c['gpu']}: TP={c['tp']} CP={c['cp']} PP={c['pp']} DP={c['dp']}, "
-          f"{c['schedule']}, seq {c['seq']}, gbs {c['gbs']}, recompute {sc.parallel.recompute}\n")
+          f"{c['schedule']}, seq {c['seq']}, gbs {c['gbs']}, recompute {c['recompute']}"
+          + (f" ({sc.parallel.recompute} layers per stage)" if c["recompute"] == "auto" else "") + "\n")
     rows = [["step time", fmt_seconds(analytic["step_time_s"]), fmt_seconds(simulated["step_time_s"]),
              f"{(simulated['step_time_s'] / analytic['step_time_s'] - 1):+.1%}"],
             ["MFU", f"{analytic['mfu']:.1%}", f"{simulated['mfu']:.1%}",

@@ -1,0 +1,82 @@
+"""The README: its two set-up commands, its generated blocks, its examples, its pictures."""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+from helpers import cli
+
+ROOT = Path(__file__).resolve().parents[1]
+README = (ROOT / "README.md").read_text(encoding="utf-8")
+sys.path.insert(0, str(ROOT / "docs"))
+
+
+def test_readme_starts_with_the_two_commands():
+    first = re.search(r"```bash\n(.*?)```", README, re.S).group(1).strip().splitlines()
+    assert README.startswith("# simtrain\n\n```bash\n")
+    assert len(first) == 2
+    assert first[0].endswith("pip install . && simtrain run")
+    test_cmd = first[1].split(".venv/bin/activate && ", 1)[1]  # after creating and activating the venv
+    assert test_cmd in (ROOT / ".ci" / "run").read_text()
+
+
+def test_generated_blocks_are_current(tmp_path):
+    import make_tour
+
+    blocks = make_tour.tour_blocks(tmp_path)
+    for name, body in blocks.items():
+        m = make_tour.block_pattern(name).search(README)
+        assert m is not None, name
+        assert (m.group(2) or "").rstrip("\n") == body, f"README block {name} is stale: run python docs/make_tour.py"
+
+
+def test_every_flag_is_documented():
+    import argparse
+
+    from simtrain.cli import build_parser
+
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    for name, p in sub.choices.items():
+        assert f"simtrain {name}" in README
+        for action in p._actions:
+            for flag in action.option_strings:
+                if flag not in ("-h", "--help"):
+                    assert flag in README, f"simtrain {name} {flag} is not in the README"
+
+
+def readme_examples() -> list[str]:
+    out = []
+    for block in re.findall(r"```bash\n(.*?)```", README, re.S)[1:]:  # the first is the set-up
+        for cmd in block.replace("\\\n", " ").splitlines():
+            cmd = " ".join(cmd.split())
+            if cmd.startswith("simtrain "):
+                out.append(cmd)
+    return out
+
+
+@pytest.fixture(scope="module")
+def examples_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("readme-examples")
+
+
+@pytest.mark.parametrize("cmd", readme_examples())
+def test_readme_examples_run(cmd, examples_dir, monkeypatch):
+    monkeypatch.chdir(examples_dir)
+    code, out, err = cli(*cmd.split()[1:])
+    assert code == 0, err
+
+
+def test_readme_examples_found():
+    assert len(readme_examples()) >= 3
+
+
+@pytest.mark.parametrize("name", ["timeline.png", "zb-h1.png"])
+def test_tour_pictures(name):
+    data = (ROOT / "docs" / "img" / name).read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    assert f"docs/img/{name}" in README
