@@ -109,7 +109,12 @@ def resolve(settings: dict[str, Any] | None = None) -> Scenario:
     """Resolve user settings (names, numbers) into a validated :class:`Scenario`.
 
     Missing keys take the defaults of :data:`SETTINGS`; with no settings at all the
-    :data:`DEFAULT_SCENARIO` runs.
+    :data:`DEFAULT_SCENARIO` runs. Impossible layouts raise :class:`~simtrain.errors.SpecError`.
+
+    >>> sc = resolve({"model": "llama3-8b", "topology": "h100-ib", "gpus": 16, "tp": 2, "pp": 2,
+    ...               "seq": 2048, "gbs": 16})
+    >>> sc.parallel.dp, sc.parallel.num_microbatches
+    (4, 4)
     """
     settings = dict(settings or {})
     if not (set(settings) & set(SCENARIO_KEYS)):  # only options given: they modify the default scenario
@@ -185,7 +190,16 @@ def _analytic_schedule(par: ParallelSpec) -> str:
 
 
 def simulate(scenario: Scenario, options: WorkloadOptions | None = None) -> SimResult:
-    """Simulate one training step of ``scenario``."""
+    """Simulate one training step of ``scenario``: the timeline of every (representative) rank and
+    the report (step time, MFU, breakdown, memory; keys in the README).
+
+    >>> result = simulate(resolve({"model": "llama3-8b", "topology": "h100-ib", "gpus": 16, "tp": 2,
+    ...                            "pp": 2, "seq": 2048, "gbs": 16}))
+    >>> round(result.report["step_time_s"], 4), round(result.report["mfu"], 3)
+    (0.2291, 0.421)
+    >>> abs(sum(result.report["breakdown_s"].values()) - result.report["step_time_s"]) < 1e-9
+    True
+    """
     t0 = time.perf_counter()
     par, model = scenario.parallel, scenario.model
     mesh = build_mesh(par.tp, par.cp, par.dp, par.pp, ep=par.ep, etp=par.etp, order=par.order,

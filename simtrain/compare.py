@@ -42,7 +42,13 @@ CAUSES = {
 
 
 def side_by_side(analytic: dict, simulated: dict) -> list[dict]:
-    """One row per breakdown category: analytic and simulated seconds and shares, difference."""
+    """One row per breakdown category: analytic and simulated seconds and shares, difference.
+
+    >>> a = {"step_time_s": 2.0, "breakdown_s": dict.fromkeys(BREAKDOWN, 0.0) | {"compute": 2.0}}
+    >>> s = {"step_time_s": 2.5, "breakdown_s": dict.fromkeys(BREAKDOWN, 0.0) | {"compute": 2.0, "tp": 0.5}}
+    >>> [(r["category"], r["difference_s"]) for r in side_by_side(a, s) if r["difference_s"]]
+    [('tp', 0.5)]
+    """
     rows = []
     ta, ts = analytic["step_time_s"], simulated["step_time_s"]
     for k in BREAKDOWN:

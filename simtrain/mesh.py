@@ -131,7 +131,14 @@ class DeviceMesh:
 
 def build_mesh(tp: int, cp: int, dp: int, pp: int, ep: int = 1, etp: int | None = None,
                order: str = DEFAULT_ORDER, gpus_per_node: int = 8) -> DeviceMesh:
-    """The mesh of a layout; ``etp`` defaults to ``tp`` (Megatron's expert-tensor-parallel default)."""
+    """The mesh of a layout; ``etp`` defaults to ``tp`` (Megatron's expert-tensor-parallel default).
+
+    The course notes' example, 16 GPUs with TP=CP=DP=PP=2:
+
+    >>> mesh = build_mesh(tp=2, cp=2, dp=2, pp=2)
+    >>> mesh.groups("cp")[:2], mesh.group_of("pp", 13), mesh.intra_node("pp")
+    ([[0, 2], [1, 3]], [5, 13], False)
+    """
     dims = parse_order(order)
     etp = tp if etp is None else etp
     world = tp * cp * dp * pp

@@ -158,7 +158,13 @@ def _ranks(x: np.ndarray) -> np.ndarray:
 
 def search(base: dict, *, gpus: int, gpus_per_node: int, top: int | None, jobs: int,
            results: Path | None, resume: bool, progress=None, **grid) -> dict:
-    """Enumerate, estimate, simulate and rank. Returns a JSON-ready result."""
+    """Enumerate, estimate, simulate and rank. Returns a JSON-ready result.
+
+    >>> out = search({"model": "llama3-8b", "topology": "seed-h100", "nodes": 1, "seq": 8192, "gbs": 64},
+    ...              gpus=8, gpus_per_node=8, top=2, jobs=1, results=None, resume=False)
+    >>> out["candidates_fit"], [r["analytic_rank"] for r in sorted(out["ranking"], key=lambda r: r["analytic_rank"])]
+    (16, [1, 2])
+    """
     candidates = enumerate_candidates(base, gpus=gpus, gpus_per_node=gpus_per_node, **grid)
     estimated = []
     for c in candidates:

@@ -18,6 +18,13 @@ DEFAULT_EFFICIENCY = 0.6
 
 @dataclass(frozen=True)
 class GpuSpec:
+    """One GPU model: peak math, memory and NVLink, and the GEMM efficiency the cost model uses.
+
+    >>> gpu = get_gpu("h100-sxm")
+    >>> gpu.effective_flops / 1e12, gpu.usable_memory_bytes / 2**30
+    (593.64, 80.0)
+    """
+
     name: str
     peak_bf16_flops: float  # dense BF16 tensor-core peak, FLOP/s
     peak_fp8_flops: float | None  # dense FP8 peak, FLOP/s; None where the GPU has no FP8

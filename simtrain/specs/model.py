@@ -27,7 +27,12 @@ NORMS = ("rms", "layer")
 
 @dataclass(frozen=True, kw_only=True)
 class ModelSpec:
-    """One decoder-only transformer. Every size is a count (of features, heads, layers, tokens)."""
+    """One decoder-only transformer. Every size is a count (of features, heads, layers, tokens).
+
+    >>> m = load_model("llama3-8b")
+    >>> m.params_total, m.kv_width
+    (8030261248, 1024)
+    """
 
     name: str  # preset or file name, used in messages
     hidden: int  # model width h (residual stream features)

@@ -23,6 +23,13 @@ RECOMPUTE_POLICIES = ("none", "selective", "full", "auto")
 
 @dataclass(frozen=True)
 class ParallelSpec:
+    """A parallel layout and batch shape; validated against a model by :func:`validate_parallel`.
+
+    >>> par = ParallelSpec(tp=8, pp=4, dp=2, gbs=512, seq=8192)
+    >>> par.world, par.num_microbatches, par.tokens_per_step
+    (64, 256, 4194304)
+    """
+
     tp: int = 1  # tensor parallel degree
     cp: int = 1  # context parallel degree (sequence split across ranks)
     pp: int = 1  # pipeline parallel degree (stages)

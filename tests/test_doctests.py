@@ -1,0 +1,19 @@
+"""The examples in the public API's docstrings run and print what they say."""
+
+from __future__ import annotations
+
+import doctest
+import importlib
+
+import pytest
+
+MODULES = ["simtrain.api", "simtrain.analytic", "simtrain.compare", "simtrain.search", "simtrain.specs.gpu",
+           "simtrain.specs.parallel", "simtrain.specs.model", "simtrain.mesh"]
+
+
+@pytest.mark.parametrize("name", MODULES)
+def test_docstring_examples(name):
+    module = importlib.import_module(name)
+    result = doctest.testmod(module, optionflags=doctest.NORMALIZE_WHITESPACE)
+    assert result.failed == 0
+    assert result.attempted > 0, f"{name} has no examples"
