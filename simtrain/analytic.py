@@ -391,7 +391,7 @@ def estimate(model: ModelSpec, cluster: Cluster, par: ParallelSpec, *, gpu: GpuS
     ``peak_memory_gib`` per stage, ...), plus ``memory_gib`` (the notes' number: the first
     stage), ``recompute_layers`` (per stage; one count for all stages, like Megatron-LM's
     ``--recompute-num-layers``) and ``"model": "analytic"``.
-    
+
     >>> from simtrain.specs.model import load_model
     >>> from simtrain.topology import load_topology
     >>> par = ParallelSpec(tp=4, cp=2, pp=2, dp=4, seq=8192, gbs=512, recompute="auto")
