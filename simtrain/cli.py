@@ -10,6 +10,7 @@ import json
 import sys
 from typing import Any
 
+from simtrain.cli_types import costs, fraction, nonneg_float, nonneg_int, positive_int
 from simtrain.errors import SimtrainError
 
 
@@ -20,70 +21,40 @@ class _Parser(argparse.ArgumentParser):
         raise SimtrainError(f"{self.prog}: {message} (see {self.prog} --help)")
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid integer {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} must be >= 1")
-    return value
-
-
-def _nonneg_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid integer {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{value} must be >= 0")
-    return value
-
-
-def _fraction(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid number {text!r}") from None
-    if not 0 < value <= 1:
-        raise argparse.ArgumentTypeError(f"{value} must be in (0, 1]")
-    return value
-
-
 def _add_run_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", metavar="FILE.toml", help="experiment TOML with the same keys as the flags")
     p.add_argument("--model", help="model preset or file (.toml, or a Hugging Face config.json)")
     p.add_argument("--topology", help="topology preset or .toml file")
-    p.add_argument("--nodes", type=_positive_int, help="nodes in the cluster (default: enough for --gpus)")
-    p.add_argument("--gpus", type=_positive_int, help="GPUs used (default: all of the topology)")
+    p.add_argument("--nodes", type=positive_int, help="nodes in the cluster (default: enough for --gpus)")
+    p.add_argument("--gpus", type=positive_int, help="GPUs used (default: all of the topology)")
     for dim, text in (("tp", "tensor"), ("pp", "pipeline"), ("dp", "data"), ("cp", "context"),
                       ("ep", "expert"), ("etp", "expert tensor")):
-        p.add_argument(f"--{dim}", type=_positive_int, help=f"{text} parallel degree")
-    p.add_argument("--vpp", type=_positive_int, help="virtual pipeline chunks per rank (interleaved)")
+        p.add_argument(f"--{dim}", type=positive_int, help=f"{text} parallel degree")
+    p.add_argument("--vpp", type=positive_int, help="virtual pipeline chunks per rank (interleaved)")
     p.add_argument("--schedule", metavar="NAME|FILE.csv", help="pipeline schedule (see simtrain list schedules)")
-    p.add_argument("--seq", type=_positive_int, help="sequence length, tokens")
-    p.add_argument("--mbs", type=_positive_int, help="micro-batch size, sequences")
-    p.add_argument("--gbs", type=_positive_int, help="global batch size, sequences")
-    p.add_argument("--zero", type=_nonneg_int, help="ZeRO stage 0-3 (default 1)")
+    p.add_argument("--seq", type=positive_int, help="sequence length, tokens")
+    p.add_argument("--mbs", type=positive_int, help="micro-batch size, sequences")
+    p.add_argument("--gbs", type=positive_int, help="global batch size, sequences")
+    p.add_argument("--zero", type=nonneg_int, help="ZeRO stage 0-3 (default 1)")
     p.add_argument("--sp", dest="sp", action="store_true", default=None, help="sequence parallelism (default on)")
     p.add_argument("--no-sp", dest="sp", action="store_false", help="no sequence parallelism")
     p.add_argument("--recompute", metavar="none|selective|full|N", help="activation recompute policy")
     p.add_argument("--order", help="rank order, innermost first (default tp-cp-ep-dp-pp)")
-    p.add_argument("--first-stage-layers", type=_positive_int, help="layers on the first pipeline chunk")
-    p.add_argument("--last-stage-layers", type=_positive_int, help="layers on the last pipeline chunk")
+    p.add_argument("--first-stage-layers", type=positive_int, help="layers on the first pipeline chunk")
+    p.add_argument("--last-stage-layers", type=positive_int, help="layers on the last pipeline chunk")
     p.add_argument("--balance-stages", action="store_true", default=None,
                    help="move layers off the first and last stages to equalise stage times")
     p.add_argument("--network", help="network model: analytic (default), flow (max-min fair flows on the "
                    "topology graph) or none (free communication)")
     p.add_argument("--collective-algo", help="force a collective algorithm in flow mode: ring, tree, "
                    "hierarchical, nvls, direct (default: chosen per message like NCCL's tuner)")
-    p.add_argument("--efficiency", type=_fraction, help="fraction of peak FLOP/s a GEMM reaches")
-    p.add_argument("--routing-skew", type=_nonneg_float, help="MoE expert popularity skew (Zipf exponent; "
+    p.add_argument("--efficiency", type=fraction, help="fraction of peak FLOP/s a GEMM reaches")
+    p.add_argument("--routing-skew", type=nonneg_float, help="MoE expert popularity skew (Zipf exponent; "
                    "default 0 = uniform routing)")
-    p.add_argument("--routing-seed", type=_nonneg_int, help="seed of the skewed expert popularity (default 0)")
+    p.add_argument("--routing-seed", type=nonneg_int, help="seed of the skewed expert popularity (default 0)")
     p.add_argument("--no-fold", dest="fold", action="store_false", default=None,
                    help="simulate every rank instead of one representative per pipeline rank")
-    p.add_argument("--max-events", type=_positive_int, help="stop after this many operations "
+    p.add_argument("--max-events", type=positive_int, help="stop after this many operations "
                    "(default 50,000,000; a normal run stays far below)")
     p.add_argument("--require-fit", action="store_true",
                    help="fail (exit 2) when a stage's peak memory exceeds the GPU's capacity")
@@ -231,26 +202,6 @@ def cmd_mesh(args: argparse.Namespace) -> int:
     return 0
 
 
-def _costs(text: str) -> tuple[float, float, float]:
-    try:
-        parts = [float(x) for x in text.split(",")]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid costs {text!r}: expected F,I,W, e.g. 1,1,1") from None
-    if len(parts) != 3 or any(not (p >= 0) or p == float("inf") for p in parts):
-        raise argparse.ArgumentTypeError(f"invalid costs {text!r}: expected three numbers >= 0, F,I,W")
-    return parts[0], parts[1], parts[2]
-
-
-def _nonneg_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid number {text!r}") from None
-    if not (0 <= value < float("inf")):
-        raise argparse.ArgumentTypeError(f"{value} must be a finite number >= 0")
-    return value
-
-
 def cmd_schedule(args: argparse.Namespace) -> int:
     from simtrain.outputs.tables import table
     from simtrain.schedule_run import run_schedule, schedule_report
@@ -308,17 +259,17 @@ def build_parser() -> argparse.ArgumentParser:
     from simtrain.cli_analysis import add_commands
     from simtrain.collective_cmd import add_collective_command
 
-    add_commands(sub, _add_run_flags, _settings, _positive_int)
+    add_commands(sub, _add_run_flags, _settings)
     add_collective_command(sub)
 
     p = sub.add_parser("schedule", help="run a pipeline schedule alone with fixed action costs")
     p.add_argument("name", metavar="NAME|FILE.csv", help="schedule name or CSV file")
-    p.add_argument("--pp", type=_positive_int, required=True, help="pipeline ranks")
-    p.add_argument("--microbatches", type=_positive_int, required=True, help="micro-batches per step")
-    p.add_argument("--vpp", type=_positive_int, help="model chunks per rank (interleaved-1f1b)")
-    p.add_argument("--costs", type=_costs, default=(1.0, 1.0, 1.0), metavar="F,I,W",
+    p.add_argument("--pp", type=positive_int, required=True, help="pipeline ranks")
+    p.add_argument("--microbatches", type=positive_int, required=True, help="micro-batches per step")
+    p.add_argument("--vpp", type=positive_int, help="model chunks per rank (interleaved-1f1b)")
+    p.add_argument("--costs", type=costs, default=(1.0, 1.0, 1.0), metavar="F,I,W",
                    help="cost of F, I and W for one plain stage (default 1,1,1)")
-    p.add_argument("--comm", type=_nonneg_float, default=0.0, help="p2p latency between stages (default 0)")
+    p.add_argument("--comm", type=nonneg_float, default=0.0, help="p2p latency between stages (default 0)")
     p.add_argument("--gantt", metavar="OUT.png|OUT.svg", help="draw the textbook picture")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_schedule)
@@ -330,7 +281,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("topology", help="describe a cluster topology")
     p.add_argument("name", metavar="NAME|FILE", help="topology preset or .toml file")
-    p.add_argument("--nodes", type=_positive_int, help="number of nodes")
+    p.add_argument("--nodes", type=positive_int, help="number of nodes")
     p.add_argument("--draw", metavar="OUT.png", help="render the graph to a PNG or SVG")
     p.add_argument("--report", metavar="REPORT.json",
                    help="with --draw: colour links by utilisation from a run's report.json (--network flow)")
@@ -338,16 +289,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_topology)
 
     p = sub.add_parser("mesh", help="show the rank grid and communication groups of a layout")
-    p.add_argument("--gpus", type=_positive_int, required=True)
+    p.add_argument("--gpus", type=positive_int, required=True)
     for dim in ("tp", "cp", "pp"):
-        p.add_argument(f"--{dim}", type=_positive_int, default=1)
-    p.add_argument("--dp", type=_positive_int, help="default: gpus / (tp*cp*pp)")
-    p.add_argument("--ep", type=_positive_int, default=1)
-    p.add_argument("--etp", type=_positive_int, help="expert tensor parallel degree (default tp)")
+        p.add_argument(f"--{dim}", type=positive_int, default=1)
+    p.add_argument("--dp", type=positive_int, help="default: gpus / (tp*cp*pp)")
+    p.add_argument("--ep", type=positive_int, default=1)
+    p.add_argument("--etp", type=positive_int, help="expert tensor parallel degree (default tp)")
     p.add_argument("--order", help="innermost first, default tp-cp-ep-dp-pp")
-    p.add_argument("--gpus-per-node", type=_positive_int, default=8)
+    p.add_argument("--gpus-per-node", type=positive_int, default=8)
     p.add_argument("--topology", help="take GPUs per node from this topology")
-    p.add_argument("--rank", type=_nonneg_int, help="print this rank's coordinates")
+    p.add_argument("--rank", type=nonneg_int, help="print this rank's coordinates")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_mesh)
     return parser

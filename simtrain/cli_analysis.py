@@ -7,6 +7,7 @@ import json
 import sys
 from pathlib import Path
 
+from simtrain.cli_types import int_list, positive_int, str_list
 from simtrain.errors import SimtrainError
 
 
@@ -88,20 +89,6 @@ def cmd_compare(args: argparse.Namespace, run_settings) -> int:
     return 0
 
 
-def _int_list(text: str) -> tuple[int, ...]:
-    try:
-        values = tuple(int(x) for x in text.split(","))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid list {text!r}: expected integers like 1,2,4") from None
-    if not values or min(values) < 0:
-        raise argparse.ArgumentTypeError(f"invalid list {text!r}: expected integers >= 0")
-    return values
-
-
-def _str_list(text: str) -> tuple[str, ...]:
-    return tuple(x.strip() for x in text.split(",") if x.strip())
-
-
 def cmd_search(args: argparse.Namespace, run_settings) -> int:
     from simtrain.outputs.tables import table
     from simtrain.schedules import GENERATORS
@@ -153,7 +140,7 @@ def cmd_search(args: argparse.Namespace, run_settings) -> int:
     return 0
 
 
-def add_commands(sub, add_run_flags, run_settings, positive_int) -> None:
+def add_commands(sub, add_run_flags, run_settings) -> None:
     """Register analytic, compare and search on the main parser's subcommands."""
     p = sub.add_parser("analytic", help="the closed-form estimate of a configuration (same flags as run)")
     add_run_flags(p)
@@ -170,11 +157,11 @@ def add_commands(sub, add_run_flags, run_settings, positive_int) -> None:
     p.add_argument("--nodes", type=positive_int)
     p.add_argument("--seq", type=positive_int, required=True)
     p.add_argument("--gbs", type=positive_int, required=True)
-    p.add_argument("--schedules", type=_str_list, default=("1f1b",), help="comma-separated schedule names")
-    p.add_argument("--vpp", type=_int_list, default=(1,), help="virtual chunks to try (interleaved)")
-    p.add_argument("--mbs", type=_int_list, default=(1,), help="micro-batch sizes to try")
-    p.add_argument("--zero", type=_int_list, default=(1,), help="ZeRO stages to try")
-    p.add_argument("--recompute", type=_str_list, default=("auto",), help="recompute policies to try")
+    p.add_argument("--schedules", type=str_list, default=("1f1b",), help="comma-separated schedule names")
+    p.add_argument("--vpp", type=int_list, default=(1,), help="virtual chunks to try (interleaved)")
+    p.add_argument("--mbs", type=int_list, default=(1,), help="micro-batch sizes to try")
+    p.add_argument("--zero", type=int_list, default=(1,), help="ZeRO stages to try")
+    p.add_argument("--recompute", type=str_list, default=("auto",), help="recompute policies to try")
     p.add_argument("--top", type=positive_int, help="simulate only the analytic top K")
     p.add_argument("--jobs", type=positive_int, default=1, help="parallel processes")
     p.add_argument("--results", metavar="FILE.jsonl", help="append each finished candidate here")

@@ -21,8 +21,10 @@ from typing import Any
 
 from simtrain.collectives import (ALGORITHMS, FlowNetwork, analytic_time, bandwidths, normalize_op,
                                   select_algorithm)
+from simtrain.cli_types import positive_int
 from simtrain.errors import SpecError
 from simtrain.flows import FlowModel, run_chains, summarize_links
+from simtrain.outputs.tables import fmt_seconds
 from simtrain.topology import Cluster, Router, load_topology
 
 CLI_OPS = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "p2p")
@@ -142,20 +144,6 @@ def _ranks_arg(text: str) -> list[int]:
             f"invalid rank list {text!r}: expected integers like 0,8,16") from None
 
 
-def _count_arg(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid integer {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} must be >= 1")
-    return value
-
-
-def _fmt_time(s: float) -> str:
-    return f"{s:.3f} s" if s >= 1 else f"{s * 1e3:.3f} ms" if s >= 1e-3 else f"{s * 1e6:.2f} us"
-
-
 def _fmt_bw(bps: float | None) -> str:
     return "-" if bps is None else f"{bps / 1e9:,.1f}"
 
@@ -174,8 +162,8 @@ def format_report(rep: dict[str, Any]) -> str:
     head = (f"{rep['op']} of {rep['size_bytes']:,} bytes on {len(rep['ranks'])} GPUs (ranks "
             f"{_fmt_ranks(rep['ranks'])}{f', x {k} concurrent groups' if k > 1 else ''}), "
             f"topology {rep['topology']} ({rep['nodes']} nodes), network {rep['network']}")
-    rows = [[rep["algorithm"], _fmt_time(rep["time_s"]), _fmt_bw(rep["algbw_Bps"]),
-             _fmt_bw(rep["busbw_Bps"]), _fmt_time(rep["uncontended_time_s"])]]
+    rows = [[rep["algorithm"], fmt_seconds(rep["time_s"]), _fmt_bw(rep["algbw_Bps"]),
+             _fmt_bw(rep["busbw_Bps"]), fmt_seconds(rep["uncontended_time_s"])]]
     out = [head, table(rows, ["algorithm", "time", "algbw GB/s", "busbw GB/s", "uncontended"])]
     if rep.get("top_links"):
         links = [[r["link"], r["tier"], f"{r['bytes'] / 1e6:,.1f}", f"{r['bandwidth_Bps'] / 1e9:,.1f}",
@@ -201,15 +189,15 @@ def add_collective_command(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--size", type=_size_arg, required=True, metavar="BYTES",
                    help="bytes (nccl-tests sizes): 256M, 1G, 64KiB = powers of 1024; 1GB = 10**9")
     who = p.add_mutually_exclusive_group(required=True)
-    who.add_argument("--gpus", type=_count_arg, metavar="N", help="ranks 0..N-1")
+    who.add_argument("--gpus", type=positive_int, metavar="N", help="ranks 0..N-1")
     who.add_argument("--ranks", type=_ranks_arg, metavar="A,B,..", help="explicit GPU indices")
     p.add_argument("--topology", required=True, help="topology preset or .toml file")
-    p.add_argument("--nodes", type=_count_arg, help="number of nodes (default: the topology's)")
+    p.add_argument("--nodes", type=positive_int, help="number of nodes (default: the topology's)")
     p.add_argument("--algo", help=f"force an algorithm: {', '.join(ALGORITHMS)} (default: tuner)")
     p.add_argument("--nvls", action="store_true", help="allow NVLink SHARP inside an NVSwitch node")
     p.add_argument("--network", choices=NETWORKS, default="analytic",
                    help="analytic (closed form) or flow (max-min fair flows, shows contention)")
-    p.add_argument("--concurrent-groups", type=_count_arg, default=1, metavar="K",
+    p.add_argument("--concurrent-groups", type=positive_int, default=1, metavar="K",
                    help="run K disjoint shifted copies of the group at once")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=cmd_collective)

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from helpers import assert_user_error
-from simtrain import api, costs
+from simtrain import api
 from simtrain.analytic import estimate
 from simtrain.routing import Routing, load_factors, rank_loads
 from simtrain.units import GiB

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from helpers import assert_user_error, cli, cli_json, tiny_model
+from helpers import assert_user_error, cli, cli_json
 from simtrain import engine
 from simtrain.collectives import FlowNetwork
 from simtrain.network import AnalyticNetwork

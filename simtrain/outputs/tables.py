@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from simtrain.metrics import BREAKDOWN
-from simtrain.units import GiB
 
 
 def fmt_seconds(s: float) -> str:
