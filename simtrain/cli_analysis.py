@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -163,7 +164,8 @@ def add_commands(sub, add_run_flags, run_settings) -> None:
     p.add_argument("--zero", type=int_list, default=(1,), help="ZeRO stages to try")
     p.add_argument("--recompute", type=str_list, default=("auto",), help="recompute policies to try")
     p.add_argument("--top", type=positive_int, help="simulate only the analytic top K")
-    p.add_argument("--jobs", type=positive_int, default=1, help="parallel processes")
+    p.add_argument("--jobs", type=positive_int, default=min(8, os.cpu_count() or 1),
+                   help="parallel processes (default: the CPUs, at most 8)")
     p.add_argument("--results", metavar="FILE.jsonl", help="append each finished candidate here")
     p.add_argument("--resume", action="store_true", help="skip candidates already in --results")
     p.add_argument("--json", action="store_true")
