@@ -134,10 +134,10 @@ class _Run:
     def _launch(self, op):
         yield from self._transfer(op)
 
-    def _communicate(self, op, duration_hint=None):
+    def _communicate(self, op):
         """Wait out one communication op: a fixed time (analytic) or its flows (flow fidelity)."""
         if self.flows is None:
-            duration = self._comm_time(op) if duration_hint is None else duration_hint
+            duration = self._comm_time(op)
             if duration > 0:
                 yield self.env.timeout(duration)
         else:

@@ -291,7 +291,7 @@ class _Lowering:
             self.layer_anchor = first_index
         self.pending_gathers = []
 
-    def _forward_layer(self, rank, stage, layer, mb, last, kind="F", alloc_scale=1.0):
+    def _forward_layer(self, rank, stage, layer, mb, last, kind="F"):
         """Attention and MLP forward of one layer (kind R when it is a recompute)."""
         if kind == "F":
             self._layer_started(self._zero3_gather(rank, stage, layer, mb))

@@ -8,7 +8,7 @@ from the DP x CP ranks.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
 from simtrain.errors import SpecError
@@ -179,6 +179,3 @@ def validate_parallel(par: ParallelSpec, model: "ModelSpec", num_gpus: int | Non
     if rc.isdigit() and int(rc) > -(-model.layers // par.pp):
         raise SpecError(f"recompute={rc} layers exceeds the {-(-model.layers // par.pp)} layers per stage")
 
-
-def with_overrides(par: ParallelSpec, **changes) -> ParallelSpec:
-    return replace(par, **changes)
