@@ -26,7 +26,7 @@ from simtrain.specs.parallel import ParallelSpec, resolve_parallel, validate_par
 from simtrain.specs.strict import Table, check_value, read_toml
 from simtrain.timeline import Timeline
 from simtrain.topology import Cluster, Router, load_topology
-from simtrain.workload import WorkloadOptions, chunk_pass_times, lower, stage_layers
+from simtrain.workload import WorkloadOptions, chunk_pass_times, lower, memory_plan, stage_layers
 
 NETWORKS = ("analytic", "flow", "none")
 
@@ -105,11 +105,14 @@ def load_config(path: str | Path) -> dict[str, Any]:
     return out
 
 
-def resolve(settings: dict[str, Any] | None = None) -> Scenario:
+def resolve(settings: dict[str, Any] | None = None, recompute_rule: str = "memory") -> Scenario:
     """Resolve user settings (names, numbers) into a validated :class:`Scenario`.
 
     Missing keys take the defaults of :data:`SETTINGS`; with no settings at all the
     :data:`DEFAULT_SCENARIO` runs. Impossible layouts raise :class:`~simtrain.errors.SpecError`.
+    ``recompute="auto"`` takes the fewest recomputed layers per chunk with which the simulated
+    peak memory fits (``recompute_rule="memory"``) or the course notes' ledger fits (``"ledger"``,
+    what ``simtrain analytic`` and ``compare`` use so both sides recompute the same layers).
 
     >>> sc = resolve({"model": "llama3-8b", "topology": "h100-ib", "gpus": 16, "tp": 2, "pp": 2,
     ...               "seq": 2048, "gbs": 16})
@@ -159,8 +162,15 @@ def resolve(settings: dict[str, Any] | None = None) -> Scenario:
     s["dp"] = par.dp
     s["recompute"] = par.recompute
     if par.recompute == "auto":
-        par = replace(par, recompute=str(auto_recompute(model, cluster, gpu, par)))
-        s["recompute_layers"] = int(par.recompute)
+        if recompute_rule == "ledger":
+            n = ledger_recompute(model, cluster, gpu, par)
+        else:
+            n = auto_recompute(Scenario(model=model, cluster=cluster, gpu=gpu, parallel=par,
+                                        network=s["network"], collective_algo=None, fold=s["fold"],
+                                        max_events=s["max_events"],
+                                        routing=Routing(skew=s["routing_skew"], seed=s["routing_seed"])))
+        par = replace(par, recompute=str(n))
+        s["recompute_layers"] = n
     if s["collective_algo"] is not None:
         from simtrain.collectives import check_algorithm
 
@@ -173,9 +183,39 @@ def resolve(settings: dict[str, Any] | None = None) -> Scenario:
                     routing=Routing(skew=s["routing_skew"], seed=s["routing_seed"]), settings=s)
 
 
-def auto_recompute(model: ModelSpec, cluster: Cluster, gpu: GpuSpec, par: ParallelSpec) -> int:
-    """``--recompute auto``: the fewest fully recomputed layers per stage with which the course
-    notes' memory ledger (:mod:`simtrain.analytic`) fits the GPU."""
+def auto_recompute(scenario: Scenario) -> int:
+    """``--recompute auto``: the fewest fully recomputed layers per chunk with which every
+    pipeline rank's simulated peak memory (:func:`~simtrain.workload.memory_plan`, exact for the
+    schedule's order) fits the GPU's usable memory."""
+    par, model = scenario.parallel, scenario.model
+    mesh = build_mesh(par.tp, par.cp, par.dp, par.pp, ep=par.ep, etp=par.etp, order=par.order,
+                      gpus_per_node=scenario.cluster.gpus_per_node)
+    opts = WorkloadOptions(fold=scenario.fold, routing=scenario.routing)
+    schedule = build_schedule(scenario, opts)
+    chunks = stage_layers(model, schedule.chain_length, par.first_stage_layers, par.last_stage_layers)
+    most = max(len(c) for c in chunks)
+    capacity = scenario.gpu.usable_memory_bytes
+
+    def peak(n: int) -> float:
+        return max(memory_plan(model, par, scenario.gpu, schedule, mesh, n, opts))
+
+    if peak(most) > capacity:
+        raise SpecError(f"--recompute auto: even recomputing all {most} layers of each chunk needs "
+                        f"{peak(most) / 2**30:.1f} GiB on some pipeline rank, more than the "
+                        f"{capacity / 2**30:.1f} GiB usable; raise tp, pp or cp, or use ZeRO-3")
+    lo, hi = 0, most  # peak(hi) fits; find the smallest n that fits
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if peak(mid) <= capacity:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
+def ledger_recompute(model: ModelSpec, cluster: Cluster, gpu: GpuSpec, par: ParallelSpec) -> int:
+    """The course notes' rule: the fewest fully recomputed layers per stage with which their
+    memory ledger (:mod:`simtrain.analytic`) fits the GPU."""
     from simtrain.analytic import analytic_report
 
     est = analytic_report(model, cluster, replace(par, recompute="auto"), schedule=_analytic_schedule(par),

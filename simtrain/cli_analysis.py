@@ -27,7 +27,7 @@ def _resolve(args, run_settings):
 
     settings = run_settings(args) or dict(api.DEFAULT_SCENARIO)
     settings.setdefault("recompute", "auto")  # the closed form's rule unless the user fixed one
-    return api.resolve(settings)
+    return api.resolve(settings, recompute_rule="ledger")
 
 
 def cmd_analytic(args: argparse.Namespace, run_settings) -> int:

@@ -601,11 +601,15 @@ class _Lowering:
             self.grad_ops[(stage, layer)] = op.id
 
     def _static_bytes(self, rank: int) -> tuple[float, float]:
-        """(static memory, parameters the optimizer updates) of ``rank``: each shard under ZeRO
-        over its own reduction group (stage 1 optimizer state, 2 also gradients, 3 also weights)."""
+        return self.static_of_pipeline_rank(self.prog.rank_stage[rank])
+
+    def static_of_pipeline_rank(self, pp_index: int) -> tuple[float, float]:
+        """(static memory, parameters the optimizer updates) of pipeline rank ``pp_index``: each
+        shard under ZeRO over its own reduction group (stage 1 optimizer state, 2 also gradients,
+        3 also weights)."""
         m = self.model
         by_group = {"dpcp": 0.0, "edp": 0.0}
-        for stage in self.sched.stages_of_rank(self.prog.rank_stage[rank]):
+        for stage in self.sched.stages_of_rank(pp_index):
             chunk = self.sched.chunk_of_stage(stage)
             layers = list(self.chunks[chunk])
             if chunk == 0:
@@ -664,6 +668,52 @@ class _Lowering:
                                 f"{key[1]} from stage {key[0]}")
             self.prog.ops[op_id].deps.append(src)
         return prog
+
+
+def memory_plan(model: ModelSpec, par: ParallelSpec, gpu: GpuSpec, schedule: Schedule, mesh: DeviceMesh,
+                recompute_layers: int, opts: WorkloadOptions | None = None) -> list[float]:
+    """Peak bytes per pipeline rank if the first ``recompute_layers`` layers of every chunk are
+    fully recomputed, without simulating. A rank's allocations all happen on its compute stream,
+    which runs its actions in schedule order, so its memory high-water mark follows from that
+    order alone; this replays the lowering's allocations (a forward keeps each layer's
+    activations, or only its input when recomputed, and the last stage its logits; a recompute
+    rebuilds a layer's activations just before its backward; B, or W after I, releases them)."""
+    from dataclasses import replace
+
+    low = _Lowering(model, replace(par, recompute=str(recompute_layers)), gpu, schedule, mesh,
+                    opts or WorkloadOptions())
+    sh = low.shape
+    full = costs.layer_activation_bytes(model, sh, full_recompute=False)
+    kept = costs.layer_activation_bytes(model, sh, full_recompute=True)
+    logits = 4.0 * sh.tokens * model.vocab / sh.tp if low.opts.lm_head else 0.0
+    last_chunk = len(low.chunks) - 1
+    peaks = []
+    for pp_index, row in enumerate(schedule.actions):
+        static, _ = low.static_of_pipeline_rank(pp_index)
+        level = peak = 0.0
+        for action in row:
+            for a in action.halves():
+                chunk_index = schedule.chunk_of_stage(a.stage)
+                chunk = low.chunks[chunk_index]
+                rc = [i - chunk.start < low.recompute_layers for i in chunk]
+                if a.kind == "F":
+                    for r in rc:
+                        level += kept if r else full
+                        peak = max(peak, level)
+                    if chunk_index == last_chunk:
+                        level += logits
+                        peak = max(peak, level)
+                    continue
+                if a.kind in ("B", "I") and chunk_index == last_chunk:
+                    level -= logits  # the LM head's backward runs first
+                for r in reversed(rc):
+                    if r and a.kind in ("B", "I"):
+                        level += full  # the recompute forward
+                        peak = max(peak, level)
+                    if a.kind in ("B", "W"):
+                        level -= kept + full if r else full
+        peaks.append(static + peak)
+    return peaks
 
 
 def lower(model: ModelSpec, par: ParallelSpec, gpu: GpuSpec, schedule: Schedule, mesh: DeviceMesh,

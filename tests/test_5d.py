@@ -200,3 +200,37 @@ def test_a_run_that_does_not_fit_says_where_and_by_how_much(tmp_path):
                          tmp_path)
     assert code == 0, err
     assert "DOES NOT FIT" in out and "stage 0 exceeds the capacity by" in out
+
+
+@pytest.mark.parametrize("extra", [
+    dict(recompute="3"), dict(recompute="full", schedule="zb-h1"), dict(recompute="5", schedule="zb-v"),
+    dict(schedule="interleaved-1f1b", vpp=2, recompute="2"), dict(schedule="dualpipev", gbs=64),
+    dict(schedule="gpipe"), dict(schedule="zb-h2", recompute="selective"),
+])
+def test_memory_plan_is_the_simulated_peak(extra):
+    from simtrain.mesh import build_mesh
+    from simtrain.workload import memory_plan
+
+    sc = api.resolve({**SEED, "tp": 8, "pp": 4, "gbs": 32, "recompute": "none", **extra})
+    par = sc.parallel
+    n = par.recompute_layers(10**9)
+    plan = memory_plan(sc.model, par, sc.gpu, api.build_schedule(sc), build_mesh(par.tp, par.cp, par.dp, par.pp), n)
+    simulated = api.simulate(sc).report["peak_memory_gib"]
+    assert [p / GiB for p in plan] == pytest.approx(simulated, rel=1e-12)
+
+
+def test_auto_recompute_is_the_fewest_layers_that_fit():
+    settings = dict(model="llama3-8b", topology="h100-ib", gpus=32, tp=8, seq=131072, gbs=4)
+    sc = api.resolve({**settings, "recompute": "auto"})
+    n = int(sc.parallel.recompute)
+    assert n > 0
+    assert api.simulate(sc).report["fits_in_memory"]
+    fewer = api.simulate(api.resolve({**settings, "recompute": str(n - 1)})).report
+    assert not fewer["fits_in_memory"]
+    assert sc.settings["recompute"] == "auto" and sc.settings["recompute_layers"] == n
+
+
+def test_auto_recompute_that_cannot_fit_is_an_error():
+    assert_user_error("run", "--model", "llama3-70b", "--topology", "seed-h100", "--gpus", 64, "--tp", 8,
+                      "--seq", 131072, "--gbs", 8, "--recompute", "auto",
+                      contains=("--recompute auto", "even recomputing all 80 layers"))
