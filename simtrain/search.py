@@ -180,7 +180,11 @@ def search(base: dict, *, gpus: int, gpus_per_node: int, top: int | None, jobs: 
     rows = []
     for analytic_rank, (c, est) in enumerate(chosen, 1):
         rep = done[c.key]["report"]
-        rows.append({"settings": c.as_dict(), "label": _label(c.as_dict()), "analytic_rank": analytic_rank,
+        label = _label(c.as_dict())
+        chosen = rep.get("config", {}).get("recompute_layers")
+        if chosen is not None:
+            label = label.replace("rc=auto", f"rc=auto({chosen})")
+        rows.append({"settings": c.as_dict(), "label": label, "analytic_rank": analytic_rank,
                      "analytic_step_time_s": est["step_time_s"], "analytic_mfu": est["mfu"],
                      "simulated_step_time_s": rep.get("step_time_s"), "simulated_mfu": rep.get("mfu"),
                      "fits_in_memory": rep.get("fits_in_memory"), "peak_memory_gib": rep.get("peak_memory_gib"),
