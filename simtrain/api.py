@@ -26,7 +26,8 @@ from simtrain.specs.parallel import ParallelSpec, resolve_parallel, validate_par
 from simtrain.specs.strict import Table, check_value, read_toml
 from simtrain.timeline import Timeline
 from simtrain.topology import Cluster, Router, load_topology
-from simtrain.workload import WorkloadOptions, chunk_pass_times, lower, memory_plan, stage_layers
+from simtrain.stages import chunk_pass_times, split_layers
+from simtrain.workload import WorkloadOptions, lower, memory_plan
 
 NETWORKS = ("analytic", "flow", "none")
 
@@ -192,7 +193,7 @@ def auto_recompute(scenario: Scenario) -> int:
                       gpus_per_node=scenario.cluster.gpus_per_node)
     opts = WorkloadOptions(fold=scenario.fold, routing=scenario.routing)
     schedule = build_schedule(scenario, opts)
-    chunks = stage_layers(model, schedule.chain_length, par.first_stage_layers, par.last_stage_layers)
+    chunks = split_layers(model, par, scenario.gpu, schedule.chain_length, opts)
     most = max(len(c) for c in chunks)
     capacity = scenario.gpu.usable_memory_bytes
 
@@ -280,10 +281,11 @@ def build_schedule(scenario: Scenario, opts: WorkloadOptions | None = None):
     """The validated pipeline schedule of ``scenario``; zb-auto plans with the real per-stage costs
     and the real stage-to-stage transfer time."""
     par, model = scenario.parallel, scenario.model
+    opts = opts or WorkloadOptions()
     params: dict[str, Any] = {"vpp": par.vpp}
     if par.schedule == "zb-auto":
-        chunks = stage_layers(model, par.pp, par.first_stage_layers, par.last_stage_layers)
-        per_stage = chunk_pass_times(model, par, scenario.gpu, chunks, opts)
+        chunks = split_layers(model, par, scenario.gpu, par.pp, opts)
+        per_stage = chunk_pass_times(model, par, scenario.gpu, chunks, opts.embedding, opts.lm_head)
         net = AnalyticNetwork(scenario.cluster, Router(scenario.cluster))
         nodes = scenario.cluster.gpus_per_node
         comm = max(net.p2p_time(0, min(par.world - 1, stride), pp_activation_bytes(model, Shape.of(par)))

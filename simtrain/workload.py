@@ -35,6 +35,7 @@ from simtrain.schedules.ir import Action, Schedule
 from simtrain.specs.gpu import GpuSpec
 from simtrain.specs.model import ModelSpec
 from simtrain.specs.parallel import ParallelSpec
+from simtrain.stages import split_layers
 
 
 @dataclass(frozen=True)
@@ -47,94 +48,6 @@ class WorkloadOptions:
     dp_comm: bool = True  # data-parallel gradient reduction and parameter gather
     tp_comm: bool = True  # tensor-parallel collectives
     routing: Routing = Routing()  # MoE token routing (uniform unless skewed)
-
-
-def stage_layers(model: ModelSpec, chunks: int, first: int | None = None,
-                 last: int | None = None) -> list[range]:
-    """Layers of each model chunk: ``first`` and ``last`` layers on the end chunks when given,
-    the rest split evenly (Megatron-LM's ``--decoder-first-pipeline-num-layers`` and
-    ``--decoder-last-pipeline-num-layers``)."""
-    L = model.layers
-    if chunks == 1:
-        return [range(L)]
-    if first is None and last is None:
-        if L % chunks:
-            raise SpecError(f"the {L} layers of {model.name} do not split evenly into {chunks} "
-                            f"pipeline chunks")
-        per = L // chunks
-        return [range(c * per, (c + 1) * per) for c in range(chunks)]
-    middle_chunks = chunks - 2
-    if first is None or last is None:
-        rest = L - (first or 0) - (last or 0)
-        n_rest = chunks - 1
-        if rest < n_rest or rest % n_rest:
-            raise SpecError(f"first_stage_layers={first}, last_stage_layers={last}: the other "
-                            f"{rest} of {L} layers do not split evenly over {n_rest} chunks")
-        per = rest // n_rest
-        first = per if first is None else first
-        last = per if last is None else last
-    rest = L - first - last
-    if middle_chunks == 0:
-        if rest != 0:
-            raise SpecError(f"first_stage_layers={first} + last_stage_layers={last} must equal the "
-                            f"{L} layers of {model.name} with 2 pipeline chunks")
-        return [range(0, first), range(first, L)]
-    if rest < middle_chunks or rest % middle_chunks:
-        raise SpecError(f"first_stage_layers={first}, last_stage_layers={last}: the remaining {rest} "
-                        f"layers do not split evenly over the {middle_chunks} middle chunks")
-    per = rest // middle_chunks
-    bounds = [0, first] + [first + per * (i + 1) for i in range(middle_chunks)]
-    return [range(bounds[i], bounds[i + 1]) for i in range(len(bounds) - 1)] + [range(L - last, L)]
-
-
-def balanced_split(model: ModelSpec, chunks: int, layer_s: list[float], first_extra_s: float,
-                   last_extra_s: float) -> tuple[int, int]:
-    """(first, last) chunk layer counts that minimise the slowest chunk's time, where layer i
-    costs ``layer_s[i]`` and the end chunks also carry the embedding (``first_extra_s``) and the
-    LM head and loss (``last_extra_s``); ties go to the most even split."""
-    L = model.layers
-    best = None
-    for first in range(1, L):
-        for last in range(1, L - first + 1):
-            try:
-                split = stage_layers(model, chunks, first, last)
-            except SpecError:
-                continue
-            times = [sum(layer_s[i] for i in r) for r in split]
-            times[0] += first_extra_s
-            times[-1] += last_extra_s
-            key = (max(times), max(len(r) for r in split) - min(len(r) for r in split), first, last)
-            if best is None or key < best:
-                best = key
-    if best is None:
-        raise SpecError(f"no split of the {L} layers of {model.name} over {chunks} chunks leaves the "
-                        f"middle chunks even")
-    return best[2], best[3]
-
-
-def chunk_pass_times(model: ModelSpec, par: ParallelSpec, gpu: GpuSpec, chunks: list[range],
-                     opts: WorkloadOptions | None = None) -> list[tuple[float, float, float]]:
-    """(F, I, W) compute time of each model chunk for one micro-batch, communication excluded:
-    the per-stage costs a cost-aware scheduler (zb-auto) plans with."""
-    opts = opts or WorkloadOptions()
-    sh = Shape.of(par)
-    t = lambda c: c.time_s(gpu)  # noqa: E731
-    out = []
-    for i, chunk in enumerate(chunks):
-        f = i_ = w = 0.0
-        for layer in chunk:
-            f += t(costs.attention_cost(model, sh, "F")) + t(costs.mlp_cost(model, sh, "F", layer))
-            i_ += t(costs.attention_cost(model, sh, "I")) + t(costs.mlp_cost(model, sh, "I", layer))
-            w += t(costs.attention_cost(model, sh, "W")) + t(costs.mlp_cost(model, sh, "W", layer))
-        if i == 0 and opts.embedding:
-            f += t(costs.embedding_cost(model, sh, "F"))
-            w += t(costs.embedding_cost(model, sh, "W"))
-        if i == len(chunks) - 1 and opts.lm_head:
-            f += t(costs.lm_head_cost(model, sh, "F"))
-            i_ += t(costs.lm_head_cost(model, sh, "I"))
-            w += t(costs.lm_head_cost(model, sh, "W"))
-        out.append((f, i_, w))
-    return out
 
 
 class _Lowering:
@@ -163,16 +76,7 @@ class _Lowering:
         self.pending_gathers: list[int] = []
 
     def _split(self) -> list[range]:
-        par, m, chunks = self.par, self.model, self.sched.chain_length
-        if par.balance_stages and chunks > 1:
-            sh, t = self.shape, lambda c: c.time_s(self.gpu)  # noqa: E731
-            layer = [sum(t(costs.attention_cost(m, sh, k)) + t(costs.mlp_cost(m, sh, k, i)) for k in ("F", "B"))
-                     for i in range(m.layers)]
-            first = sum(t(costs.embedding_cost(m, sh, k)) for k in ("F", "B")) if self.opts.embedding else 0.0
-            last = sum(t(costs.lm_head_cost(m, sh, k)) for k in ("F", "B")) if self.opts.lm_head else 0.0
-            f, l_ = balanced_split(m, chunks, layer, first, last)
-            return stage_layers(m, chunks, f, l_)
-        return stage_layers(m, chunks, par.first_stage_layers, par.last_stage_layers)
+        return split_layers(self.model, self.par, self.gpu, self.sched.chain_length, self.opts)
 
     # ---- groups ------------------------------------------------------------------------------
     def _slices(self, rank: int) -> list[list[int]]:

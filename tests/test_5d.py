@@ -171,7 +171,7 @@ def test_balancing_reduces_imbalance_on_126_layers():
 
 
 def test_uneven_stage_layers():
-    from simtrain.workload import stage_layers
+    from simtrain.stages import stage_layers
     from simtrain.specs.model import load_model
 
     m = load_model("llama3-405b")
