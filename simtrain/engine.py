@@ -58,9 +58,6 @@ class _Run:
         self.interacting: dict[tuple, tuple] = {}
         self.next_transfer = 0
         self.wake = self.env.event()
-        if self.flows is not None:
-            self.flows.history = []
-            self.env.process(self.network_process())
 
     # ---- costs -------------------------------------------------------------------------------
     def _comm_time(self, op) -> float:
@@ -223,6 +220,9 @@ class _Run:
 
     # ---- driver ------------------------------------------------------------------------------
     def run(self) -> RunResult:
+        if self.flows is not None:
+            self.flows.history = []  # keep link-rate samples for the trace's counter tracks
+            self.env.process(self.network_process())
         for (rank, stream), op_ids in sorted(self.prog.order.items()):
             self.env.process(self.stream_process(rank, stream, op_ids))
         self.env.run()
