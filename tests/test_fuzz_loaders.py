@@ -137,3 +137,32 @@ def test_schedule_csv_mutated(data):
         validate(schedule_from_csv(t, "fuzz.csv"))
 
     only_our_errors(load, "\n".join(lines))
+
+
+def _toml_line(key: str, value) -> str | None:
+    """One TOML line for a scalar (None, lists and tables are left out)."""
+    if isinstance(value, bool):
+        return f"{json.dumps(key)} = {'true' if value else 'false'}"
+    if isinstance(value, (int, float)) and value == value and abs(value) != float("inf"):
+        return f"{json.dumps(key)} = {value!r}"
+    if isinstance(value, str):
+        return f"{json.dumps(key)} = {json.dumps(value)}"
+    return None
+
+
+@FUZZ
+@given(st.data())
+def test_experiment_toml_file(data):
+    import tempfile
+    from pathlib import Path
+
+    table = mutate(EXPERIMENT, data)
+    lines = [line for k, v in table.items() if (line := _toml_line(k, v)) is not None]
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "exp.toml"
+        path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+        def load_and_resolve(p):
+            api.resolve(api.load_config(p))
+
+        only_our_errors(load_and_resolve, path)
