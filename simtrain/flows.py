@@ -358,16 +358,40 @@ class FlowModel:
         self.history_limit -= links.size
         self.history.append((self.now, links.copy(), self.link_rate[links].copy()))
 
+    def account_isolated(self, start_s: float, flows: Sequence[FlowSpec], duration_s: float) -> None:
+        """Book flows that ran alone on their links (the engine timed them without the model):
+        each flow at its path's bottleneck bandwidth; bytes, busy time, peak and history as if
+        they had run here."""
+        for links, nbytes in flows:
+            if nbytes <= 0 or not links:
+                continue
+            idx = self._path(links)
+            rate = float(self.capacity[idx].min())
+            busy = nbytes / rate
+            self.link_bytes[idx] += nbytes
+            self.link_busy[idx] += busy
+            self.link_peak[idx] = np.maximum(self.link_peak[idx], rate / self.capacity[idx])
+            self.bytes_added += nbytes
+            self.bytes_delivered += nbytes
+            self.flows_added += 1
+            if self.history is not None and self.history_limit > 0:
+                self.history_limit -= 2 * idx.size
+                self.history.append((start_s, idx, np.full(idx.size, rate)))
+                self.history.append((start_s + busy, idx, np.zeros(idx.size)))
+
     def link_series(self, links: Sequence[Link]) -> dict[Link, list[tuple[float, float]]]:
-        """(time, bytes/s) steps of each link's load from :attr:`history` (empty lists when not
-        recorded), in one pass over the history."""
-        want = {self.index[link]: link for link in links}
+        """(time, bytes/s) steps of each link's load from :attr:`history`, in time order (empty
+        lists when not recorded)."""
         out: dict[Link, list[tuple[float, float]]] = {link: [] for link in links}
-        idx = np.fromiter(want, dtype=np.int64, count=len(want))
-        for t, ls, rates in self.history or ():
-            hit = np.isin(ls, idx)
-            for i, r in zip(ls[hit].tolist(), rates[hit].tolist()):
-                out[want[i]].append((t, r))
+        if not self.history or not links:
+            return out
+        times = np.repeat([t for t, _, _ in self.history], [ls.size for _, ls, _ in self.history])
+        idx = np.concatenate([ls for _, ls, _ in self.history])
+        rates = np.concatenate([r for _, _, r in self.history])
+        for link in links:
+            sel = np.flatnonzero(idx == self.index[link])
+            order = np.argsort(times[sel], kind="stable")  # isolated flows are booked out of order
+            out[link] = list(zip(times[sel][order].tolist(), rates[sel][order].tolist()))
         return out
 
     def _component(self) -> tuple[np.ndarray, list[int] | None]:

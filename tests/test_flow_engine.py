@@ -136,3 +136,23 @@ def test_topology_draw_coloured_by_a_flow_report(tmp_path):
                       contains=("no link utilisation", "--network flow"))
     assert_user_error("topology", "seed-h100", "--nodes", 2, "--draw", png, "--report",
                       tmp_path / "report.json", contains=("is not in topology",))
+
+
+@pytest.mark.parametrize("settings", [
+    dict(),
+    dict(model="llama3-8b", topology="h100-ib", gpus=32, tp=4, cp=2, pp=2, seq=16384, gbs=8),
+    dict(model="mixtral-8x7b", topology="h100-ib", gpus=32, tp=2, pp=2, ep=4, seq=2048, gbs=16),
+    dict(model="llama3-8b", topology="h100-ib-2to1", gpus=64, tp=2, pp=4, seq=4096, gbs=32, zero=3),
+])
+def test_private_links_shortcut_changes_nothing(settings, monkeypatch):
+    """Transfers on links no other traffic uses are timed without the flow model: the step and
+    the link statistics are what the flow model gives when it runs them."""
+    from simtrain import api
+
+    sc = api.resolve({**settings, "network": "flow"})
+    fast = api.simulate(sc).report
+    monkeypatch.setattr(engine._Run, "_private_sets", lambda self: set())
+    slow = api.simulate(sc).report
+    assert fast["step_time_s"] == pytest.approx(slow["step_time_s"], rel=1e-12)
+    assert fast["links"]["utilisation_by_link"] == pytest.approx(slow["links"]["utilisation_by_link"], rel=1e-9)
+    assert fast["breakdown_s"] == pytest.approx(slow["breakdown_s"], rel=1e-9, abs=1e-12)
