@@ -233,7 +233,9 @@ class _Lowering:
             tokens = sh.tokens
         factor = self.load_factor.get(layer, 1.0)
         routed = tokens * m.top_k * factor
-        a2a = costs.ACT_BYTES * tokens * m.top_k * m.hidden
+        # the busiest EP rank receives (dispatch) and sends back (combine) ``factor`` times the
+        # mean volume; a direct all-to-all lasts as long as its busiest rank's transfers
+        a2a = costs.ACT_BYTES * tokens * m.top_k * m.hidden * factor
         passes = {"F": 1, "I": 1, "W": 1, "B": 2}[pass_kind]
         gemm = lambda p, n, split: costs.OpCost(2.0 * n * p * passes / split,  # noqa: E731
                                                  costs.BYTES_PARAM * p / split + 4 * costs.ACT_BYTES * n * m.hidden)

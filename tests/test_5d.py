@@ -101,6 +101,14 @@ def test_moe_layer_time_follows_the_busiest_expert():
     for layer in (0, 5):
         ratio = expert_time(skewed, layer) / expert_time(uniform, layer)
         assert ratio == pytest.approx(factors[layer], rel=1e-6)
+
+    def dispatch_bytes(res, layer):
+        tl = res.timeline
+        m = (tl["name"] == tl.names.index("ep.dispatch")) & (tl["layer"] == layer) & (tl["mb"] == 0)
+        return float(tl["bytes"][m][0])
+
+    for layer in (0, 5):  # the busiest rank receives factor times the mean all-to-all volume
+        assert dispatch_bytes(skewed, layer) / dispatch_bytes(uniform, layer) == pytest.approx(factors[layer])
     assert skewed.report["step_time_s"] > uniform.report["step_time_s"]
     assert len(uniform.timeline.spans(uniform.timeline.mask(stream="ep"))) > 0
 
