@@ -49,9 +49,16 @@ def lower_fixed(schedule: Schedule, F: float, I: float, W: float) -> Program:  #
     f, i, w = scaled_costs(schedule, F, I, W)
     unit = schedule.num_ranks / schedule.chain_length  # activation of one chunk, in stage units
     pair = prog.group_set_id(((0, 0),))
-    done: dict[tuple[str, int, int], int] = {}  # (kind, stage, mb) -> op id of the action's end
     sends: dict[tuple[str, int, int], int] = {}  # (what, to_stage, mb) -> p2p op id
     needs: list[tuple[int, tuple]] = []
+
+    def send(rank: int, a, after: int, what: str, to_stage: int) -> None:
+        """The transfer of ``what`` (act or grad) of ``a``'s micro-batch to ``to_stage``."""
+        op = prog.add(Op(0, rank, STREAM["pp_send"], KIND["pp"], "send", a.stage, -1, a.mb, comm="p2p",
+                         group_set=pair, peer=schedule.stage_to_rank[to_stage], peer_stage=to_stage,
+                         deps=[after]))
+        sends[(what, to_stage, a.mb)] = op.id
+
     for r in range(schedule.num_ranks):
         prog.rank_weight[r] = 1
         prog.rank_stage[r] = r
@@ -66,7 +73,6 @@ def lower_fixed(schedule: Schedule, F: float, I: float, W: float) -> Program:  #
                 free = unit if a.kind == "W" or a.kind == "B" else 0.0
                 op = prog.add(Op(0, r, STREAM["compute"], KIND[a.kind], a.kind, a.stage, -1, a.mb,
                                  duration_s=dur, alloc=alloc, free=free))
-                done[(a.kind, a.stage, a.mb)] = op.id
                 if action.kind == "FB" and pair_first is None:
                     pair_first = op.id
                 elif action.kind == "FB" and nxt is not None:
@@ -75,18 +81,12 @@ def lower_fixed(schedule: Schedule, F: float, I: float, W: float) -> Program:  #
                     if prev is not None:
                         needs.append((op.id, ("act", a.stage, a.mb)))
                     if nxt is not None:
-                        s = prog.add(Op(0, r, STREAM["pp_send"], KIND["pp"], "send", a.stage, -1, a.mb,
-                                        comm="p2p", group_set=pair, peer=schedule.stage_to_rank[nxt],
-                                        peer_stage=nxt, deps=[op.id]))
-                        sends[("act", nxt, a.mb)] = s.id
+                        send(r, a, op.id, "act", nxt)
                 elif a.kind in ("B", "I"):
                     if nxt is not None:
                         needs.append((op.id, ("grad", a.stage, a.mb)))
                     if prev is not None:
-                        s = prog.add(Op(0, r, STREAM["pp_send"], KIND["pp"], "send", a.stage, -1, a.mb,
-                                        comm="p2p", group_set=pair, peer=schedule.stage_to_rank[prev],
-                                        peer_stage=prev, deps=[op.id]))
-                        sends[("grad", prev, a.mb)] = s.id
+                        send(r, a, op.id, "grad", prev)
     for op_id, key in needs:
         prog.ops[op_id].deps.append(sends[key])
     return prog
