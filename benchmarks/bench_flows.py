@@ -19,10 +19,10 @@ from __future__ import annotations
 
 import time
 
-from simtrain.collectives import FlowNetwork
-from simtrain.flows import FlowModel, run_chains
+from simtrain.network.algorithms import FlowNetwork
+from simtrain.network.solver import FlowModel, run_chains
 from simtrain.outputs.tables import table
-from simtrain.topology import Router, load_topology
+from simtrain.topology.cluster import Router, load_topology
 
 REPEATS = 3
 

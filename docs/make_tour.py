@@ -23,7 +23,7 @@ TOUR_SCHEDULE = ["schedule", "zb-h1", "--pp", "4", "--microbatches", "8"]
 
 
 def cli_text(argv: list[str]) -> str:
-    from simtrain.cli import main
+    from simtrain.cli.main import main
 
     buf = io.StringIO()
     with redirect_stdout(buf):
@@ -49,7 +49,7 @@ def cli_reference() -> str:
     """Every subcommand with its arguments, from the parser itself."""
     import argparse
 
-    from simtrain.cli import build_parser
+    from simtrain.cli.main import build_parser
 
     parser = build_parser()
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
@@ -92,7 +92,7 @@ def main() -> None:
 
     from simtrain import api
     from simtrain.outputs.gantt import draw_gantt
-    from simtrain.schedule_run import run_schedule
+    from simtrain.workload.fixed_cost import run_schedule
     from simtrain.schedules import generate
 
     img = ROOT / "docs" / "img"

@@ -14,20 +14,20 @@ from typing import Any
 
 from simtrain import engine
 from simtrain.errors import SpecError
-from simtrain.mesh import DEFAULT_ORDER, build_mesh
+from simtrain.topology.mesh import DEFAULT_ORDER, build_mesh
 from simtrain.metrics import summarize
-from simtrain.network import AnalyticNetwork, FreeNetwork
+from simtrain.network.analytic import AnalyticNetwork, FreeNetwork
 from simtrain.costs import Shape, pp_activation_bytes
-from simtrain.routing import Routing
+from simtrain.workload.moe_routing import Routing
 from simtrain.schedules import load_schedule, validate
 from simtrain.specs.gpu import GpuSpec
 from simtrain.specs.model import ModelSpec, load_model
 from simtrain.specs.parallel import ParallelSpec, resolve_parallel, validate_parallel
 from simtrain.specs.strict import Table, check_value, read_toml
 from simtrain.timeline import Timeline
-from simtrain.topology import Cluster, Router, load_topology
-from simtrain.stages import chunk_pass_times, split_layers
-from simtrain.workload import WorkloadOptions, lower, memory_plan
+from simtrain.topology.cluster import Cluster, Router, load_topology
+from simtrain.workload.stages import chunk_pass_times, split_layers
+from simtrain.workload.lower import WorkloadOptions, lower, memory_plan
 
 NETWORKS = ("analytic", "flow", "none")
 
@@ -173,7 +173,7 @@ def resolve(settings: dict[str, Any] | None = None, recompute_rule: str = "memor
         par = replace(par, recompute=str(n))
         s["recompute_layers"] = n
     if s["collective_algo"] is not None:
-        from simtrain.collectives import check_algorithm
+        from simtrain.network.algorithms import check_algorithm
 
         check_algorithm(s["collective_algo"])
         if s["network"] != "flow":
@@ -217,7 +217,7 @@ def auto_recompute(scenario: Scenario) -> int:
 def ledger_recompute(model: ModelSpec, cluster: Cluster, gpu: GpuSpec, par: ParallelSpec) -> int:
     """The course notes' rule: the fewest fully recomputed layers per stage with which their
     memory ledger (:mod:`simtrain.analytic`) fits the GPU."""
-    from simtrain.analytic import analytic_report
+    from simtrain.analytic.model import analytic_report
 
     est = analytic_report(model, cluster, replace(par, recompute="auto"), schedule=_analytic_schedule(par),
                           gpu=gpu)
@@ -225,7 +225,7 @@ def ledger_recompute(model: ModelSpec, cluster: Cluster, gpu: GpuSpec, par: Para
 
 
 def _analytic_schedule(par: ParallelSpec) -> str:
-    from simtrain.analytic import ANALYTIC_SCHEDULES
+    from simtrain.analytic.model import ANALYTIC_SCHEDULES
 
     return par.schedule if par.schedule in ANALYTIC_SCHEDULES else "1f1b"
 
@@ -251,7 +251,7 @@ def simulate(scenario: Scenario, options: WorkloadOptions | None = None) -> SimR
     if scenario.network == "none":
         network = FreeNetwork()
     elif scenario.network == "flow":
-        from simtrain.collectives import FlowNetwork
+        from simtrain.network.algorithms import FlowNetwork
 
         network = FlowNetwork(scenario.cluster, Router(scenario.cluster), algo=scenario.collective_algo)
     else:

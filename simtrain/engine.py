@@ -21,8 +21,8 @@ import numpy as np
 import simpy
 
 from simtrain.errors import SimulationError
-from simtrain.network import NetworkModel
-from simtrain.program import STREAM, Program
+from simtrain.network.analytic import NetworkModel
+from simtrain.workload.program import STREAM, Program
 from simtrain.timeline import Timeline, TimelineBuilder
 
 DEFAULT_MAX_EVENTS = 50_000_000

@@ -56,7 +56,7 @@ def enumerate_candidates(base: dict, *, gpus: int, gpus_per_node: int, schedules
 def analytic_estimate(candidate: Candidate) -> dict | None:
     """The closed-form estimate of a candidate, or None when it is invalid or does not fit."""
     from simtrain import api
-    from simtrain.analytic import ANALYTIC_SCHEDULES, estimate
+    from simtrain.analytic.model import ANALYTIC_SCHEDULES, estimate
 
     try:
         sc = api.resolve(candidate.as_dict())

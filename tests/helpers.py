@@ -6,7 +6,7 @@ import io
 import json
 from contextlib import redirect_stderr, redirect_stdout
 
-from simtrain.cli import main
+from simtrain.cli.main import main
 from simtrain.specs.model import ModelSpec
 
 

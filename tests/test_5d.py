@@ -8,8 +8,8 @@ import pytest
 
 from helpers import assert_user_error
 from simtrain import api
-from simtrain.analytic import estimate
-from simtrain.routing import Routing, load_factors, rank_loads
+from simtrain.analytic.model import estimate
+from simtrain.workload.moe_routing import Routing, load_factors, rank_loads
 from simtrain.units import GiB
 
 SEED = dict(model="llama3-70b", topology="seed-h100", gpus=64, seq=8192, recompute="auto")
@@ -135,7 +135,7 @@ def test_zero3_gathers_hidden_on_fast_network_exposed_on_slow():
                  "fabric": {"kind": "fat-tree", "nodes_per_leaf": 8, "spines": 1}}
     share = {}
     for name, topo in (("fast", fast_topo), ("slow", slow_topo)):
-        from simtrain.topology import build_topology
+        from simtrain.topology.cluster import build_topology
 
         cluster = build_topology(topo, name)
         sc = api.resolve(dict(model="llama3-8b", topology="h100-ib", gpus=8, seq=8192, gbs=16, zero=3))
@@ -179,7 +179,7 @@ def test_balancing_reduces_imbalance_on_126_layers():
 
 
 def test_uneven_stage_layers():
-    from simtrain.stages import stage_layers
+    from simtrain.workload.stages import stage_layers
     from simtrain.specs.model import load_model
 
     m = load_model("llama3-405b")
@@ -216,8 +216,8 @@ def test_a_run_that_does_not_fit_says_where_and_by_how_much(tmp_path):
     dict(schedule="gpipe"), dict(schedule="zb-h2", recompute="selective"),
 ])
 def test_memory_plan_is_the_simulated_peak(extra):
-    from simtrain.mesh import build_mesh
-    from simtrain.workload import memory_plan
+    from simtrain.topology.mesh import build_mesh
+    from simtrain.workload.lower import memory_plan
 
     sc = api.resolve({**SEED, "tp": 8, "pp": 4, "gbs": 32, "recompute": "none", **extra})
     par = sc.parallel

@@ -7,15 +7,15 @@ from dataclasses import replace
 
 import pytest
 
-from simtrain.analytic import (ANALYTIC_SCHEDULES, MIN_CP_CHUNK, analytic_report, bubble_time,
+from simtrain.analytic.model import (ANALYTIC_SCHEDULES, MIN_CP_CHUNK, analytic_report, bubble_time,
                                cluster_bandwidths, estimate, group_bandwidth, group_spans)
-from simtrain.analytic_search import format_plan, rank_of, search
+from simtrain.analytic.search import format_plan, rank_of, search
 from simtrain.errors import SpecError
 from simtrain.metrics import BREAKDOWN
 from simtrain.schedules.validate import closed_form_makespan
 from simtrain.specs.model import load_model
 from simtrain.specs.parallel import ParallelSpec
-from simtrain.topology import load_topology
+from simtrain.topology.cluster import load_topology
 
 # The notes' script uses the published parameter counts N = 70.6e9 and 8.03e9. Our ModelSpec
 # counts 70,553,706,496 for Llama 3 70B (8,030,261,248 for 8B): with it two printed MFUs of the

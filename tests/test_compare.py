@@ -7,11 +7,11 @@ import pytest
 
 from helpers import assert_user_error, cli, cli_json
 from simtrain import api, engine
-from simtrain.mesh import build_mesh
+from simtrain.topology.mesh import build_mesh
 from simtrain.metrics import BREAKDOWN
-from simtrain.network import AnalyticNetwork
-from simtrain.topology import Router
-from simtrain.workload import WorkloadOptions, lower
+from simtrain.network.analytic import AnalyticNetwork
+from simtrain.topology.cluster import Router
+from simtrain.workload.lower import WorkloadOptions, lower
 
 
 class NoP2P(AnalyticNetwork):

@@ -37,7 +37,7 @@ def test_generated_blocks_are_current(tmp_path):
 def test_every_flag_is_documented():
     import argparse
 
-    from simtrain.cli import build_parser
+    from simtrain.cli.main import build_parser
 
     parser = build_parser()
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))

@@ -11,15 +11,15 @@ from helpers import tiny_model
 from simtrain import costs, engine
 from simtrain.costs import Shape
 from simtrain.errors import SimulationError
-from simtrain.mesh import build_mesh
+from simtrain.topology.mesh import build_mesh
 from simtrain.metrics import summarize
-from simtrain.network import AnalyticNetwork, FreeNetwork
-from simtrain.program import KIND, STREAM, Op, Program
+from simtrain.network.analytic import AnalyticNetwork, FreeNetwork
+from simtrain.workload.program import KIND, STREAM, Op, Program
 from simtrain.schedules import generate
 from simtrain.specs.gpu import get_gpu
 from simtrain.specs.parallel import ParallelSpec
-from simtrain.topology import Router, build_topology
-from simtrain.workload import WorkloadOptions, lower
+from simtrain.topology.cluster import Router, build_topology
+from simtrain.workload.lower import WorkloadOptions, lower
 
 GPU = get_gpu("h100-sxm")
 BARE = WorkloadOptions(embedding=False, lm_head=False, optimizer=False, dp_comm=False)

@@ -9,10 +9,10 @@ import pytest
 
 from helpers import assert_user_error, cli, cli_json
 from simtrain import engine
-from simtrain.collectives import FlowNetwork
-from simtrain.network import AnalyticNetwork
-from simtrain.program import KIND, STREAM, Op, Program
-from simtrain.topology import Router, build_topology
+from simtrain.network.algorithms import FlowNetwork
+from simtrain.network.analytic import AnalyticNetwork
+from simtrain.workload.program import KIND, STREAM, Op, Program
+from simtrain.topology.cluster import Router, build_topology
 
 
 def cluster(nodes=2, gpus=8, nodes_per_leaf=2, oversubscription=1.0):

@@ -8,13 +8,13 @@ import random
 import numpy as np
 import pytest
 
-from simtrain.collective_cmd import add_collective_command, collective_report, parse_size
-from simtrain.collectives import (FlowNetwork, analytic_time, bandwidths, bus_factor,
+from simtrain.cli.collective import add_collective_command, collective_report, parse_size
+from simtrain.network.algorithms import (FlowNetwork, analytic_time, bandwidths, bus_factor,
                                   dtree_parents, phases, select_algorithm)
 from simtrain.errors import SimtrainError, SpecError
-from simtrain.flows import FlowModel, Phase, max_min_rates, run_chains, run_transfers
-from simtrain.network import AnalyticNetwork, alpha_beta_time
-from simtrain.topology import Router, build_topology, load_topology
+from simtrain.network.solver import FlowModel, Phase, max_min_rates, run_chains, run_transfers
+from simtrain.network.analytic import AnalyticNetwork, alpha_beta_time
+from simtrain.topology.cluster import Router, build_topology, load_topology
 
 GB = 1e9
 SW = "node0/nvswitch"
@@ -354,7 +354,7 @@ def _cli(*argv: str) -> tuple[int, str]:
     import contextlib
     import io
 
-    from simtrain.cli import _Parser
+    from simtrain.cli.main import _Parser
 
     parser = _Parser(prog="simtrain")
     add_collective_command(parser.add_subparsers(dest="command", parser_class=_Parser))

@@ -13,7 +13,7 @@ from simtrain.errors import SimtrainError
 from simtrain.schedules import schedule_from_csv, validate
 from simtrain.specs.model import model_from_hf_config, model_from_table
 from simtrain.specs.strict import Table, parse_toml
-from simtrain.topology import build_topology
+from simtrain.topology.cluster import build_topology
 
 FUZZ = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

@@ -15,15 +15,15 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from helpers import tiny_model
 from simtrain import engine
 from simtrain.errors import SimulationError
-from simtrain.mesh import build_mesh
+from simtrain.topology.mesh import build_mesh
 from simtrain.metrics import summarize
-from simtrain.network import AnalyticNetwork, FreeNetwork
-from simtrain.program import KIND, STREAM, Op, Program
+from simtrain.network.analytic import AnalyticNetwork, FreeNetwork
+from simtrain.workload.program import KIND, STREAM, Op, Program
 from simtrain.schedules import generate
 from simtrain.specs.gpu import get_gpu
 from simtrain.specs.parallel import ParallelSpec
-from simtrain.topology import Router, build_topology
-from simtrain.workload import WorkloadOptions, lower
+from simtrain.topology.cluster import Router, build_topology
+from simtrain.workload.lower import WorkloadOptions, lower
 
 
 def test_a_collective_a_member_never_reaches_is_a_deadlock():

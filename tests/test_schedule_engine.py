@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from helpers import cli, cli_json
-from simtrain.schedule_run import run_schedule
+from simtrain.workload.fixed_cost import run_schedule
 from simtrain.schedules import generate, replay, scaled_costs
 
 CASES = st.sampled_from([

@@ -14,7 +14,7 @@ import pytest
 from simtrain.errors import SpecError
 from simtrain.outputs.topology_plot import draw_topology
 from simtrain.specs.gpu import get_gpu
-from simtrain.topology import (Cluster, Router, bisection_bandwidth, build_topology,
+from simtrain.topology.cluster import (Cluster, Router, bisection_bandwidth, build_topology,
                                list_topologies, load_topology, summary)
 
 NIC_BPS = 50e9  # 400 Gb/s

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from simtrain.errors import SpecError
 
 if TYPE_CHECKING:
-    from simtrain.topology import Cluster
+    from simtrain.topology.cluster import Cluster
 
 LAYER_Y = {"gpu": 0.0, "nvswitch": 1.0, "nic": 2.0, "leaf": 3.4, "spine": 4.8, "core": 6.2}
 KIND_COLOUR = {"gpu": "#76b900", "nvswitch": "#1f77b4", "nic": "#9467bd", "leaf": "#ff7f0e",

@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
 from simtrain.errors import SpecError
-from simtrain.mesh import DEFAULT_ORDER, parse_order
+from simtrain.topology.mesh import DEFAULT_ORDER, parse_order
 
 if TYPE_CHECKING:  # pragma: no cover
     from simtrain.specs.model import ModelSpec

@@ -54,7 +54,7 @@ SCENARIOS: dict[str, list[str]] = {
 
 def run_report(name: str, out_dir: Path) -> bytes:
     """Run one scenario through the CLI and return its report.json bytes."""
-    from simtrain.cli import main
+    from simtrain.cli.main import main
 
     code = main(["run", *SCENARIOS[name], "--out", str(out_dir), "--no-plot", "--json"])
     if code != 0:

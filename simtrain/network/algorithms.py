@@ -51,9 +51,9 @@ import math
 from typing import Callable, Sequence
 
 from simtrain.errors import SpecError, unknown_name
-from simtrain.flows import FlowModel, Link, Phase
-from simtrain.network import AnalyticNetwork, alpha_beta_time
-from simtrain.topology import Cluster, Router
+from simtrain.network.solver import FlowModel, Link, Phase
+from simtrain.network.analytic import AnalyticNetwork, alpha_beta_time
+from simtrain.topology.cluster import Cluster, Router
 
 OPS = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all", "p2p", "ring_shift")
 ALGORITHMS = ("ring", "tree", "hierarchical", "nvls", "direct")

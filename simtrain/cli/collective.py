@@ -19,13 +19,13 @@ import json
 import re
 from typing import Any
 
-from simtrain.collectives import (ALGORITHMS, FlowNetwork, analytic_time, bandwidths, normalize_op,
+from simtrain.network.algorithms import (ALGORITHMS, FlowNetwork, analytic_time, bandwidths, normalize_op,
                                   select_algorithm)
-from simtrain.cli_types import positive_int
+from simtrain.cli.types import positive_int
 from simtrain.errors import SpecError
-from simtrain.flows import FlowModel, run_chains, summarize_links
+from simtrain.network.solver import FlowModel, run_chains, summarize_links
 from simtrain.outputs.tables import fmt_seconds
-from simtrain.topology import Cluster, Router, load_topology
+from simtrain.topology.cluster import Cluster, Router, load_topology
 
 CLI_OPS = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "p2p")
 NETWORKS = ("analytic", "flow")

@@ -28,14 +28,14 @@ from dataclasses import dataclass
 from simtrain import costs
 from simtrain.costs import Shape
 from simtrain.errors import SpecError
-from simtrain.mesh import DeviceMesh
-from simtrain.program import KIND, STREAM, Op, Program
-from simtrain.routing import Routing, load_factors
+from simtrain.topology.mesh import DeviceMesh
+from simtrain.workload.program import KIND, STREAM, Op, Program
+from simtrain.workload.moe_routing import Routing, load_factors
 from simtrain.schedules.ir import Action, Schedule
 from simtrain.specs.gpu import GpuSpec
 from simtrain.specs.model import ModelSpec
 from simtrain.specs.parallel import ParallelSpec
-from simtrain.stages import split_layers
+from simtrain.workload.stages import split_layers
 
 
 @dataclass(frozen=True)

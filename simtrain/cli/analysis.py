@@ -8,12 +8,12 @@ import os
 import sys
 from pathlib import Path
 
-from simtrain.cli_types import int_list, positive_int, str_list
+from simtrain.cli.types import int_list, positive_int, str_list
 from simtrain.errors import SimtrainError
 
 
 def _analytic_for(scenario) -> dict:
-    from simtrain.analytic import ANALYTIC_SCHEDULES, analytic_report
+    from simtrain.analytic.model import ANALYTIC_SCHEDULES, analytic_report
 
     par = scenario.parallel
     if par.schedule not in ANALYTIC_SCHEDULES:
@@ -53,7 +53,7 @@ def _config(sc) -> dict:
 
 def cmd_compare(args: argparse.Namespace, run_settings) -> int:
     from simtrain import api
-    from simtrain.compare import largest_differences, side_by_side
+    from simtrain.analytic.compare import largest_differences, side_by_side
     from simtrain.outputs.tables import fmt_seconds, table
 
     sc = _resolve(args, run_settings)
@@ -95,7 +95,7 @@ def cmd_search(args: argparse.Namespace, run_settings) -> int:
     from simtrain.schedules import GENERATORS
     from simtrain.search import search
     from simtrain.specs.model import load_model
-    from simtrain.topology import load_topology
+    from simtrain.topology.cluster import load_topology
 
     load_model(args.model)
     for name in args.schedules:

@@ -55,7 +55,7 @@ from simtrain.presets import preset_dir
 from simtrain.errors import SpecError, unknown_name
 from simtrain.specs.gpu import GpuSpec
 from simtrain.specs.strict import parse_toml, read_toml
-from simtrain.topology_build import TopologySpec, build_graph, check_graph, parse_spec
+from simtrain.topology.build import TopologySpec, build_graph, check_graph, parse_spec
 
 NODE_KINDS = ("gpu", "nvswitch", "nic", "leaf", "spine", "core")
 TIERS = ("nvlink", "pcie", "leaf", "spine", "core")

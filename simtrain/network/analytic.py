@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from simtrain.topology import Cluster, Router
+from simtrain.topology.cluster import Cluster, Router
 
 COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all", "ring_shift")
 

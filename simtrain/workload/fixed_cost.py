@@ -14,7 +14,7 @@ import numpy as np
 
 from simtrain import engine
 from simtrain.metrics import memory_timeline
-from simtrain.program import KIND, STREAM, Op, Program
+from simtrain.workload.program import KIND, STREAM, Op, Program
 from simtrain.schedules import Schedule, closed_form_makespan, scaled_costs, validate
 from simtrain.timeline import Timeline
 

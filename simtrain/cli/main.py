@@ -10,7 +10,7 @@ import json
 import sys
 from typing import Any
 
-from simtrain.cli_types import costs, fraction, nonneg_float, nonneg_int, positive_int
+from simtrain.cli.types import costs, fraction, nonneg_float, nonneg_int, positive_int
 from simtrain.errors import SimtrainError
 
 
@@ -105,7 +105,7 @@ def cmd_list(args: argparse.Namespace) -> int:
     from simtrain.schedules import GENERATORS, example_schedules
     from simtrain.specs.gpu import GPU_PRESETS
     from simtrain.specs.model import list_models
-    from simtrain.topology import list_topologies
+    from simtrain.topology.cluster import list_topologies
 
     names = {"models": list_models, "gpus": lambda: sorted(GPU_PRESETS),
              "topologies": list_topologies,
@@ -119,7 +119,7 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 def cmd_topology(args: argparse.Namespace) -> int:
     from simtrain.outputs.tables import fmt_bandwidth, table
-    from simtrain.topology import load_topology, summary
+    from simtrain.topology.cluster import load_topology, summary
 
     cluster = load_topology(args.name, nodes=args.nodes)
     info = summary(cluster)
@@ -175,12 +175,12 @@ def _utilisation(path: str | None, cluster) -> dict | None:
 
 
 def cmd_mesh(args: argparse.Namespace) -> int:
-    from simtrain.mesh import DEFAULT_ORDER, build_mesh, mesh_report
+    from simtrain.topology.mesh import DEFAULT_ORDER, build_mesh, mesh_report
     from simtrain.specs.parallel import resolve_parallel
 
     gpus_per_node = args.gpus_per_node
     if args.topology:
-        from simtrain.topology import load_topology
+        from simtrain.topology.cluster import load_topology
 
         gpus_per_node = load_topology(args.topology, nodes=1).gpus_per_node
     par = resolve_parallel(args.gpus, tp=args.tp, cp=args.cp, pp=args.pp, dp=args.dp, ep=args.ep,
@@ -204,7 +204,7 @@ def cmd_mesh(args: argparse.Namespace) -> int:
 
 def cmd_schedule(args: argparse.Namespace) -> int:
     from simtrain.outputs.tables import table
-    from simtrain.schedule_run import run_schedule, schedule_report
+    from simtrain.workload.fixed_cost import run_schedule, schedule_report
     from simtrain.schedules import load_schedule
 
     F, I, W = args.costs  # noqa: N806,E741
@@ -256,8 +256,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_run_flags(p)
     p.set_defaults(func=cmd_run)
 
-    from simtrain.cli_analysis import add_commands
-    from simtrain.collective_cmd import add_collective_command
+    from simtrain.cli.analysis import add_commands
+    from simtrain.cli.collective import add_collective_command
 
     add_commands(sub, _add_run_flags, _settings)
     add_collective_command(sub)

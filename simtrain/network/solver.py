@@ -33,7 +33,7 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from simtrain.topology import Cluster
+from simtrain.topology.cluster import Cluster
 
 Link = tuple[str, str]
 FlowSpec = tuple[Sequence[Link], float]  # (path as directed edges, bytes)

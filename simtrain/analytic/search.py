@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from itertools import product
 
-from simtrain.analytic import MIN_CP_CHUNK, estimate
+from simtrain.analytic.model import MIN_CP_CHUNK, estimate
 from simtrain.errors import SpecError
 from simtrain.specs.gpu import GpuSpec
 from simtrain.specs.model import ModelSpec
 from simtrain.specs.parallel import ParallelSpec
-from simtrain.topology import Cluster
+from simtrain.topology.cluster import Cluster
 
 
 def search(model: ModelSpec, cluster: Cluster, *, gpus: int, seq: int, gbs: int,

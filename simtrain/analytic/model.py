@@ -58,12 +58,12 @@ import math
 from dataclasses import dataclass
 
 from simtrain.errors import SpecError, unknown_name
-from simtrain.mesh import parse_order
+from simtrain.topology.mesh import parse_order
 from simtrain.metrics import BREAKDOWN
 from simtrain.specs.gpu import GpuSpec
 from simtrain.specs.model import ModelSpec
 from simtrain.specs.parallel import ParallelSpec
-from simtrain.topology import Cluster
+from simtrain.topology.cluster import Cluster
 from simtrain.units import GiB
 
 #: Fewest tokens a CP rank may hold (the notes' MIN_CP_CHUNK): smaller ring steps are too short.
@@ -393,7 +393,7 @@ def estimate(model: ModelSpec, cluster: Cluster, par: ParallelSpec, *, gpu: GpuS
     ``--recompute-num-layers``) and ``"model": "analytic"``.
 
     >>> from simtrain.specs.model import load_model
-    >>> from simtrain.topology import load_topology
+    >>> from simtrain.topology.cluster import load_topology
     >>> par = ParallelSpec(tp=4, cp=2, pp=2, dp=4, seq=8192, gbs=512, recompute="auto")
     >>> est = estimate(load_model("llama3-70b"), load_topology("seed-h100"), par, n_params=70.6e9)
     >>> round(est["mfu"], 3), round(est["memory_gib"])  # the notes' best: MFU 53.7%, 66 GiB
