@@ -7,8 +7,8 @@ import importlib
 
 import pytest
 
-MODULES = ["simtrain.api", "simtrain.analytic", "simtrain.compare", "simtrain.search", "simtrain.specs.gpu",
-           "simtrain.specs.parallel", "simtrain.specs.model", "simtrain.mesh"]
+MODULES = ["simtrain.api", "simtrain.analytic.model", "simtrain.analytic.compare", "simtrain.search", "simtrain.specs.gpu",
+           "simtrain.specs.parallel", "simtrain.specs.model", "simtrain.topology.mesh"]
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -1,16 +1,14 @@
-"""The notebooks in notebooks/: each runs top to bottom without an error, within its time budget,
-and is committed with its outputs stripped.
+"""The notebooks in notebooks/: each runs top to bottom without an error and is committed with
+its outputs stripped. Their wall times are measured by ``benchmarks/bench_notebooks.py``, not here.
 
 Execution needs nbclient, nbformat and ipykernel (the ``test`` extra); without them those tests
 skip with the reason. Each notebook runs in a fresh ``python3`` kernel whose working directory is
-a temporary folder, headless (``MPLBACKEND=Agg``), and its wall time is printed and recorded as
-the ``runtime_s`` property (``pytest -s`` shows it; ``--junitxml`` stores it).
+a temporary folder, headless (``MPLBACKEND=Agg``).
 """
 
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import pytest
@@ -24,7 +22,6 @@ EXPECTED = (
 )
 NOTEBOOKS = sorted(NOTEBOOK_DIR.glob("*.ipynb"))
 CELL_TIMEOUT_S = 300  # per cell
-BUDGET_S = 60.0  # per notebook, kernel start included (each takes well under this on 2 cores)
 
 
 def _ids(path: Path) -> str:
@@ -67,7 +64,7 @@ def _notebook_tools():
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=_ids)
-def test_notebook_executes(path: Path, tmp_path: Path, monkeypatch, record_property):
+def test_notebook_executes(path: Path, tmp_path: Path, monkeypatch):
     nbformat, NotebookClient = _notebook_tools()
     from nbclient.exceptions import CellExecutionError
 
@@ -75,15 +72,10 @@ def test_notebook_executes(path: Path, tmp_path: Path, monkeypatch, record_prope
     nb = nbformat.read(str(path), as_version=4)
     client = NotebookClient(nb, timeout=CELL_TIMEOUT_S, kernel_name="python3",
                             resources={"metadata": {"path": str(tmp_path)}})
-    start = time.perf_counter()
     try:
         client.execute()
     except CellExecutionError as exc:
         pytest.fail(f"{path.name} failed:\n{exc}", pytrace=False)
-    runtime = time.perf_counter() - start
-    record_property("runtime_s", round(runtime, 1))
-    print(f"{path.name}: executed in {runtime:.1f} s")
     errors = [out for cell in nb.cells if cell.cell_type == "code" for out in cell.get("outputs", [])
               if out.get("output_type") == "error"]
     assert not errors, f"{path.name}: error outputs: {[e.get('ename') for e in errors]}"
-    assert runtime < BUDGET_S, f"{path.name} took {runtime:.1f} s; the budget is {BUDGET_S:.0f} s"

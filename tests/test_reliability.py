@@ -22,8 +22,10 @@ from simtrain.workload.program import KIND, STREAM, Op, Program
 from simtrain.schedules import generate
 from simtrain.specs.gpu import get_gpu
 from simtrain.specs.parallel import ParallelSpec
-from simtrain.topology.cluster import Router, build_topology
-from simtrain.workload.lower import WorkloadOptions, lower
+from simtrain.topology.cluster import build_topology
+from simtrain.topology.routes import Router
+from simtrain.workload.lower import lower
+from simtrain.workload.options import WorkloadOptions
 
 
 def test_a_collective_a_member_never_reaches_is_a_deadlock():
@@ -44,7 +46,7 @@ def test_a_collective_a_member_never_reaches_is_a_deadlock():
 
 def _run_cli(args, env_extra, cwd):
     env = {**os.environ, **env_extra}
-    return subprocess.run([sys.executable, "-m", "simtrain.cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "simtrain", *args], capture_output=True, text=True,
                           env=env, cwd=cwd, timeout=240)
 
 
@@ -74,7 +76,7 @@ def _small(p, m, tp, dp, nic_gbps=400, nvlink=450, efficiency=0.6):
     prog = lower(model, par, gpu, generate("1f1b", p, m), build_mesh(tp, 1, dp, p), WorkloadOptions())
     res = engine.run(prog, AnalyticNetwork(cluster, Router(cluster)))
     rep = summarize(res.timeline, model=model, gpu=gpu, num_gpus=par.world, seq=par.seq, gbs=par.gbs,
-                    rank_weight=prog.rank_weight, rank_stage=prog.rank_stage, static_bytes=prog.static_bytes)
+                    rank_weight=prog.rank_weight, rank_stage=prog.pipeline_rank_of, static_bytes=prog.static_bytes)
     return prog, res, rep
 
 
@@ -108,7 +110,7 @@ def test_step_bounds_breakdown_and_memory(layout, m):
     assert step <= float(dur.sum()) * (1 + 1e-12)  # at most the serial sum of all work
     assert sum(rep["breakdown_s"].values()) == pytest.approx(step, rel=1e-9)
     for stage, peak in enumerate(rep["peak_memory_gib"]):
-        rank = next(r for r in prog.ranks if prog.rank_stage[r] == stage)
+        rank = next(r for r in prog.ranks if prog.pipeline_rank_of[r] == stage)
         assert peak * 2**30 >= prog.static_bytes[rank] * (1 - 1e-12)
 
 
@@ -119,7 +121,7 @@ def test_killed_search_resumes_to_the_same_ranking(tmp_path):
     assert full.returncode == 0, full.stderr
     results = tmp_path / "r.jsonl"
     env = {**os.environ}
-    proc = subprocess.Popen([sys.executable, "-m", "simtrain.cli", *args, "--results", str(results)],
+    proc = subprocess.Popen([sys.executable, "-m", "simtrain", *args, "--results", str(results)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=tmp_path)
     deadline = time.time() + 120
     while time.time() < deadline and (not results.exists() or not results.read_text().strip()):
