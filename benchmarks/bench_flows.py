@@ -19,10 +19,12 @@ from __future__ import annotations
 
 import time
 
-from simtrain.network.algorithms import FlowNetwork
-from simtrain.network.solver import FlowModel, run_chains
+from simtrain.network.chains import run_chains
+from simtrain.network.planner import Planner
+from simtrain.network.solver import FlowModel
 from simtrain.outputs.tables import table
-from simtrain.topology.cluster import Router, load_topology
+from simtrain.topology.cluster import load_topology
+from simtrain.topology.routes import Router
 
 REPEATS = 3
 
@@ -41,13 +43,13 @@ def bench(gpus: int, kind: str) -> list[list[str]]:
     router = Router(cluster)
     groups, size, stagger = scenario(gpus, kind)
     op = "all_to_all" if kind == "a2a" else "all_reduce"
-    net = FlowNetwork(cluster, router)
+    net = Planner(cluster, router)
     net.collective_time(op, groups[0], size)  # warm the route cache
     rows = []
 
     t0 = time.perf_counter()
     for _ in range(REPEATS):
-        fresh = FlowNetwork(cluster, router)
+        fresh = Planner(cluster, router)
         sim_a = max(fresh.collective_time(op, g, size) for g in groups) * REPEATS
     wall = time.perf_counter() - t0
     ncoll = len(groups) * REPEATS
@@ -61,8 +63,8 @@ def bench(gpus: int, kind: str) -> list[list[str]]:
     sim_f = max(run_chains(cluster, chains, model))
     wall = time.perf_counter() - t0
     rows.append([f"{gpus} GPUs {kind}", "flow", net.algorithm(op, groups[0], size),
-                 str(ncoll), f"{model.flows_added:,}", f"{model.recomputes:,}", f"{sim_f * 1e3:.2f}",
-                 f"{wall:.3f}", f"{ncoll / wall:,.0f}", f"{model.flows_added / wall:,.0f}"])
+                 str(ncoll), f"{model.usage.flows_added:,}", f"{model.recomputes:,}", f"{sim_f * 1e3:.2f}",
+                 f"{wall:.3f}", f"{ncoll / wall:,.0f}", f"{model.usage.flows_added / wall:,.0f}"])
     return rows
 
 

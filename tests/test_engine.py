@@ -13,13 +13,17 @@ from simtrain.costs import Shape
 from simtrain.errors import SimulationError
 from simtrain.topology.mesh import build_mesh
 from simtrain.metrics import summarize
-from simtrain.network.analytic import AnalyticNetwork, FreeNetwork
+from simtrain.network.analytic import AnalyticNetwork
+from simtrain.network.fixed import FixedLatency
+from simtrain.network.protocol import Step
 from simtrain.workload.program import KIND, STREAM, Op, Program
 from simtrain.schedules import generate
 from simtrain.specs.gpu import get_gpu
 from simtrain.specs.parallel import ParallelSpec
-from simtrain.topology.cluster import Router, build_topology
-from simtrain.workload.lower import WorkloadOptions, lower
+from simtrain.topology.cluster import build_topology
+from simtrain.topology.routes import Router
+from simtrain.workload.lower import lower
+from simtrain.workload.options import WorkloadOptions
 
 GPU = get_gpu("h100-sxm")
 BARE = WorkloadOptions(embedding=False, lm_head=False, optimizer=False, dp_comm=False)
@@ -29,9 +33,9 @@ def simulate(model, par, schedule_name="1f1b", opts=BARE, network=None, gpus_per
     mesh = build_mesh(par.tp, par.cp, par.dp, par.pp, gpus_per_node=gpus_per_node)
     sched = generate(schedule_name, par.pp, par.num_microbatches)
     prog = lower(model, par, GPU, sched, mesh, opts)
-    res = engine.run(prog, network or FreeNetwork())
+    res = engine.run(prog, network or FixedLatency())
     rep = summarize(res.timeline, model=model, gpu=GPU, num_gpus=par.world, seq=par.seq, gbs=par.gbs,
-                    rank_weight=prog.rank_weight, rank_stage=prog.rank_stage,
+                    rank_weight=prog.rank_weight, rank_stage=prog.pipeline_rank_of,
                     static_bytes=prog.static_bytes)
     return prog, res, rep
 
@@ -160,24 +164,64 @@ def _op(prog, rank, stream, name, deps=(), duration=1.0, **kw):
                        deps=list(deps), **kw))
 
 
-def test_engine_collective_waits_for_all_members():
+class PricedTwoSeconds(FixedLatency):
+    """Prices every collective at 2 s up front."""
+
+    def collective_time(self, op, gpus, nbytes):
+        return 2.0
+
+
+class TokenAfter:
+    """Prices nothing up front: every transfer is one token that finishes ``delay_s`` after it
+    starts, reported through ``next_event_s`` and ``advance`` as the flow network does."""
+
+    def __init__(self, delay_s):
+        self.delay_s = delay_s
+
+    def prepare(self, program, clock):
+        self.clock, self.due, self.started = clock, [], 0
+
+    def fixed_duration(self, op):
+        return None
+
+    def transfer(self, op):
+        self.started += 1
+        self.due.append((self.clock() + self.delay_s, self.started))
+        yield Step(token=self.started)
+
+    def next_event_s(self):
+        return min(self.due)[0] if self.due else None
+
+    def advance(self, now_s):
+        done = sorted(d for d in self.due if d[0] <= now_s)
+        self.due = [d for d in self.due if d[0] > now_s]
+        return [token for _, token in done]
+
+    def check(self):
+        assert not self.due and self.started == 2
+
+    def link_report(self, step_s):
+        return {}, {}
+
+
+@pytest.mark.parametrize("network, send", [(PricedTwoSeconds(), (1.0, 1.0)), (TokenAfter(2.0), (1.0, 3.0))],
+                         ids=["priced", "tokens"])
+def test_engine_collective_waits_for_all_members(network, send):
+    """The last member starts the collective; a p2p send needs no partner (priced: free)."""
     prog = Program()
-    prog.rank_weight = {0: 1, 1: 1}
+    prog.rank_weight = {0: 1, 1: 1, 2: 1}
     a = _op(prog, 0, "compute", "a", duration=1.0)
     b = _op(prog, 1, "compute", "b", duration=3.0)
+    prog.group_sets = [((0, 1),), ((0, 2),)]
     for rank, dep in ((0, a.id), (1, b.id)):
-        prog.group_sets = [((0, 1),)]
         prog.add(Op(0, rank, STREAM["tp"], KIND["tp"], "ar", 0, -1, -1, nbytes=1.0, comm="all_reduce",
                     group_set=0, key=("k",), deps=[dep]))
-
-    class Net(FreeNetwork):
-        def collective_time(self, op, gpus, nbytes):
-            return 2.0
-
-    res = engine.run(prog, Net())
-    tl = res.timeline
+    prog.add(Op(0, 0, STREAM["pp_send"], KIND["pp"], "send", 0, -1, 0, nbytes=1.0, comm="p2p", group_set=1,
+                peer=2, deps=[a.id]))
+    tl = engine.run(prog, network).timeline
     ar = tl.spans(tl.mask(stream="tp"))
     assert [(s.start_s, s.end_s) for s in ar] == [(3.0, 5.0), (3.0, 5.0)]
+    assert [(s.start_s, s.end_s) for s in tl.spans(tl.mask(stream="pp_send"))] == [send]
 
 
 def test_engine_deadlock_reports_blocked_ops():
@@ -186,7 +230,7 @@ def test_engine_deadlock_reports_blocked_ops():
     a = _op(prog, 0, "compute", "a", deps=[1])
     _op(prog, 1, "compute", "b", deps=[a.id])
     with pytest.raises(SimulationError, match="deadlock.*rank 0 compute: a.*rank 1 compute: b"):
-        engine.run(prog, FreeNetwork())
+        engine.run(prog, FixedLatency())
 
 
 def test_engine_event_budget():
@@ -195,7 +239,7 @@ def test_engine_event_budget():
     mesh = build_mesh(1, 1, 1, 2)
     prog = lower(model, par, GPU, generate("1f1b", 2, 8), mesh, BARE)
     with pytest.raises(SimulationError, match="max_events=10"):
-        engine.run(prog, FreeNetwork(), max_events=10)
+        engine.run(prog, FixedLatency(), max_events=10)
 
 
 def test_timeline_json_round_trip():
@@ -208,3 +252,15 @@ def test_timeline_json_round_trip():
     assert len(back) == len(res.timeline)
     for col, values in res.timeline.cols.items():
         assert (back[col] == values).all()
+
+
+def test_engine_knows_the_network_only_by_its_protocol():
+    """The engine imports nothing of the network package but the protocol, so it cannot ask
+    which network it drives."""
+    import ast
+    from pathlib import Path
+
+    tree = ast.parse(Path(engine.__file__).read_text(encoding="utf-8"))
+    imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+    imported |= {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
+    assert {m for m in imported if m.startswith("simtrain.network")} == {"simtrain.network.protocol"}

@@ -9,10 +9,11 @@ import pytest
 
 from helpers import assert_user_error, cli, cli_json
 from simtrain import engine
-from simtrain.network.algorithms import FlowNetwork
 from simtrain.network.analytic import AnalyticNetwork
+from simtrain.network.flow import FlowNetwork
 from simtrain.workload.program import KIND, STREAM, Op, Program
-from simtrain.topology.cluster import Router, build_topology
+from simtrain.topology.cluster import build_topology
+from simtrain.topology.routes import Router
 
 
 def cluster(nodes=2, gpus=8, nodes_per_leaf=2, oversubscription=1.0):
@@ -151,7 +152,7 @@ def test_private_links_shortcut_changes_nothing(settings, monkeypatch):
 
     sc = api.resolve({**settings, "network": "flow"})
     fast = api.simulate(sc).report
-    monkeypatch.setattr(engine._Run, "_private_sets", lambda self: set())
+    monkeypatch.setattr(FlowNetwork, "_private_sets", lambda self: set())
     slow = api.simulate(sc).report
     assert fast["step_time_s"] == pytest.approx(slow["step_time_s"], rel=1e-12)
     assert fast["links"]["utilisation_by_link"] == pytest.approx(slow["links"]["utilisation_by_link"], rel=1e-9)

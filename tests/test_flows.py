@@ -9,12 +9,16 @@ import numpy as np
 import pytest
 
 from simtrain.cli.collective import add_collective_command, collective_report, parse_size
-from simtrain.network.algorithms import (FlowNetwork, analytic_time, bandwidths, bus_factor,
-                                  dtree_parents, phases, select_algorithm)
 from simtrain.errors import SimtrainError, SpecError
-from simtrain.network.solver import FlowModel, Phase, max_min_rates, run_chains, run_transfers
+from simtrain.network.algorithms import (ALGORITHMS, REGISTRY, CollectiveAlgorithm, analytic_time, applicable,
+                                         bandwidths, bus_factor, check_algorithm, phases, select_algorithm)
 from simtrain.network.analytic import AnalyticNetwork, alpha_beta_time
-from simtrain.topology.cluster import Router, build_topology, load_topology
+from simtrain.network.chains import run_chains, run_transfers
+from simtrain.network.phases import Phase, dtree_parents
+from simtrain.network.planner import Planner
+from simtrain.network.solver import FlowModel, max_min_rates
+from simtrain.topology.cluster import build_topology, load_topology
+from simtrain.topology.routes import Router
 
 GB = 1e9
 SW = "node0/nvswitch"
@@ -52,13 +56,13 @@ def test_two_flows_share_a_link_and_the_survivor_speeds_up():
     model.add(0.0, 2, [((L1,), 2 * GB)])
     assert model.next_event_s() == pytest.approx(0.020)  # both at 50 GB/s
     assert model.advance(0.015) == []
-    assert model.rate[model.active].tolist() == [50 * GB, 50 * GB]
+    assert model.flows.rate[model.flows.active].tolist() == [50 * GB, 50 * GB]
     assert model.advance(0.020) == [1]
     assert model.next_event_s() == pytest.approx(0.030)  # alone at 100 GB/s: 1 GB left
     assert model.advance(1.0) == [2]
     assert model.finish_s == {1: pytest.approx(0.020), 2: pytest.approx(0.030)}
     assert model.next_event_s() is None
-    st = model.link_stats()[L1]
+    st = model.usage.stats()[L1]
     assert st["bytes"] == pytest.approx(3 * GB) and st["busy_s"] == pytest.approx(0.030)
     assert st["peak_utilisation"] == pytest.approx(1.0)
 
@@ -81,7 +85,7 @@ def test_three_flows_on_a_chain_with_a_bottleneck():
                              (0.0, [((L2,), 0.5 * GB)], 0.0), (0.0, [((L2,), 1 * GB)], 0.0)],
                          model, check=True)
     assert done == pytest.approx([0.025, 0.030, 0.015, 0.025], rel=1e-9)
-    assert model.bytes_delivered == pytest.approx(model.bytes_added) == 4.5 * GB
+    assert model.usage.bytes_delivered == pytest.approx(model.usage.bytes_added) == 4.5 * GB
 
 
 def test_late_advance_processes_intermediate_events_in_order():
@@ -120,16 +124,16 @@ def test_incremental_rates_equal_a_full_recompute():
         model.advance(t)
         if tid % 25 == 0:
             model.next_event_s()
-            slots = np.flatnonzero(model.active)
-            paths = [model._flinks[s] for s in slots]
+            slots = np.flatnonzero(model.flows.active)
+            paths = [model.flows.paths[s] for s in slots]
             pf = np.repeat(np.arange(slots.size), [p.size for p in paths])
             used, local = np.unique(np.concatenate(paths), return_inverse=True)
             ref = max_min_rates(pf, local, model.capacity[used], slots.size)
-            assert np.allclose(model.rate[slots], ref, rtol=1e-12)
+            assert np.allclose(model.flows.rate[slots], ref, rtol=1e-12)
             model.check_capacity()
     model.advance(1e3)
     assert model.active_flows == 0 and model.active_transfers == 0
-    assert model.bytes_delivered == pytest.approx(model.bytes_added, rel=1e-12)
+    assert model.usage.bytes_delivered == pytest.approx(model.usage.bytes_added, rel=1e-12)
 
 
 # ---- collectives: agreement of the two fidelities ---------------------------------------------
@@ -167,7 +171,7 @@ def test_flow_and_analytic_agree_without_contention(op, algo, gpus):
     S = 64 * 2**20
     t, model = _flow_time(c, [phases(op, gpus, S, r, algo)])
     assert t == pytest.approx(analytic_time(op, algo, gpus, S, r, c), rel=0.01)
-    assert model.bytes_delivered == pytest.approx(model.bytes_added, rel=1e-12)
+    assert model.usage.bytes_delivered == pytest.approx(model.usage.bytes_added, rel=1e-12)
 
 
 def test_analytic_ring_and_p2p_are_the_analytic_network():
@@ -176,7 +180,7 @@ def test_analytic_ring_and_p2p_are_the_analytic_network():
     for gpus in (tuple(range(8)), tuple(range(0, 64, 8)), tuple(range(64))):
         assert analytic_time("all_reduce", "ring", gpus, 1e8, r, c) == \
             pytest.approx(net.collective_time("all_reduce", gpus, 1e8), rel=1e-12)
-    assert FlowNetwork(c, r).p2p_time(0, 9, 1e8) == pytest.approx(net.p2p_time(0, 9, 1e8), rel=1e-12)
+    assert Planner(c, r).p2p_time(0, 9, 1e8) == pytest.approx(net.p2p_time(0, 9, 1e8), rel=1e-12)
 
 
 def test_double_binary_tree_matches_nccl():
@@ -200,8 +204,8 @@ def test_oversubscription_doubles_concurrent_dp_all_reduce_in_flow_mode_only():
         r = Router(c)
         flow[os_], model = _flow_time(c, [phases("all_reduce", g, S, r, "ring") for g in groups])
         analytic[os_] = max(analytic_time("all_reduce", "ring", g, S, r, c) for g in groups)
-        assert model.bytes_delivered == pytest.approx(model.bytes_added, rel=1e-12)
-        assert max(st["peak_utilisation"] for st in model.link_stats().values()) <= 1 + 1e-9
+        assert model.usage.bytes_delivered == pytest.approx(model.usage.bytes_added, rel=1e-12)
+        assert max(st["peak_utilisation"] for st in model.usage.stats().values()) <= 1 + 1e-9
         uplink[os_] = c.graph.edges["leaf0", "spine0"]["bandwidth_Bps"]
     ratio = flow[2.0] / flow[1.0]
     assert 1.8 <= ratio <= 2.2
@@ -219,7 +223,7 @@ def test_oversubscription_doubles_concurrent_dp_all_reduce_in_flow_mode_only():
 
 def test_plan_launches_all_folded_groups_together():
     c = fat_tree(2.0)
-    net = FlowNetwork(c, algo="ring")
+    net = Planner(c, algo="ring")
     groups = tuple(tuple(range(j, 64, 8)) for j in range(8))
     plan = net.plan("all_reduce", groups, 2**28)
     assert len(plan) == 1 and len(plan[0].flows) == 64
@@ -270,7 +274,40 @@ def test_algorithm_selection():
     with pytest.raises(SpecError, match="unknown collective 'allreduce'; did you mean 'all-reduce'"):
         select_algorithm("allreduce", tuple(range(8)), big, c, r)
     with pytest.raises(SpecError, match="unknown collective algorithm"):
-        FlowNetwork(c, algo="bogus")
+        Planner(c, algo="bogus")
+
+
+def _star_phases(op, gpus, nbytes, router):
+    """A naive all-reduce: every GPU sends S to the first, which sends S back to each."""
+    root, others = gpus[0], gpus[1:]
+    if not others or nbytes <= 0:
+        return []
+    alpha = max(router.latency(g, root) for g in others)
+    return [Phase(tuple((router.links(g, root), nbytes) for g in others), alpha, "star reduce"),
+            Phase(tuple((router.links(root, g), nbytes) for g in others), alpha, "star broadcast")]
+
+
+def test_a_new_algorithm_is_one_record():
+    """A registry with one more record: the checks, the tuner and the planner take it up, and
+    both fidelities time it alike; the built-in registry is untouched."""
+    c = load_topology("h100-ib")
+    r = Router(c)
+    registry = {**REGISTRY, "star": CollectiveAlgorithm("star", ("all_reduce",), _star_phases)}
+    across = tuple(range(0, 64, 8))
+    assert check_algorithm("star", registry) == "star"
+    assert "does not implement all-gather" in applicable("star", "all_gather", across, c, registry=registry)
+    # two route latencies beat the tree's 2 log2(n) for a tiny buffer; the root's links lose for a big one
+    assert select_algorithm("all_reduce", across, 2**10, c, r, registry=registry) == "star"
+    assert select_algorithm("all_reduce", across, 2**30, c, r, registry=registry) == \
+        select_algorithm("all_reduce", across, 2**30, c, r) == "ring"
+    planner = Planner(c, r, algo="star", registry=registry)
+    assert planner.algorithm("all_reduce", across, 2**30) == "star"
+    S = 64 * 2**20
+    t, _ = _flow_time(c, [planner.phases("all_reduce", across, S)])
+    assert t == pytest.approx(planner.collective_time("all_reduce", across, S), rel=0.01)
+    assert "star" not in ALGORITHMS and "star" not in REGISTRY
+    with pytest.raises(SpecError, match="unknown collective algorithm 'star'"):
+        check_algorithm("star")
 
 
 def test_nvls_beats_ring_inside_a_node():

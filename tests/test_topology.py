@@ -14,8 +14,9 @@ import pytest
 from simtrain.errors import SpecError
 from simtrain.outputs.topology_plot import draw_topology
 from simtrain.specs.gpu import get_gpu
-from simtrain.topology.cluster import (Cluster, Router, bisection_bandwidth, build_topology,
-                               list_topologies, load_topology, summary)
+from simtrain.topology.cluster import (Cluster, bisection_bandwidth, build_topology, list_topologies,
+                                       load_topology, summary)
+from simtrain.topology.routes import Router
 
 NIC_BPS = 50e9  # 400 Gb/s
 NVLINK_BPS = 450e9

@@ -19,16 +19,19 @@ import json
 import re
 from typing import Any
 
-from simtrain.network.algorithms import (ALGORITHMS, FlowNetwork, analytic_time, bandwidths, normalize_op,
-                                  select_algorithm)
+from simtrain.network.algorithms import ALGORITHMS, analytic_time, bandwidths, normalize_op, select_algorithm
 from simtrain.cli.types import positive_int
 from simtrain.errors import SpecError
-from simtrain.network.solver import FlowModel, run_chains, summarize_links
+from simtrain.network.chains import run_chains
+from simtrain.network.links import summarize_links
+from simtrain.network.planner import Planner
+from simtrain.network.solver import FlowModel
 from simtrain.outputs.tables import fmt_seconds
-from simtrain.topology.cluster import Cluster, Router, load_topology
+from simtrain.topology.cluster import Cluster, load_topology
+from simtrain.topology.routes import Router
 
 CLI_OPS = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "p2p")
-NETWORKS = ("analytic", "flow")
+COLLECTIVE_NETWORKS = ("analytic", "flow")  # the fidelities that time a collective alone
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d*)?(?:[eE][+-]?\d+)?)\s*([A-Za-z]*)\s*$")
 _MULT = {"": 1, "b": 1, "k": 2**10, "kib": 2**10, "m": 2**20, "mib": 2**20, "g": 2**30,
          "gib": 2**30, "t": 2**40, "tib": 2**40, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12}
@@ -97,8 +100,8 @@ def collective_report(op: str, *, size_bytes: float, gpus: int | None = None,
     the time is 0), algorithm, network, ranks, groups, uncontended_time_s (closed form, one group),
     topology, nodes; flow mode adds flows, recomputes and top_links (most loaded links)."""
     name = normalize_op(op)
-    if network not in NETWORKS:
-        raise SpecError(f"--network {network!r}: must be one of {', '.join(NETWORKS)}")
+    if network not in COLLECTIVE_NETWORKS:
+        raise SpecError(f"--network {network!r}: must be one of {', '.join(COLLECTIVE_NETWORKS)}")
     if isinstance(size_bytes, bool) or not isinstance(size_bytes, (int, float)) or not size_bytes >= 0:
         raise SpecError(f"--size {size_bytes!r}: must be a number of bytes >= 0")
     if isinstance(concurrent_groups, bool) or not isinstance(concurrent_groups, int) or concurrent_groups < 1:
@@ -113,15 +116,15 @@ def collective_report(op: str, *, size_bytes: float, gpus: int | None = None,
                               "algorithm": algorithm, "network": network, "ranks": group,
                               "groups": [list(g) for g in groups], "uncontended_time_s": one,
                               "topology": cluster.name, "nodes": cluster.num_nodes}
-    net = FlowNetwork(cluster, router, algo=algorithm, nvls=nvls)
+    net = Planner(cluster, router, algo=algorithm, nvls=nvls)
     if network == "analytic":  # no contention between groups: the slowest group
         time_s = max(net.collective_time(name, g, size_bytes) for g in groups)
     else:
         model = FlowModel(cluster)
         time_s = max(run_chains(cluster, [(0.0, net.phases(name, g, size_bytes)) for g in groups],
                                 model), default=0.0)
-        report.update(flows=model.flows_added, recomputes=model.recomputes,
-                      top_links=summarize_links(model, cluster, time_s, top_links))
+        report.update(flows=model.usage.flows_added, recomputes=model.recomputes,
+                      top_links=summarize_links(model.usage, cluster, time_s, top_links))
     algbw, busbw = bandwidths(name, len(group), size_bytes, time_s)
     report.update(time_s=time_s, algbw_Bps=algbw if time_s > 0 else None,
                   busbw_Bps=busbw if time_s > 0 else None)
@@ -195,7 +198,7 @@ def add_collective_command(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--nodes", type=positive_int, help="number of nodes (default: the topology's)")
     p.add_argument("--algo", help=f"force an algorithm: {', '.join(ALGORITHMS)} (default: tuner)")
     p.add_argument("--nvls", action="store_true", help="allow NVLink SHARP inside an NVSwitch node")
-    p.add_argument("--network", choices=NETWORKS, default="analytic",
+    p.add_argument("--network", choices=COLLECTIVE_NETWORKS, default="analytic",
                    help="analytic (closed form) or flow (max-min fair flows, shows contention)")
     p.add_argument("--concurrent-groups", type=positive_int, default=1, metavar="K",
                    help="run K disjoint shifted copies of the group at once")

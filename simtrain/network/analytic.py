@@ -1,29 +1,20 @@
-"""Network models: how long a collective or a point-to-point transfer takes on the cluster graph.
+"""The ``analytic`` network: collectives and transfers priced up front in closed form.
 
-One small interface, :class:`NetworkModel`, with the ``analytic`` fidelity here: alpha-beta costs
-per algorithm, where beta comes from the bottleneck of the group's ring on the topology graph.
-Ring formulas are the ones nccl-tests documents (``doc/PERFORMANCE.md``): for ``n`` ranks and
-``S`` bytes, all-reduce moves ``2 (n-1)/n S`` per rank in ``2 (n-1)`` steps, reduce-scatter and
-all-gather ``(n-1)/n S`` in ``n-1`` steps, all-to-all ``(n-1)/n S`` (each rank sends ``S/n`` to
-each peer); a point-to-point transfer costs ``S / B + alpha``.
+A :class:`~simtrain.network.protocol.PricedNetwork`: alpha-beta costs per collective, where
+beta comes from the bottleneck of the group's ring on the topology graph. Ring formulas are the
+ones nccl-tests documents (``doc/PERFORMANCE.md``): for ``n`` ranks and ``S`` bytes, all-reduce
+moves ``2 (n-1)/n S`` per rank in ``2 (n-1)`` steps, reduce-scatter and all-gather ``(n-1)/n S``
+in ``n-1`` steps, all-to-all ``(n-1)/n S`` (each rank sends ``S/n`` to each peer); a
+point-to-point transfer costs ``S / B + alpha``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol
 
-from simtrain.topology.cluster import Cluster, Router
-
-COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all", "ring_shift")
-
-
-class NetworkModel(Protocol):
-    """What the engine asks of a network model (both durations in seconds)."""
-
-    def collective_time(self, op: str, gpus: tuple[int, ...], nbytes: float) -> float: ...
-
-    def p2p_time(self, src: int, dst: int, nbytes: float) -> float: ...
+from simtrain.network.protocol import PricedNetwork
+from simtrain.topology.cluster import Cluster
+from simtrain.topology.routes import Router
 
 
 def alpha_beta_time(op: str, n: int, nbytes: float, bandwidth_Bps: float, alpha_s: float) -> float:
@@ -40,7 +31,7 @@ def alpha_beta_time(op: str, n: int, nbytes: float, bandwidth_Bps: float, alpha_
 
 
 @dataclass
-class AnalyticNetwork:
+class AnalyticNetwork(PricedNetwork):
     """Alpha-beta costs on the graph: a ring's bandwidth is its bottleneck link's, shared by all
     ring hops that cross that link; alpha is the slowest hop's latency.
 
@@ -83,12 +74,3 @@ class AnalyticNetwork:
             return 0.0
         return nbytes / self.router.bandwidth(src, dst) + self.router.latency(src, dst)
 
-
-class FreeNetwork:
-    """Every transfer takes zero time: isolates compute and schedule effects (tests, teaching)."""
-
-    def collective_time(self, op: str, gpus: tuple[int, ...], nbytes: float) -> float:
-        return 0.0
-
-    def p2p_time(self, src: int, dst: int, nbytes: float) -> float:
-        return 0.0

@@ -1,12 +1,12 @@
 """Reading a topology table and building its graph; the file format is documented in
-:mod:`simtrain.topology` and ``topologies/README.md``.
+:mod:`simtrain.topology.cluster` and ``topologies/README.md``.
 
 Two steps: :func:`parse_spec` checks a TOML table strictly and resolves defaults into a
 :class:`TopologySpec` (SI units), :func:`build_graph` turns that into a ``networkx.DiGraph`` with
 two directed edges per physical link, and :func:`check_graph` proves every GPU can reach every other
 one without passing through a third GPU.
 
-Fabric rules (see the module docstring of :mod:`simtrain.topology` for the full text):
+Fabric rules (see the module docstring of :mod:`simtrain.topology.cluster` for the full text):
 
 * A leaf's downlink capacity is the sum of its NIC ports (its *design* size, ``nodes_per_leaf``
   full nodes, even when fewer nodes are attached); its uplink capacity is downlink /

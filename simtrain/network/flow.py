@@ -1,0 +1,169 @@
+"""The ``flow`` network: every transfer runs as flows sharing the links max-min fairly.
+
+A communication op runs its plan's phases (:class:`~simtrain.network.planner.Planner`) one after
+another; each phase is one transfer on a :class:`~simtrain.network.solver.FlowModel`, handed to
+the engine as a token that :meth:`FlowNetwork.advance` reports when it completes. Two reductions
+keep this cheap without changing any simulated time:
+
+* a folded op stands for several identical groups; only those linked to its first group through
+  shared links (transitively) run as flows (:meth:`FlowNetwork._interacting`);
+* the transfers of a group set whose flows can never meet another flow are timed directly, as
+  the flow model would time them alone on their links (:meth:`FlowNetwork._private_sets`).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Iterator
+
+from simtrain.network.links import link_report
+from simtrain.network.phases import Phase
+from simtrain.network.planner import Planner
+from simtrain.network.protocol import LinkSeries, Step, op_parts
+from simtrain.network.solver import FlowModel
+from simtrain.topology.cluster import Cluster
+from simtrain.topology.routes import Router
+from simtrain.workload.program import Op, Program
+
+
+class FlowNetwork:
+    """The flow fidelity's :class:`~simtrain.network.protocol.NetworkModel`. ``algo`` forces a
+    collective algorithm where it applies (elsewhere the tuner decides); ``nvls`` enables NVLink
+    SHARP. Each :meth:`prepare` starts a fresh flow model, kept in :attr:`model` after the run."""
+
+    def __init__(self, cluster: Cluster, router: Router | None = None, *, algo: str | None = None,
+                 nvls: bool = False) -> None:
+        self.cluster = cluster
+        self.planner = Planner(cluster, router, algo=algo, nvls=nvls)
+        self.model = FlowModel(cluster)
+
+    # ---- the protocol ---------------------------------------------------------------------
+    def prepare(self, program: Program, clock: Callable[[], float]) -> None:
+        self._program = program
+        self._clock = clock
+        self.model = FlowModel(self.cluster, record=True)
+        self._next_token = 0
+        self._interacting_cache: dict[tuple, tuple] = {}
+        self._steps: dict[tuple, list[tuple[Phase, float | None]]] = {}  # (part, group set, bytes)
+        self._private = self._private_sets()
+
+    def fixed_duration(self, op: Op) -> None:
+        return None
+
+    def transfer(self, op: Op) -> Iterator[Step]:
+        """Each phase of each part of ``op``: a delay when its group set is private, else the
+        token of its transfer on the flow model."""
+        parts, size = op_parts(op)
+        for part in parts:
+            for phase, alone in self._phase_steps(op, part, size):
+                if alone is not None:
+                    self.model.account_isolated(self._clock(), phase.flows)
+                    yield Step(alone)
+                    continue
+                token = self._next_token
+                self._next_token += 1
+                self.model.add(self._clock(), token, phase.flows, phase.latency_s)
+                yield Step(token=token)
+
+    def next_event_s(self) -> float | None:
+        return self.model.next_event_s()
+
+    def advance(self, now_s: float) -> list[int]:
+        return self.model.advance(now_s)
+
+    def check(self) -> None:
+        """No link above its bandwidth, every byte sent delivered."""
+        model, usage = self.model, self.model.usage
+        model.check_capacity()
+        peak = float(usage.peak.max(initial=0.0))
+        if peak > 1 + 1e-9:
+            raise AssertionError(f"a link carried {peak:.6f} of its bandwidth")
+        if abs(usage.bytes_added - usage.bytes_delivered) > 1e-6 * max(1.0, usage.bytes_added):
+            raise AssertionError(f"flows delivered {usage.bytes_delivered} of "
+                                 f"{usage.bytes_added} bytes sent")
+
+    def link_report(self, step_s: float) -> tuple[dict[str, Any], LinkSeries]:
+        return link_report(self.cluster, self.model.usage, step_s)
+
+    # ---- plans ----------------------------------------------------------------------------
+    def _phase_steps(self, op: Op, part: str, size: float) -> list[tuple[Phase, float | None]]:
+        """The phases of ``part`` of ``op`` with, for a private group set, each one's time alone."""
+        key = (part, op.group_set, size)
+        steps = self._steps.get(key)
+        if steps is None:
+            groups = self._groups(part, self._program.group_sets[op.group_set], size)
+            private = op.group_set in self._private
+            steps = self._steps[key] = [(phase, self._isolated_time(phase) if private else None)
+                                        for phase in self.planner.plan(part, groups, size)]
+        return steps
+
+    def _groups(self, comm: str, groups: tuple, size: float) -> tuple:
+        """The groups of a folded op that run as flows."""
+        return self._interacting(comm, groups, size) if len(groups) > 1 else groups
+
+    def _interacting(self, comm: str, groups: tuple, size: float) -> tuple:
+        """The groups a folded op must run as flows: those linked to the first group through
+        shared links (transitively). The others use links no simulated flow of this op touches,
+        and being identical they see the same contention among themselves, so leaving them out
+        changes no simulated time. Intra-node TP groups reduce to one; DP groups that share
+        spine links stay together."""
+        key = (comm, groups, size)
+        out = self._interacting_cache.get(key)
+        if out is None:
+            links = [{link for ph in self.planner.plan(comm, (g,), size) for f in ph.flows for link in f[0]}
+                     for g in groups]
+            keep, frontier = {0}, set(links[0])
+            changed = True
+            while changed:
+                changed = False
+                for i, ls in enumerate(links):
+                    if i not in keep and ls & frontier:
+                        keep.add(i)
+                        frontier |= ls
+                        changed = True
+            out = self._interacting_cache[key] = tuple(g for i, g in enumerate(groups) if i in keep)
+        return out
+
+    def _private_sets(self) -> set[int]:
+        """Group sets whose flows can never meet another flow: their links carry no other group
+        set's traffic, and their ops run one at a time (one stream). Their transfers are timed
+        directly, exactly as the flow model would time flows alone on their links (TP rings on a
+        node's NVSwitch, typically), which saves most of the flow model's events."""
+        uses: dict[int, set[tuple[str, float]]] = {}
+        streams: dict[int, set[tuple[int, int]]] = {}
+        for op in self._program.ops:
+            if op.comm is None:
+                continue
+            parts, size = op_parts(op)
+            for part in parts:
+                uses.setdefault(op.group_set, set()).add((part, size))
+            streams.setdefault(op.group_set, set()).add(
+                (op.rank if op.comm == "p2p" else -1, op.stream))
+        links_of: dict[int, set] = {}
+        for gs, kinds in uses.items():
+            groups = self._program.group_sets[gs]
+            links: set = set()
+            for part, size in sorted(kinds):
+                for phase in self.planner.plan(part, self._groups(part, groups, size), size):
+                    for path, _ in phase.flows:
+                        links.update(path)
+            links_of[gs] = links
+        count: dict = {}
+        for links in links_of.values():
+            for link in links:
+                count[link] = count.get(link, 0) + 1
+        return {gs for gs, links in links_of.items()
+                if len(streams[gs]) == 1 and all(count[link] == 1 for link in links)}
+
+    def _isolated_time(self, phase: Phase) -> float | None:
+        """Duration of a phase whose flows share no link with each other: each at its path's
+        bottleneck, plus the latency; None when two of its flows share a link."""
+        seen: set = set()
+        longest = 0.0
+        graph = self.cluster.graph
+        for path, nbytes in phase.flows:
+            if seen.intersection(path):
+                return None
+            seen.update(path)
+            if nbytes > 0 and path:
+                longest = max(longest, nbytes / min(graph.edges[e]["bandwidth_Bps"] for e in path))
+        return longest + phase.latency_s

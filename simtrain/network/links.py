@@ -1,0 +1,132 @@
+"""Link statistics of the flow fidelity, and the two views of them.
+
+Per directed link: bytes carried, busy time, peak utilisation and (when recorded) the load over
+time (:class:`LinkUsage`). Views: the ``links`` section of a run's report (:func:`link_report`)
+and the most loaded links of one collective (:func:`summarize_links`).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+
+from simtrain.topology.cluster import Cluster
+
+Link = tuple[str, str]  # a directed edge (u, v) of the cluster graph
+
+
+class LinkUsage:
+    """Traffic statistics of the links ``edges`` (bandwidths ``capacity``, positions ``index``):
+    bytes carried, time with traffic (busy) and peak utilisation per link; bytes and flows
+    added and delivered overall; with ``record``, :attr:`history`: (time, links, their summed
+    rates) after every rate change, at most :attr:`history_limit` link samples."""
+
+    def __init__(self, edges: list[Link], index: dict[Link, int], capacity: np.ndarray,
+                 record: bool = False) -> None:
+        self.edges, self.index, self.capacity = edges, index, capacity
+        self.bytes = np.zeros(len(edges))
+        self.busy = np.zeros(len(edges))
+        self.peak = np.zeros(len(edges))  # peak utilisation (rate / capacity)
+        self.history: list[tuple[float, np.ndarray, np.ndarray]] | None = [] if record else None
+        self.history_limit = 2_000_000
+        self.bytes_added = 0.0
+        self.bytes_delivered = 0.0
+        self.flows_added = 0
+
+    def carry(self, link_rate: np.ndarray, dt: float) -> None:
+        """Every link carried ``link_rate`` bytes/s for ``dt`` seconds."""
+        self.bytes += link_rate * dt
+        self.busy[link_rate > 0] += dt
+
+    def raise_peak(self, links: np.ndarray, rates: np.ndarray) -> None:
+        """``links`` now carry ``rates`` bytes/s."""
+        self.peak[links] = np.maximum(self.peak[links], rates / self.capacity[links])
+
+    def remember(self, t: float, links: np.ndarray, rates: np.ndarray) -> None:
+        """From ``t`` on ``links`` carry ``rates`` (kept when recording, within the limit)."""
+        if self.history is None or self.history_limit <= 0:
+            return
+        self.history_limit -= links.size
+        self.history.append((t, links, rates))
+
+    def add_isolated(self, start_s: float, path: np.ndarray, nbytes: float) -> None:
+        """A flow of ``nbytes`` that ran alone on the links ``path`` from ``start_s``, at the
+        path's bottleneck bandwidth: bytes, busy time, peak and history as if the flow model
+        had run it."""
+        rate = float(self.capacity[path].min())
+        busy = nbytes / rate
+        self.bytes[path] += nbytes
+        self.busy[path] += busy
+        self.peak[path] = np.maximum(self.peak[path], rate / self.capacity[path])
+        self.bytes_added += nbytes
+        self.bytes_delivered += nbytes
+        self.flows_added += 1
+        if self.history is not None and self.history_limit > 0:
+            self.history_limit -= 2 * path.size
+            self.history.append((start_s, path, np.full(path.size, rate)))
+            self.history.append((start_s + busy, path, np.zeros(path.size)))
+
+    def stats(self) -> dict[Link, dict[str, float]]:
+        """Per directed link that carried traffic: bytes, busy_s (time with rate > 0) and
+        peak_utilisation (max rate / bandwidth), in link order."""
+        used = np.flatnonzero((self.bytes > 0) | (self.peak > 0))
+        return {self.edges[i]: {"bytes": float(self.bytes[i]), "busy_s": float(self.busy[i]),
+                                "peak_utilisation": float(self.peak[i])} for i in used}
+
+    def series(self, links: Sequence[Link]) -> dict[Link, list[tuple[float, float]]]:
+        """(time, bytes/s) steps of each link's load from :attr:`history`, in time order (empty
+        lists when not recorded)."""
+        out: dict[Link, list[tuple[float, float]]] = {link: [] for link in links}
+        if not self.history or not links:
+            return out
+        times = np.repeat([t for t, _, _ in self.history], [ls.size for _, ls, _ in self.history])
+        idx = np.concatenate([ls for _, ls, _ in self.history])
+        rates = np.concatenate([r for _, _, r in self.history])
+        for link in links:
+            sel = np.flatnonzero(idx == self.index[link])
+            order = np.argsort(times[sel], kind="stable")  # isolated flows are booked out of order
+            out[link] = list(zip(times[sel][order].tolist(), rates[sel][order].tolist()))
+        return out
+
+
+def link_report(cluster: Cluster, usage: LinkUsage, step_s: float,
+                top: int = 10) -> tuple[dict[str, Any], dict[str, list[tuple[float, float]]]]:
+    """The ``links`` section of a run's report: per directed link that carried traffic, its
+    bytes, busy time and mean utilisation over the step; the ``top`` most utilised listed first,
+    and their utilisation over time for the trace's counter tracks."""
+    rows = []
+    for (u, v), st in usage.stats().items():
+        bw = cluster.graph.edges[u, v]["bandwidth_Bps"]
+        rows.append({"link": f"{u}->{v}", "tier": cluster.graph.edges[u, v]["tier"], "bytes": st["bytes"],
+                     "busy_s": st["busy_s"], "utilisation": st["bytes"] / (bw * step_s) if step_s > 0 else 0.0,
+                     "peak_utilisation": st["peak_utilisation"], "_edge": (u, v), "_bw": bw})
+    rows.sort(key=lambda r: (-r["utilisation"], r["link"]))
+    raw = usage.series([r["_edge"] for r in rows[:top]])
+    series = {r["link"]: [(t, rate / r["_bw"]) for t, rate in raw[r["_edge"]]] for r in rows[:top]}
+    for r in rows:
+        del r["_edge"], r["_bw"]
+    by_tier: dict[str, float] = {}
+    for r in rows:
+        by_tier[r["tier"]] = by_tier.get(r["tier"], 0.0) + r["bytes"]
+    everything = {r["link"]: r["utilisation"] for r in sorted(rows, key=lambda r: r["link"])}
+    return {"top": rows[:top], "links_used": len(rows), "bytes_by_tier": by_tier,
+            "utilisation_by_link": everything}, series
+
+
+def summarize_links(usage: LinkUsage, cluster: Cluster, elapsed_s: float,
+                    top: int = 5) -> list[dict[str, Any]]:
+    """The ``top`` links by time at full bandwidth (bytes / bandwidth), ties by name: bytes,
+    busy_s, peak and mean utilisation over ``elapsed_s``."""
+    rows = []
+    for (u, v), st in usage.stats().items():
+        cap = cluster.graph.edges[u, v]["bandwidth_Bps"]
+        rows.append((-st["bytes"] / cap, u, v, cap, st))
+    rows.sort()
+    out = []
+    for neg, u, v, cap, st in rows[:top]:
+        out.append({"link": f"{u} -> {v}", "tier": cluster.graph.edges[u, v]["tier"],
+                    "bandwidth_Bps": cap, "bytes": st["bytes"], "busy_s": st["busy_s"],
+                    "peak_utilisation": st["peak_utilisation"],
+                    "mean_utilisation": (-neg / elapsed_s) if elapsed_s > 0 else 0.0})
+    return out
