@@ -10,9 +10,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from simtrain import schedules
 from simtrain.errors import ScheduleError, SpecError
 from simtrain.schedules import (
-    GENERATORS,
+    REGISTRY,
     generate,
     load_schedule,
     parse_action,
@@ -23,10 +24,11 @@ from simtrain.schedules import (
     schedule_to_csv,
     validate,
 )
-from simtrain.schedules.generators_basic import valid_groups
+from simtrain.schedules.interleaved import valid_groups
 from simtrain.schedules.ir import Action, Schedule
+from simtrain.schedules.record import ClosedForm, Costs, ScheduleRecord
 from simtrain.schedules.replay import DeadlockError
-from simtrain.schedules.validate import closed_form_makespan, format_grid
+from simtrain.schedules.validate import format_grid
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "schedules"
@@ -67,9 +69,100 @@ def built_in(draw, name: str):
 # ---- registry --------------------------------------------------------------------------------
 
 def test_registry_names():
-    assert set(GENERATORS) == set(BUILTINS)
+    assert list(REGISTRY) == BUILTINS
     with pytest.raises(SpecError, match="unknown schedule .zb-h9."):
         generate("zb-h9", 4, 8)
+    for name in BUILTINS:
+        assert generate(name, 2, 4).name == name  # each generator builds the schedule of its record
+        assert f"\n{name}\n    {REGISTRY[name].description}." in schedules.__doc__
+
+
+def _toy(pp: int, m: int, **_) -> Schedule:
+    """GPipe under another name: every forward, then every backward."""
+    return Schedule("toy", pp, m, tuple(range(pp)),
+                    tuple(tuple([Action(r, "F", k) for k in range(m)] + [Action(r, "B", k) for k in range(m)])
+                          for r in range(pp)))
+
+
+def _toy_bubble(p: int, m: int, c: Costs, v: int) -> float:
+    return (p - 1) * c.total
+
+
+TOY = ScheduleRecord("toy", _toy, "A test schedule",
+                     closed_form=ClosedForm(_toy_bubble, lambda p, stage, m, v: m, lambda p, m, v: m >= p,
+                                            "m >= pp"))
+
+
+def test_a_new_record_is_picked_up():
+    reg = REGISTRY.with_record(TOY)
+    assert "toy" in reg and "toy" not in REGISTRY  # a new registry; the built-in one is unchanged
+    s = reg.load("toy", 3, 4)
+    validate(s)
+    assert s == reg.generate("toy", 3, 4)
+    # its closed forms: makespan m (F + I + W) + (p - 1)(F + B), bubble (p - 1) t_mb, m in flight
+    assert makespan(s) == reg.makespan("toy", 3, 4, 1, 1, 1) == 18
+    assert reg.makespan("toy", 3, 2, 1, 1, 1) is None  # m < pp: not covered
+    assert reg.closed_form("toy").bubble(3, 4, 0.3) == 2 * 0.3
+    assert reg.closed_form("toy").in_flight(3, 0, 4) == 4
+    assert "toy" in reg.closed_form_names() and "\ntoy\n    A test schedule." in reg.describe()
+    with pytest.raises(SpecError, match="unknown schedule 'toy'"):
+        REGISTRY.load("toy", 3, 4)
+    with pytest.raises(ValueError, match="registered twice"):
+        reg.with_record(TOY)
+
+
+def test_no_closed_form_is_an_error_naming_the_schedule():
+    for name in ("zb-auto", "zb-h1-4x8", "mine.csv"):
+        with pytest.raises(SpecError) as e:
+            REGISTRY.closed_form(name)
+        msg = str(e.value)
+        assert f"schedule '{name}'" in msg and "gpipe, 1f1b, interleaved-1f1b" in msg and "\n" not in msg
+    assert REGISTRY.makespan("zb-auto", 4, 8, 1, 1, 1) is None
+    assert REGISTRY.makespan("mine", 4, 8, 1, 1, 1) is None  # a schedule file: no formula
+    assert REGISTRY.ranking_schedule("zb-auto") == "1f1b" and REGISTRY.ranking_schedule("zb-v") == "zb-v"
+    with pytest.raises(ValueError, match="ranked as 'zb-auto'"):
+        REGISTRY.with_record(ScheduleRecord("toy", _toy, "A test schedule", ranked_as="zb-auto"))
+
+
+@pytest.mark.parametrize("name", BUILTINS)
+def test_bubble_is_makespan_minus_work(name):
+    """The analytic bubble (t_mb per micro-batch, F = I = W = t_mb / 3) is the closed-form makespan
+    at those costs minus the work m t_mb."""
+    rec = REGISTRY[name]
+    for p in (1, 2, 3, 4, 8):
+        for m in (1, 2, 4, 7, 8, 16, 32):
+            for v in ((1, 2, 3) if rec.takes("vpp") else (1,)):
+                for t in (3.0, 0.1, 7.3):
+                    span = rec.makespan(p, m, t / 3, t / 3, t / 3, vpp=v)
+                    bubble = rec.bubble(p, m, t, vpp=v)
+                    assert (span is None) == (bubble is None) == (not rec.covers(p, m, v)), (p, m, v)
+                    if span is not None:
+                        assert bubble == pytest.approx(span - m * t, rel=1e-12, abs=1e-12), (p, m, v, t)
+
+
+def test_analytic_bubbles():
+    """Hand-computed bubbles with F = I = W = 1 (t_mb = 3)."""
+    def bubble(name, p, m, t, vpp=1):
+        return REGISTRY.closed_form(name).bubble(p, m, t, vpp)
+
+    t = 3.0
+    assert bubble("gpipe", 4, 8, t) == bubble("1f1b", 4, 8, t) == 9.0
+    assert bubble("1f1b", 4, 8, 0.1) == 3 * 0.1  # (p - 1) t_mb, not a sum of thirds
+    assert bubble("interleaved-1f1b", 4, 8, t, vpp=2) == 4.5
+    assert bubble("interleaved-1f1b", 4, 6, t, vpp=2) is None  # m % p != 0
+    assert bubble("interleaved-1f1b", 4, 6, t, vpp=1) == 9.0
+    assert bubble("zb-h1", 4, 8, t) == 3.0  # (p-1)(F+I-W)
+    assert bubble("zb-h1", 4, 3, t) is None
+    assert bubble("zb-h2", 4, 8, t) == 3.0  # (p-1)F start-up
+    assert bubble("zb-h2", 4, 6, t) is None
+    assert bubble("zb-v", 4, 8, t) == 1.5  # (p-1)F/2
+    assert bubble("dualpipe", 4, 8, t) == 2.0  # (p/2-1)(F&B+B-3W) = 1 x (3+2-3)
+    assert bubble("dualpipe", 8, 16, t) == 6.0
+    assert bubble("dualpipe", 3, 8, t) is None
+    assert bubble("dualpipev", 4, 8, t) == 3.0  # (p-1)(F&B+B-3W)/2
+    assert REGISTRY["dualpipe"].static_copies == 2 and REGISTRY["dualpipev"].static_copies == 1
+    assert [REGISTRY.closed_form("zb-h2").in_flight(4, s, 8) for s in range(4)] == [7, 5, 3, 1]
+    assert REGISTRY.closed_form("interleaved-1f1b").in_flight(4, 0, 8, 2) == 5.5  # p + (p - 1)/v
 
 
 # ---- every built-in validates and replays ----------------------------------------------------
@@ -127,7 +220,7 @@ def test_gpipe_1f1b_closed_form(p):
     for m in range(1, 33):
         for name in ("gpipe", "1f1b"):
             assert makespan(generate(name, p, m)) == (m + p - 1) * 3
-            assert closed_form_makespan(name, p, m, 1, 1, 1) == (m + p - 1) * 3
+            assert REGISTRY.makespan(name, p, m, 1, 1, 1) == (m + p - 1) * 3
 
 
 @pytest.mark.parametrize("p", range(1, 9))
@@ -137,28 +230,28 @@ def test_interleaved_closed_form(p):
             s = generate("interleaved-1f1b", p, m, vpp=v)
             expect = m * 3 + (p - 1) * 3 / v
             assert makespan(s) == pytest.approx(expect)
-            assert closed_form_makespan("interleaved-1f1b", p, m, 1, 1, 1, vpp=v) == pytest.approx(expect)
+            assert REGISTRY.makespan("interleaved-1f1b", p, m, 1, 1, 1, vpp=v) == pytest.approx(expect)
     if p > 1:
-        assert closed_form_makespan("interleaved-1f1b", p, p + 1, 1, 1, 1, vpp=2) is None
+        assert REGISTRY.makespan("interleaved-1f1b", p, p + 1, 1, 1, 1, vpp=2) is None
 
 
 @pytest.mark.parametrize("p", range(1, 9))
 def test_zero_bubble_closed_forms(p):
     for m in range(p, 33):
         h1 = makespan(generate("zb-h1", p, m))
-        assert h1 == m * 3 + (p - 1) * (1 + 1 - 1) == closed_form_makespan("zb-h1", p, m, 1, 1, 1)
+        assert h1 == m * 3 + (p - 1) * (1 + 1 - 1) == REGISTRY.makespan("zb-h1", p, m, 1, 1, 1)
         if m >= 2 * p - 1:
             h2 = makespan(generate("zb-h2", p, m))
             zv = makespan(generate("zb-v", p, m))
-            assert h2 == closed_form_makespan("zb-h2", p, m, 1, 1, 1) == m * 3 + (p - 1)
-            assert zv == closed_form_makespan("zb-v", p, m, 1, 1, 1) == m * 3 + (p - 1) / 2
+            assert h2 == REGISTRY.makespan("zb-h2", p, m, 1, 1, 1) == m * 3 + (p - 1)
+            assert zv == REGISTRY.makespan("zb-v", p, m, 1, 1, 1) == m * 3 + (p - 1) / 2
             # the papers: ZB-H2 and ZB-V have (almost) no bubble; ZB-V at ZB-H1's memory
             assert h2 <= h1 and zv <= h1
-    # ZB-H1's formula holds for W <= min(F, I) (see closed_form_makespan)
+    # ZB-H1's formula holds for W <= min(F, I) (see its record)
     for F, I, W in [(2, 1, 1), (1, 2, 0.5), (1.5, 1.5, 1)]:  # noqa: E741,N806
         m = 3 * p
         assert makespan(generate("zb-h1", p, m), F, I, W) == pytest.approx(
-            closed_form_makespan("zb-h1", p, m, F, I, W))
+            REGISTRY.makespan("zb-h1", p, m, F, I, W))
 
 
 @pytest.mark.parametrize("p", range(2, 11, 2))
@@ -166,9 +259,9 @@ def test_dualpipe_closed_forms(p):
     for m in range(2 * p, 4 * p + 1, 2):
         dp = makespan(generate("dualpipe", p, m))
         # README bubble (PP/2-1)(F&B + B - 3W) with F&B = F + B (no overlap): (p/2-1)*2
-        assert dp == closed_form_makespan("dualpipe", p, m, 1, 1, 1) == m * 3 + (p // 2 - 1) * 2
+        assert dp == REGISTRY.makespan("dualpipe", p, m, 1, 1, 1) == m * 3 + (p // 2 - 1) * 2
         dv = makespan(generate("dualpipev", p, m))
-        assert dv == closed_form_makespan("dualpipev", p, m, 1, 1, 1) == m * 3 + (p - 1)
+        assert dv == REGISTRY.makespan("dualpipev", p, m, 1, 1, 1) == m * 3 + (p - 1)
         assert dp <= makespan(generate("1f1b", p, m)) and dv <= makespan(generate("1f1b", p, m))
 
 
@@ -181,7 +274,7 @@ def table_4x8() -> list[tuple[str, float, float | None, tuple[float, ...]]]:
         s = generate(name, 4, 8, **kw)
         r = replay(s, scaled_costs(s, *UNIT))
         label = name + (f" v={kw['vpp']}" if kw else "")
-        rows.append((label, r.makespan, closed_form_makespan(name, 4, 8, 1, 1, 1, vpp=kw.get("vpp", 1)),
+        rows.append((label, r.makespan, REGISTRY.makespan(name, 4, 8, 1, 1, 1, vpp=kw.get("vpp", 1)),
                      r.peak_inflight))
     return rows
 

@@ -22,7 +22,9 @@ The paper's version also searches over warm-up counts and solves an ILP; we inst
 greedy order and then also replay the handcrafted ZB-H1 (and 1F1B, ZB-H2) under the same costs,
 returning whichever has the smallest makespan among those that respect ``mem_limit``. ZB-H1
 holds ``p`` micro-batches per rank, so with ``mem_limit >= pp`` (the default is ``pp``)
-zb-auto is never worse than zb-h1 under the same costs. ``meta["picked"]`` says which order won.
+zb-auto is never worse than zb-h1 (nor 1F1B) under the same costs. ``meta["picked"]`` says which
+order won. There is no closed form: a configuration search ranks zb-auto by 1F1B's, an upper
+bound of its makespan.
 """
 
 from __future__ import annotations
@@ -31,7 +33,9 @@ import heapq
 from collections import deque
 
 from simtrain.errors import ScheduleError
-from simtrain.schedules.ir import Action, Schedule, one_f_one_b
+from simtrain.schedules.basic import one_f_one_b
+from simtrain.schedules.ir import Action, Schedule
+from simtrain.schedules.record import Param, ScheduleRecord
 from simtrain.schedules.replay import normalize_costs, replay
 from simtrain.schedules.zero_bubble import zb_h1, zb_h2
 
@@ -151,3 +155,12 @@ def zb_auto(pp: int, m: int, costs=(1.0, 1.0, 1.0), comm: float = 0.0,
             best, best_t, picked = cand, rep.makespan, cand.name
     return Schedule("zb-auto", pp, m, best.stage_to_rank, best.actions,
                     meta={**meta, "picked": picked, "makespan": best_t})
+
+
+ZB_AUTO = ScheduleRecord(
+    "zb-auto", zb_auto, "Greedy zero-bubble schedule for given costs and memory (after Qi et al. 2024)",
+    params=(Param("costs", "(1, 1, 1)", "(F, I, W), each >= 0: numbers or one value per stage",
+                  "per-stage costs to plan for"),
+            Param("comm", "0", ">= 0", "p2p latency between stages"),
+            Param("mem_limit", "pp", "integer >= 1", "most micro-batches in flight per rank")),
+    ranked_as="1f1b")

@@ -34,6 +34,7 @@ from collections import deque
 
 from simtrain.errors import ScheduleError
 from simtrain.schedules.ir import Action, Schedule
+from simtrain.schedules.record import ClosedForm, Costs, ScheduleRecord
 from simtrain.schedules.zero_bubble import v_stage_to_rank
 
 
@@ -145,3 +146,43 @@ def dualpipev(pp: int, m: int, **_) -> Schedule:
     rows = tuple(_rank_row(r, 2 * pp - 1 - r, pp, r, m, split_first=(r == pp - 1),
                            mb_of=lambda stage, j: j) for r in range(pp))
     return Schedule("dualpipev", pp, m, v_stage_to_rank(pp), rows, meta={"pp": pp, "m": m})
+
+
+def _dualpipe_bubble(p: int, m: int, c: Costs, v: int) -> float:
+    """``(p/2 - 1)(F&B + B - 3W)`` (DeepSeek-V3 technical report, arXiv:2412.19437, table 2;
+    DualPipe README), in chunk costs (a chunk is a full stage here). ``F&B`` is the overlapped
+    pair: we use ``F + B`` (no overlap, as :func:`~simtrain.schedules.replay.replay` does), so
+    the real schedule's gain from overlapping communication is not in this number. Needs p
+    even, m even, m >= 2p. The replay matches it when F = I and W <= F; it is shorter when
+    I > F and longer when I < F or W > F."""
+    return (p // 2 - 1) * ((c.F + c.B) + c.B - 3 * c.W)
+
+
+def _dualpipev_bubble(p: int, m: int, c: Costs, v: int) -> float:
+    """``(p - 1)(F&B + B - 3W)/2``: DualPipe's formula with PP = 2p stages of half-size chunks
+    (DualPipe repository README, "DualPipeV"), F&B = F + B again. Needs m >= 2p; the same
+    agreement with :func:`~simtrain.schedules.replay.replay` as DualPipe."""
+    return (p - 1) * ((c.F + c.B) + c.B - 3 * c.W) / 2
+
+
+def _in_flight(p: int, stage: int, m: int, v: int) -> float:
+    """``p + 1`` on every rank (DeepSeek-V3 report, table 2)."""
+    return min(p + 1, m)
+
+
+def _dualpipe_covers(p: int, m: int, v: int) -> bool:
+    return not (p % 2 or m % 2 or m < 2 * p)
+
+
+def _dualpipev_covers(p: int, m: int, v: int) -> bool:
+    return m >= 2 * p
+
+
+DUALPIPE = ScheduleRecord(
+    "dualpipe", dualpipe, "Two opposite pipelines, overlapped F&B (DeepSeek-V3)",
+    closed_form=ClosedForm(_dualpipe_bubble, _in_flight, _dualpipe_covers, "pp even, m even, m >= 2 pp"),
+    static_copies=2)  # rank r runs stages r and p - 1 - r (DeepSeek-V3 report, table 2)
+
+DUALPIPEV = ScheduleRecord(
+    "dualpipev", dualpipev, "DualPipe cut in half: one V-shaped pipeline (DeepSeek-V3 DualPipe repo)",
+    closed_form=ClosedForm(_dualpipev_bubble, _in_flight, _dualpipev_covers, "m >= 2 pp"))

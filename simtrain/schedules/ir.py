@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from simtrain.errors import ScheduleError
 
-KINDS = ("F", "I", "W", "B", "FB")
+ACTION_KINDS = ("F", "I", "W", "B", "FB")  # forward, input grad, weight grad, full backward, F&B pair
 _ACTION_RE = re.compile(r"^\s*(\d+)\s*([FIWB])\s*(\d+)\s*$")
 
 
@@ -114,38 +114,3 @@ class Schedule:
         """Per rank, the actions as strings."""
         return [[str(a) for a in row] for row in self.actions]
 
-
-# ---- the two classic generators -------------------------------------------------------------
-
-def gpipe(pp: int, m: int, **_) -> Schedule:
-    """GPipe (Huang et al. 2019): all forwards, then all backwards in reverse order.
-
-    Makespan with uniform stages: (m + p - 1)(F + B); peak in-flight micro-batches m per rank.
-    """
-    actions = []
-    for r in range(pp):
-        actions.append(tuple([Action(r, "F", k) for k in range(m)] +
-                             [Action(r, "B", k) for k in range(m)]))
-    return Schedule("gpipe", pp, m, tuple(range(pp)), tuple(actions))
-
-
-def one_f_one_b(pp: int, m: int, **_) -> Schedule:
-    """1F1B, non-interleaved (PipeDream-Flush; Narayanan et al. 2021, section 2.2.1).
-
-    Rank r runs min(p - r - 1, m) warm-up forwards, then alternates one forward and one backward,
-    then drains the remaining backwards. Makespan with uniform stages: (m + p - 1)(F + B); peak
-    in-flight micro-batches min(p - r, m) on rank r.
-    """
-    actions = []
-    for r in range(pp):
-        warm = min(pp - r - 1, m)
-        row = [Action(r, "F", k) for k in range(warm)]
-        f, b = warm, 0
-        while f < m:
-            row.append(Action(r, "F", f))
-            f += 1
-            row.append(Action(r, "B", b))
-            b += 1
-        row += [Action(r, "B", k) for k in range(b, m)]
-        actions.append(tuple(row))
-    return Schedule("1f1b", pp, m, tuple(range(pp)), tuple(actions))

@@ -106,15 +106,18 @@ def scaled_costs(schedule: Schedule, F: float, I: float, W: float) -> tuple[floa
     (one stage of a plain pipeline over the same ranks): a stage of a chain with ``L`` stages
     costs ``pp / L`` of that (chunk costs are 1/v of a stage with v-way interleaving, 1/2 for
     the V-shaped schedules)."""
-    frac = _stage_weight(schedule)
+    frac = stage_weight(schedule)
     return (F * frac, I * frac, W * frac)
 
 
-def _stage_weight(schedule: Schedule) -> float:
+def stage_weight(schedule: Schedule) -> float:
+    """The share of a plain stage (1/pp of the layers) that one stage of ``schedule`` holds:
+    ``pp / L`` for chains of ``L`` stages."""
     return schedule.num_ranks / schedule.chain_length
 
 
 def _duration(a: Action, c: Costs) -> float:
+    """Duration of a plain action (one half of an overlapped pair)."""
     if a.kind == "F":
         return c[a.stage][0]
     if a.kind == "I":
@@ -123,8 +126,6 @@ def _duration(a: Action, c: Costs) -> float:
         return c[a.stage][2]
     if a.kind == "B":
         return c[a.stage][1] + c[a.stage][2]
-    if a.kind == "FB":
-        return c[a.stage][0] + c[a.b_stage][1] + c[a.b_stage][2]
     raise ScheduleError(f"action {a}: unknown kind {a.kind!r}")
 
 
@@ -169,7 +170,7 @@ def _describe_key(key: tuple[str, int, int]) -> str:
 
 def inflight_profile(schedule: Schedule) -> tuple[tuple[float, ...], tuple[int, ...]]:
     """Peak in-flight activations per rank (weighted, raw); see the module docstring."""
-    weight = _stage_weight(schedule)
+    weight = stage_weight(schedule)
     peaks, raw_peaks = [], []
     for row in schedule.actions:
         held = peak = 0
@@ -232,7 +233,9 @@ def replay(schedule: Schedule, costs, comm: float = 0.0) -> Replay:
                 waiting.setdefault(missing, []).append(r)
                 break
             blocked_on.pop(r, None)
-            end = ready + _duration(a, c)
+            end = ready
+            for h in a.halves():  # an overlapped pair: its forward half, then its backward half
+                end += _duration(h, c)
             starts[r].append(ready)
             ends[r].append(end)
             free[r] = end

@@ -1,4 +1,4 @@
-"""Schedule validation and the published closed-form makespans.
+"""Schedule validation.
 
 :func:`validate` checks a :class:`~simtrain.schedules.ir.Schedule` and raises
 :class:`ScheduleCheckError` (a :class:`~simtrain.errors.ScheduleError`) whose first line names the
@@ -9,7 +9,7 @@ rank-by-step grid with the offending cell bracketed, e.g. ``[1W3]``.
 from __future__ import annotations
 
 from simtrain.errors import ScheduleError
-from simtrain.schedules.ir import KINDS, Action, Schedule
+from simtrain.schedules.ir import ACTION_KINDS, Action, Schedule
 from simtrain.schedules.replay import DeadlockError, replay
 
 _MAX_FULL_COLS = 40
@@ -119,8 +119,8 @@ def validate(schedule: Schedule) -> None:
     where: dict[tuple[int, int], dict[str, tuple[int, int]]] = {}
     for r, row in enumerate(s.actions):
         for i, a in enumerate(row):
-            if a.kind not in KINDS:
-                raise _fail(s, r, i, f"unknown action kind {a.kind!r} (valid: {', '.join(KINDS)})")
+            if a.kind not in ACTION_KINDS:
+                raise _fail(s, r, i, f"unknown action kind {a.kind!r} (valid: {', '.join(ACTION_KINDS)})")
             for h in a.halves():
                 if not 0 <= h.stage < s.num_stages:
                     raise _fail(s, r, i, f"{a}: stage {h.stage} out of range 0..{s.num_stages - 1}")
@@ -171,74 +171,3 @@ def validate(schedule: Schedule) -> None:
         raise _fail(s, r0, cell, f"deadlock: {a} waits for {why}"
                     + (f"; also blocked: {others}" if others else ""), marks=marks) from None
 
-
-# ---- closed forms ----------------------------------------------------------------------------
-
-def closed_form_makespan(name: str, pp: int, m: int, F: float, I: float, W: float,  # noqa: E741,N803
-                         vpp: int = 1) -> float | None:
-    """The published makespan of one step with uniform stages and free communication.
-
-    ``F``, ``I``, ``W`` are per plain stage (1/pp of the layers); ``B = I + W``. None where no
-    formula is published or it does not apply to (pp, m).
-
-    * ``gpipe``, ``1f1b``: ``(m + p - 1)(F + B)`` (GPipe, Huang et al. 2019; Narayanan et al.
-      2021). :func:`replay` of our generators gives exactly this for any costs.
-    * ``interleaved-1f1b``: ``m(F + B) + (p - 1)(F + B)/v`` when p divides m (Narayanan et al.
-      2021, section 2.2.2: the bubble divided by v); None otherwise. Exact in :func:`replay`.
-    * ``zb-h1``: ``m(F + I + W) + (p - 1)(F + I - W)`` for ``m >= p`` (Qi et al. 2024, table 2:
-      bubble (p-1)(T_F + T_B - T_W), their T_B being our I). The replay matches it when
-      ``W <= min(F, I)``; with a larger W the handcrafted W lag (r on rank r) no longer hides
-      the W and the replay is longer.
-    * ``zb-h2``: the paper's bubble is ``(p - 1)(F + I - 2W)``, zero when F = I = W, counted per
-      worker in steady state, where the optimizer post-validation lets the next step start while
-      this one drains. One step from t = 0 cannot hide the last rank's ``(p - 1)F`` start-up,
-      so we return ``m(F + I + W) + (p - 1) max(F, F + I - 2W)`` for ``m >= 2p - 1``: with
-      F = I = W that equals ZB-H1's makespan (3mF + (p-1)F). The replay matches it except
-      when I is much larger than F (then it is longer).
-    * ``zb-v``: zero bubble when F = I = W (Qi et al., "Pipeline Parallelism with Controllable
-      Memory"; zero-bubble repo README), again per worker in steady state; for one step the
-      start-up is ``p - 1`` chunk forwards of ``F/2``: ``m(F + I + W) + (p - 1)F/2``, returned
-      only when F = I = W and ``m >= 2p - 1`` (no published formula otherwise). Exact then.
-    * ``dualpipe``: DualPipe README: bubble ``(PP/2 - 1)(F&B + B - 3W)`` in chunk costs (a
-      chunk is a full stage here) on top of ``m(F + B)`` per rank. ``F&B`` is the overlapped
-      pair: we use ``F + B`` (no overlap, as :func:`replay` does), so the real schedule's gain
-      from overlapping communication is not in this number. Needs p even, m even, m >= 2p. The
-      replay matches it when F = I and W <= F; it is shorter when I > F and longer when
-      I < F or W > F.
-    * ``dualpipev``: the same formula with PP = 2p stages of half-size chunks:
-      ``m(F + B) + (p - 1)(F&B + B - 3W)/2`` (F&B = F + B again). Needs m >= 2p; same
-      agreement as DualPipe.
-    """
-    p, v = pp, vpp
-    B = I + W  # noqa: N806
-    if m < 1 or p < 1:
-        return None
-    if name in ("gpipe", "1f1b"):
-        return (m + p - 1) * (F + B)
-    if name == "interleaved-1f1b":
-        if v == 1:
-            return (m + p - 1) * (F + B)
-        if m % p:
-            return None
-        return m * (F + B) + (p - 1) * (F + B) / v
-    if name == "zb-h1":
-        if m < p:
-            return None
-        return m * (F + B) + (p - 1) * (F + I - W)
-    if name == "zb-h2":
-        if m < 2 * p - 1:
-            return None
-        return m * (F + B) + (p - 1) * max(F, F + I - 2 * W)
-    if name == "zb-v":
-        if not (F == I == W) or m < 2 * p - 1:
-            return None
-        return m * (F + B) + (p - 1) * F / 2
-    if name == "dualpipe":
-        if p % 2 or m % 2 or m < 2 * p:
-            return None
-        return m * (F + B) + (p // 2 - 1) * ((F + B) + B - 3 * W)
-    if name == "dualpipev":
-        if m < 2 * p:
-            return None
-        return m * (F + B) + (p - 1) * ((F + B) + B - 3 * W) / 2
-    return None

@@ -11,7 +11,9 @@ deferred to fill bubbles. The paper calls our ``I`` "B".
 from __future__ import annotations
 
 from simtrain.errors import ScheduleError
+from simtrain.schedules.basic import one_f_one_b_in_flight
 from simtrain.schedules.ir import Action, Schedule
+from simtrain.schedules.record import ClosedForm, Costs, ScheduleRecord
 
 
 def _check(name: str, pp: int, m: int) -> None:
@@ -132,3 +134,57 @@ def zb_v(pp: int, m: int, **_) -> Schedule:
         row += [Action(s0, "W", j) for j in range(w0, b0)]
         rows.append(tuple(a for a in row if a.mb < m))
     return Schedule("zb-v", pp, m, v_stage_to_rank(pp), tuple(rows), meta={"pp": pp, "m": m})
+
+
+def _h1_bubble(p: int, m: int, c: Costs, v: int) -> float:
+    """``(p - 1)(F + I - W)`` (Qi et al. 2024, table 2: bubble (p-1)(T_F + T_B - T_W), their T_B
+    being our I), for ``m >= p``. :func:`~simtrain.schedules.replay.replay` matches it when
+    ``W <= min(F, I)``; with a larger W the handcrafted W lag (r on rank r) no longer hides the
+    W and the replay is longer."""
+    return (p - 1) * (c.F + c.I - c.W)
+
+
+def _h2_bubble(p: int, m: int, c: Costs, v: int) -> float:
+    """``(p - 1) max(F, F + I - 2W)`` for ``m >= 2p - 1``. The paper's bubble (Qi et al. 2024,
+    table 2) is ``(p - 1)(F + I - 2W)``, zero when F = I = W, counted per worker in steady
+    state, where the optimizer post-validation lets the next step start while this one drains.
+    One step from t = 0 cannot hide the last rank's ``(p - 1)F`` start-up: with F = I = W the
+    makespan equals ZB-H1's (3mF + (p-1)F). :func:`~simtrain.schedules.replay.replay` matches
+    it except when I is much larger than F (then it is longer)."""
+    return (p - 1) * max(c.F, c.F + c.I - 2 * c.W)
+
+
+def _v_bubble(p: int, m: int, c: Costs, v: int) -> float:
+    """``(p - 1)F/2`` when F = I = W and ``m >= 2p - 1``: zero bubble in steady state (Qi et al.,
+    "Pipeline Parallelism with Controllable Memory", 2024; zero-bubble repo README), plus the
+    start-up of one step, ``p - 1`` chunk forwards of ``F/2``. No formula is published for
+    other costs. Exact in :func:`~simtrain.schedules.replay.replay`."""
+    return (p - 1) * c.F / 2
+
+
+def _h2_in_flight(p: int, stage: int, m: int, v: int) -> float:
+    """``2(p - stage) - 1`` (Qi et al. 2024, table 2: 2p - 1 on the first stage)."""
+    return min(2 * (p - stage) - 1, m)
+
+
+def _m_at_least_p(p: int, m: int, v: int) -> bool:
+    return m >= p
+
+
+def _m_at_least_2p_minus_1(p: int, m: int, v: int) -> bool:
+    return m >= 2 * p - 1
+
+
+# ZB-H1 and ZB-V peak like 1F1B (Qi et al. 2024); ZB-V's balance across ranks is not modelled.
+ZB_H1 = ScheduleRecord(
+    "zb-h1", zb_h1, "Zero bubble, 1F1B's memory (Qi et al. 2024)",
+    closed_form=ClosedForm(_h1_bubble, one_f_one_b_in_flight, _m_at_least_p, "m >= pp"))
+
+ZB_H2 = ScheduleRecord(
+    "zb-h2", zb_h2, "Zero bubble, 2p - 1 micro-batches in flight (Qi et al. 2024)",
+    closed_form=ClosedForm(_h2_bubble, _h2_in_flight, _m_at_least_2p_minus_1, "m >= 2 pp - 1"))
+
+ZB_V = ScheduleRecord(
+    "zb-v", zb_v, "V-shaped zero bubble, two half-size stages per rank (Qi et al. 2024)",
+    closed_form=ClosedForm(_v_bubble, one_f_one_b_in_flight, _m_at_least_2p_minus_1,
+                           "m >= 2 pp - 1 (and F = I = W for the makespan)", equal_costs=True))

@@ -1,39 +1,32 @@
-"""Run a pipeline schedule alone in the engine, with fixed costs per action (``simtrain schedule``).
+"""A pipeline schedule alone with fixed costs per action (``simtrain schedule``), as a timeline.
 
-Each action is one compute op of the given F, I, W duration (B = I + W; an overlapped F&B pair
-runs its two halves back to back), each stage-to-stage transfer takes the fixed p2p latency, and
-every forward holds one unit of activation memory (a micro-batch's activations for one plain
-stage, scaled by the chunk size for interleaved and V-shaped schedules) until its B or W ends.
+:func:`run_schedule` runs the schedule in the fixed-cost executor
+(:func:`~simtrain.schedules.replay.replay`: F, I, W per plain stage, B = I + W, an overlapped F&B
+pair its two halves back to back, ``comm`` added to each dependency that crosses ranks) and turns
+the result into a :class:`~simtrain.timeline.Timeline` for the Gantt chart and the memory
+profile: one compute span per action (per half of an overlapped pair), and for each transfer to
+another rank a ``pp_send`` span on the producer and a ``pp_recv`` span on the consumer, from the
+end of the producing action for ``comm``. Every forward allocates one unit of activation memory
+(a micro-batch's activations for one plain stage, scaled by the chunk size for interleaved and
+V-shaped schedules) when it starts; its B or W frees it when it ends. Idle time and peak
+in-flight micro-batches are measured on that timeline, as for a simulated step.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
-
-from simtrain import engine
-from simtrain.metrics import memory_timeline
-from simtrain.workload.program import KIND, STREAM, Op, Program
-from simtrain.schedules import Schedule, closed_form_makespan, scaled_costs, validate
-from simtrain.timeline import Timeline
-
-
-class FixedLatency:
-    """Network model of a schedule study: every p2p transfer takes ``latency_s``."""
-
-    def __init__(self, latency_s: float):
-        self.latency_s = latency_s
-
-    def collective_time(self, op: str, gpus: tuple[int, ...], nbytes: float) -> float:
-        return 0.0
-
-    def p2p_time(self, src: int, dst: int, nbytes: float) -> float:
-        return self.latency_s
+from simtrain.metrics import memory_peaks, rank_breakdown
+from simtrain.schedules import REGISTRY, Replay, Schedule, replay, scaled_costs, validate
+from simtrain.schedules.replay import stage_weight
+from simtrain.timeline import Timeline, TimelineBuilder
+from simtrain.workload.program import KIND, STREAM
 
 
 @dataclass(frozen=True)
 class ScheduleRun:
+    """The outcome of :func:`run_schedule`; per-rank lists are indexed by pipeline rank."""
+
     schedule: Schedule
     timeline: Timeline
     makespan: float
@@ -43,71 +36,51 @@ class ScheduleRun:
     closed_form: float | None
 
 
-def lower_fixed(schedule: Schedule, F: float, I: float, W: float) -> Program:  # noqa: E741,N803
-    """One op per action with fixed costs (per plain stage, scaled to the schedule's chunks)."""
-    prog = Program()
-    f, i, w = scaled_costs(schedule, F, I, W)
-    unit = schedule.num_ranks / schedule.chain_length  # activation of one chunk, in stage units
-    pair = prog.group_set_id(((0, 0),))
-    sends: dict[tuple[str, int, int], int] = {}  # (what, to_stage, mb) -> p2p op id
-    needs: list[tuple[int, tuple]] = []
-
-    def send(rank: int, a, after: int, what: str, to_stage: int) -> None:
-        """The transfer of ``what`` (act or grad) of ``a``'s micro-batch to ``to_stage``."""
-        op = prog.add(Op(0, rank, STREAM["pp_send"], KIND["pp"], "send", a.stage, -1, a.mb, comm="p2p",
-                         group_set=pair, peer=schedule.stage_to_rank[to_stage], peer_stage=to_stage,
-                         deps=[after]))
-        sends[(what, to_stage, a.mb)] = op.id
-
-    for r in range(schedule.num_ranks):
-        prog.rank_weight[r] = 1
-        prog.rank_stage[r] = r
-        prog.static_bytes[r] = 0.0
+def schedule_timeline(run: Replay, forward: float, comm: float) -> Timeline:
+    """The spans of a replayed schedule (see the module docstring); ``forward`` is the cost of a
+    stage's forward, where the first half of an overlapped pair ends."""
+    schedule = run.schedule
+    unit = stage_weight(schedule)
+    tl = TimelineBuilder()
+    names = {k: tl.name_id(k) for k in ("F", "I", "W", "B", "send", "recv")}
+    flow = 0
     for r, row in enumerate(schedule.actions):
-        for action in row:
-            pair_first = None  # an overlapped F&B pair starts when both halves' inputs are there
-            for a in action.halves():
-                prev, nxt = schedule.stage_neighbours(a.stage)
-                dur = {"F": f, "I": i, "W": w, "B": i + w}[a.kind]
-                alloc = unit if a.kind == "F" else 0.0
-                free = unit if a.kind == "W" or a.kind == "B" else 0.0
-                op = prog.add(Op(0, r, STREAM["compute"], KIND[a.kind], a.kind, a.stage, -1, a.mb,
-                                 duration_s=dur, alloc=alloc, free=free))
-                if action.kind == "FB" and pair_first is None:
-                    pair_first = op.id
-                elif action.kind == "FB" and nxt is not None:
-                    needs.append((pair_first, ("grad", a.stage, a.mb)))
-                if a.kind == "F":
-                    if prev is not None:
-                        needs.append((op.id, ("act", a.stage, a.mb)))
-                    if nxt is not None:
-                        send(r, a, op.id, "act", nxt)
-                elif a.kind in ("B", "I"):
-                    if nxt is not None:
-                        needs.append((op.id, ("grad", a.stage, a.mb)))
-                    if prev is not None:
-                        send(r, a, op.id, "grad", prev)
-    for op_id, key in needs:
-        prog.ops[op_id].deps.append(sends[key])
-    return prog
+        for a, start, end in zip(row, run.start[r], run.end[r]):
+            halves = a.halves()
+            split = start + forward if len(halves) == 2 else end
+            for h, t0, t1 in zip(halves, (start, split), (split, end)):
+                tl.add(r, STREAM["compute"], KIND[h.kind], names[h.kind], h.stage, -1, h.mb, t0, t1,
+                       alloc_bytes=unit if h.kind == "F" else 0.0,
+                       free_bytes=unit if h.kind in ("B", "W") else 0.0)
+                prev, nxt = schedule.stage_neighbours(h.stage)
+                to = nxt if h.kind == "F" else prev if h.kind in ("I", "B") else None
+                peer = r if to is None else schedule.stage_to_rank[to]
+                if peer != r:
+                    tl.add(r, STREAM["pp_send"], KIND["pp"], names["send"], h.stage, -1, h.mb, end,
+                           end + comm, flow=flow)
+                    tl.add(peer, STREAM["pp_recv"], KIND["pp"], names["recv"], to, -1, h.mb, end,
+                           end + comm, flow=flow)
+                    flow += 1
+    return tl.build()
 
 
 def run_schedule(schedule: Schedule, F: float = 1.0, I: float = 1.0, W: float = 1.0,  # noqa: E741,N803
-                 comm: float = 0.0, vpp: int = 1) -> ScheduleRun:
-    """Validate ``schedule`` and run it in the engine with fixed costs; compare to the closed form."""
+                 comm: float = 0.0, vpp: int | None = None) -> ScheduleRun:
+    """Validate ``schedule``, replay it with fixed costs (F, I, W per plain stage, ``comm`` per
+    transfer between ranks) and compare it to its record's closed form (with ``comm = 0``; model
+    chunks per rank ``vpp``, by default the schedule's own)."""
     validate(schedule)
-    prog = lower_fixed(schedule, F, I, W)
-    tl = engine.run(prog, FixedLatency(comm)).timeline
-    makespan = tl.end_s
-    compute = tl.mask(stream="compute")
-    busy = [float(np.sum((tl["end_s"] - tl["start_s"])[compute & (tl["rank"] == r)]))
-            for r in range(schedule.num_ranks)]
-    idle = [makespan - b for b in busy]
-    peaks = [float(level.max()) for _, (_, level) in sorted(memory_timeline(tl, prog.static_bytes).items())]
-    closed = closed_form_makespan(schedule.name, schedule.num_ranks, schedule.num_microbatches, F, I, W,
-                                  vpp=vpp) if comm == 0 else None
-    ratio = sum(idle) / (len(idle) * makespan) if makespan > 0 else 0.0
-    return ScheduleRun(schedule, tl, makespan, idle, ratio, peaks, closed)
+    costs = scaled_costs(schedule, F, I, W)
+    run = replay(schedule, costs, comm)
+    tl = schedule_timeline(run, costs[0], comm)
+    ranks = range(schedule.num_ranks)
+    idle = [run.makespan - rank_breakdown(tl, r, run.makespan)["compute"] for r in ranks]
+    ratio = sum(idle) / (len(idle) * run.makespan) if run.makespan > 0 else 0.0
+    peaks = memory_peaks(tl, dict.fromkeys(ranks, 0.0))
+    v = schedule.meta.get("vpp", 1) if vpp is None else vpp
+    closed = REGISTRY.makespan(schedule.name, schedule.num_ranks, schedule.num_microbatches, F, I, W,
+                               vpp=v) if comm == 0 else None
+    return ScheduleRun(schedule, tl, run.makespan, idle, ratio, [peaks[r] for r in ranks], closed)
 
 
 def schedule_report(run: ScheduleRun) -> dict:

@@ -1,12 +1,14 @@
 """Interleaved 1F1B (Narayanan et al., "Efficient Large-Scale Language Model Training on GPU
 Clusters Using Megatron-LM", SC'21, section 2.2.2), as scheduled by Megatron-core's
-``forward_backward_pipelining_with_interleaving``. GPipe and plain 1F1B live in :mod:`ir`.
+``forward_backward_pipelining_with_interleaving``.
 """
 
 from __future__ import annotations
 
 from simtrain.errors import ScheduleError
-from simtrain.schedules.ir import Action, Schedule, one_f_one_b
+from simtrain.schedules.basic import fill_drain_bubble, one_f_one_b, one_f_one_b_in_flight
+from simtrain.schedules.ir import Action, Schedule
+from simtrain.schedules.record import ClosedForm, Costs, Param, ScheduleRecord
 
 
 def _schedule_table(m: int, v: int, group: int) -> list[tuple[int, int]]:
@@ -85,3 +87,31 @@ def interleaved_1f1b(pp: int, m: int, vpp: int = 2, group: int | None = None, **
         rows.append(tuple(row))
     return Schedule("interleaved-1f1b", pp, m, tuple(s % pp for s in range(pp * v)), tuple(rows),
                     meta={"pp": pp, "m": m, "vpp": v, "group": g})
+
+
+def _bubble(p: int, m: int, c: Costs, v: int) -> float:
+    """``(p - 1)(F + B)/v``: 1F1B's bubble divided by the v chunks per rank (Narayanan et al.
+    2021, section 2.2.2). Exact in :func:`~simtrain.schedules.replay.replay` when p divides m."""
+    return fill_drain_bubble(p, m, c, v) / v
+
+
+def _in_flight(p: int, stage: int, m: int, v: int) -> float:
+    """``p - stage + (p - 1)/v`` when v > 1 (Korthikanti et al. 2022, section 4.2.3: the first
+    stage stores ``1 + (p - 1)/(p v)`` times 1F1B's, decreasing by one per stage); 1F1B's with
+    v = 1."""
+    if v > 1:
+        return min(p - stage + (p - 1) / v, m)
+    return one_f_one_b_in_flight(p, stage, m, v)
+
+
+def _covers(p: int, m: int, v: int) -> bool:
+    return v == 1 or m % p == 0
+
+
+INTERLEAVED_1F1B = ScheduleRecord(
+    "interleaved-1f1b", interleaved_1f1b,
+    "Looped 1F1B over vpp model chunks per rank (Megatron-LM; Narayanan et al. 2021)",
+    params=(Param("vpp", "2", "integer >= 1", "model chunks per rank (1: plain 1F1B)"),
+            Param("group", "pp", "pp <= group <= m, m % group 0 or >= pp",
+                  "Megatron-core's micro-batch group size")),
+    closed_form=ClosedForm(_bubble, _in_flight, _covers, "vpp = 1, or pp divides m (Megatron-LM)"))
