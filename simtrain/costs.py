@@ -27,12 +27,14 @@ from dataclasses import dataclass
 from simtrain.specs.gpu import GpuSpec
 from simtrain.specs.model import ModelSpec
 from simtrain.specs.parallel import ParallelSpec
+from simtrain.units import BYTES_BF16, BYTES_FP32
 
-BYTES_PARAM = 2  # bf16 weights
-BYTES_GRAD = 2  # bf16 gradients, as the course notes' ledger
-BYTES_OPTIMIZER = 12  # fp32 master weights, Adam m and v
-BYTES_ADAM_STEP = 30  # HBM traffic per parameter of one Adam step: read grad, master, m, v; write master, m, v, bf16 weight
-ACT_BYTES = 2  # bf16 activations
+BYTES_PARAM = BYTES_BF16  # bf16 weights
+BYTES_GRAD = BYTES_BF16  # bf16 gradients, as the course notes' ledger
+BYTES_OPTIMIZER = 3 * BYTES_FP32  # fp32 master weights, Adam m and v
+# HBM traffic per parameter of one Adam step: read grad, master, m, v; write master, m, v, bf16 weight
+BYTES_ADAM_STEP = 30
+ACT_BYTES = BYTES_BF16  # bf16 activations
 
 
 @dataclass(frozen=True)
@@ -154,10 +156,18 @@ def embedding_cost(model: ModelSpec, shape: Shape, kind: str) -> OpCost:
     return ZERO
 
 
+def logits_bytes(model: ModelSpec, shape: Shape) -> float:
+    """Bytes of one micro-batch's logits on one rank of the last stage: tokens x V / t (the
+    vocabulary split over TP), 4 bytes each as the cross-entropy runs in fp32. The LM head's
+    forward writes them, the loss reads them, and they stay allocated until the LM head's
+    backward."""
+    return BYTES_FP32 * shape.tokens * model.vocab / shape.tp
+
+
 def lm_head_cost(model: ModelSpec, shape: Shape, kind: str) -> OpCost:
     """Final norm, output projection (2 n h V / t per pass) and cross-entropy on the last stage."""
     gemm = 2.0 * shape.tokens * model.hidden * model.vocab / shape.tp
-    logits = 4.0 * shape.tokens * model.vocab / shape.tp  # fp32 logits written and read
+    logits = logits_bytes(model, shape)  # written and read
     weights = BYTES_PARAM * model.hidden * model.vocab / shape.tp
     if kind == "F":
         return OpCost(gemm, weights + 2 * logits)
@@ -166,6 +176,60 @@ def lm_head_cost(model: ModelSpec, shape: Shape, kind: str) -> OpCost:
     if kind == "B":
         return OpCost(2 * gemm, 2 * (weights + logits))
     raise ValueError(kind)
+
+
+# ---- mixture of experts ----------------------------------------------------------------------
+
+MOE_PASSES = {"F": 1, "I": 1, "W": 1, "B": 2}  # GEMM passes of each kind (B = I + W)
+
+
+@dataclass(frozen=True)
+class MoeCosts:
+    """The work of one MoE block for one pass on one rank."""
+
+    router: OpCost  # the gate over the rank's tokens
+    experts: OpCost  # the routed experts of the busiest EP rank
+    shared: OpCost | None  # the shared experts; None without them
+    all_to_all_bytes: float  # dispatch (= combine) volume of the busiest EP rank
+
+
+def moe_tokens(shape: Shape, expert_tp: int) -> float:
+    """Tokens entering one rank's MoE block: with sequence parallelism they stay split across
+    the TP ranks (expert TP 1), with expert TP > 1 they are gathered over the expert-TP group
+    first (Megatron-LM's all-to-all token dispatcher, ``megatron/core/transformer/moe``)."""
+    tokens = shape.tokens / shape.tp if shape.sp else shape.tokens
+    if expert_tp > 1:
+        tokens = shape.tokens
+    return tokens
+
+
+def _moe_gemm(model: ModelSpec, params: float, tokens: float, passes: int, split: int) -> OpCost:
+    """``passes`` GEMMs of ``params`` weights split ``split`` ways over ``tokens`` tokens
+    (2 n P FLOPs each), reading the weight shard and four activation tensors of width h."""
+    return OpCost(2.0 * tokens * params * passes / split,
+                  BYTES_PARAM * params / split + 4 * ACT_BYTES * tokens * model.hidden)
+
+
+def moe_costs(model: ModelSpec, shape: Shape, kind: str, expert_tp: int, load_factor: float = 1.0) -> MoeCosts:
+    """Router, routed experts, shared experts and all-to-all volume of one MoE block in pass
+    ``kind`` (F, I, W or B).
+
+    Each token goes to ``top_k`` routed experts; the busiest EP rank receives (dispatch) and
+    sends back (combine) ``load_factor`` times the mean volume
+    (:func:`simtrain.workload.moe_routing.load_factors`), and a direct all-to-all lasts as long as
+    its busiest rank's transfers. Routed experts are split over the expert-TP group; shared
+    experts (DeepSeek-V3, arXiv:2412.19437, section 2.1.2) run over all the rank's tokens as a
+    dense MLP split over the TP group (Megatron-LM's ``megatron/core/transformer/moe``).
+    """
+    tokens = moe_tokens(shape, expert_tp)
+    routed = tokens * model.top_k * load_factor
+    a2a = ACT_BYTES * tokens * model.top_k * model.hidden * load_factor
+    passes = MOE_PASSES[kind]
+    experts = _moe_gemm(model, model.expert_params(), routed, passes, expert_tp)
+    shared = (_moe_gemm(model, model.shared_expert_params(), shape.tokens, passes, shape.tp)
+              if model.shared_experts else None)
+    router = _moe_gemm(model, model.router_params(), tokens, passes, 1)
+    return MoeCosts(router=router, experts=experts, shared=shared, all_to_all_bytes=a2a)
 
 
 def optimizer_cost(params_on_rank: float, shard: int) -> OpCost:

@@ -10,10 +10,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-STREAMS = ("compute", "tp", "cp", "ep", "pp_send", "pp_recv", "dp")
-COMPUTE_KINDS = ("F", "B", "I", "W", "R", "opt")  # R = recompute forward, opt = optimizer step
-COMM_KINDS = ("tp", "cp", "ep", "pp", "dp")
-KINDS = COMPUTE_KINDS + COMM_KINDS
+from simtrain.workload.program import KINDS, STREAMS
 
 _INT_COLUMNS = ("rank", "stream", "kind", "name", "stage", "layer", "mb", "flow")
 _FLOAT_COLUMNS = ("start_s", "end_s", "flops", "bytes", "alloc_bytes", "free_bytes")

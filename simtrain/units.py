@@ -14,6 +14,7 @@ MB = 1e6
 GB = 1e9
 TB = 1e12
 TFLOPS = 1e12  # FLOP/s
+MS = 1e-3  # one millisecond in seconds
 US = 1e-6  # one microsecond in seconds
 NS = 1e-9
 BYTES_BF16 = 2

@@ -86,6 +86,25 @@ def test_routing_loads_hand_computed():
     assert f == pytest.approx(8 / sum(1 / k for k in range(1, 9)))  # one expert per rank: the top one
 
 
+def test_moe_costs_hand_computed():
+    from simtrain.costs import Shape, moe_costs
+    from simtrain.specs.model import load_model
+
+    m = load_model("mixtral-8x7b")  # top 2 of 8 experts, no shared experts
+    sh = Shape(tokens=4096, seq=4096, tp=2, sp=True)
+    f = moe_costs(m, sh, "F", expert_tp=1, load_factor=1.5)
+    tokens = 4096 / 2  # sequence parallelism keeps the tokens split over the TP ranks
+    assert f.all_to_all_bytes == pytest.approx(2 * tokens * 2 * m.hidden * 1.5)
+    assert f.experts.flops == pytest.approx(2 * tokens * 2 * 1.5 * m.expert_params())
+    assert f.router.flops == pytest.approx(2 * tokens * m.hidden * 8)
+    assert f.shared is None
+    i, b = moe_costs(m, sh, "I", 1, 1.5), moe_costs(m, sh, "B", 1, 1.5)
+    assert b.experts.flops == pytest.approx(2 * i.experts.flops) and b.experts.bytes == i.experts.bytes
+    gathered = moe_costs(m, sh, "F", expert_tp=2)  # expert TP gathers the tokens first
+    assert gathered.all_to_all_bytes == pytest.approx(2 * 4096 * 2 * m.hidden)
+    assert gathered.experts.flops == pytest.approx(2 * 4096 * 2 * m.expert_params() / 2)
+
+
 def test_moe_layer_time_follows_the_busiest_expert():
     base = dict(model="mixtral-8x7b", topology="h100-ib", gpus=64, tp=1, pp=4, ep=8, seq=4096, gbs=64)
     uniform = run(**base)
@@ -178,12 +197,12 @@ def test_balancing_reduces_imbalance_on_126_layers():
     assert balanced.report["breakdown_s"]["imbalance"] < naive.report["breakdown_s"]["imbalance"]
 
 
-def test_uneven_stage_layers():
-    from simtrain.workload.stages import stage_layers
+def test_uneven_chunk_layers():
+    from simtrain.workload.stages import chunk_layers
     from simtrain.specs.model import load_model
 
     m = load_model("llama3-405b")
-    split = stage_layers(m, 16, 7, 7)
+    split = chunk_layers(m, 16, 7, 7)
     assert [len(r) for r in split] == [7] + [8] * 14 + [7]
     assert split[-1].stop == 126
 
@@ -216,13 +235,12 @@ def test_a_run_that_does_not_fit_says_where_and_by_how_much(tmp_path):
     dict(schedule="gpipe"), dict(schedule="zb-h2", recompute="selective"),
 ])
 def test_memory_plan_is_the_simulated_peak(extra):
-    from simtrain.topology.mesh import build_mesh
-    from simtrain.workload.lower import memory_plan
+    from simtrain.workload.memory import memory_plan
 
     sc = api.resolve({**SEED, "tp": 8, "pp": 4, "gbs": 32, "recompute": "none", **extra})
     par = sc.parallel
     n = par.recompute_layers(10**9)
-    plan = memory_plan(sc.model, par, sc.gpu, api.build_schedule(sc), build_mesh(par.tp, par.cp, par.dp, par.pp), n)
+    plan = memory_plan(sc.model, par, sc.gpu, api.build_schedule(sc), n)
     simulated = api.simulate(sc).report["peak_memory_gib"]
     assert [p / GiB for p in plan] == pytest.approx(simulated, rel=1e-12)
 

@@ -7,8 +7,8 @@ import json
 import pytest
 
 from simtrain.errors import SpecError
-from simtrain.specs.model import (HF_FAMILIES, ModelSpec, list_models, load_model,
-                                  model_from_hf_config)
+from simtrain.specs.hf_config import HF_FAMILIES
+from simtrain.specs.model import ModelSpec, list_models, load_model, model_from_hf_config
 
 # Published totals (and active counts for MoE models): model cards, papers and announcements.
 PUBLISHED = {

@@ -8,9 +8,12 @@ from collections import Counter
 
 import pytest
 
+from simtrain.outputs.colors import KIND_COLOURS, KIND_LABELS, lighten, text_colour
 from simtrain.outputs.gantt import draw_gantt, gantt_rows, plan_rows
 from simtrain.outputs.trace import counter_events, rank_pid, trace_events, write_trace
-from simtrain.timeline import KINDS, STREAMS, TimelineBuilder
+from simtrain.timeline import TimelineBuilder
+from simtrain.units import MS
+from simtrain.workload.program import KINDS, STREAMS
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -24,7 +27,7 @@ def _add(b: TimelineBuilder, rank, stream, kind, name, start, end, *, stage=0, l
 def two_rank_timeline():
     """Two pipeline stages: F/B/I/W on compute, a TP collective, and two flows (F out, B back)."""
     b = TimelineBuilder()
-    ms = 1e-3
+    ms = MS
     for mb in range(2):
         _add(b, 0, "compute", "F", "attn.F", mb * 2 * ms, (mb * 2 + 1.5) * ms, mb=mb, layer=0,
              flops=1e12)
@@ -151,6 +154,13 @@ def test_empty_timeline_draws(tmp_path):
 
 
 # ---------------------------------------------------------------- trace
+
+
+def test_every_kind_has_a_colour_and_a_label():
+    assert set(KIND_COLOURS) == set(KINDS) == set(KIND_LABELS)
+    assert lighten("#4477AA", 0.0) == pytest.approx((0x44 / 255, 0x77 / 255, 0xAA / 255))
+    assert lighten("#000000", 1.0) == (1.0, 1.0, 1.0)
+    assert text_colour((1.0, 1.0, 1.0)) == "black" and text_colour((0.0, 0.0, 0.0)) == "white"
 
 
 def test_trace_events_complete_events_and_metadata():

@@ -6,6 +6,7 @@ import pytest
 
 from simtrain.errors import SpecError
 from simtrain.specs.model import load_model
+from simtrain.specs.order import DEFAULT_ORDER, parse_order
 from simtrain.specs.parallel import resolve_parallel, validate_parallel
 
 L70 = load_model("llama3-70b")
@@ -30,6 +31,7 @@ def test_dp_derived():
     (dict(tp=8, zero=4, gbs=64), L70, "ZeRO stage must be 0, 1, 2 or 3"),
     (dict(tp=8, cp=2, seq=4098, gbs=64), L70, "seq=4098 is not divisible by 2*cp=4"),
     (dict(tp=8, recompute="100", gbs=64), L70, "recompute=100 layers exceeds the 80"),
+    (dict(tp=8, order="tp-cp-dp-pp", gbs=64), L70, "order 'tp-cp-dp-pp': must be a permutation"),
 ])
 def test_impossible(kw, model, message):
     with pytest.raises(SpecError, match=message.replace("*", r"\*")):
@@ -43,3 +45,10 @@ def test_recompute_parse():
         resolve_parallel(8, recompute="some")
     assert resolve_parallel(8, recompute="FULL").recompute == "full"
     assert resolve_parallel(8, recompute=3).recompute_layers(10) == 3
+
+
+def test_rank_order_is_innermost_first():
+    assert parse_order("pp-dp-ep-cp-tp") == ("pp", "dp", "ep", "cp", "tp")
+    assert parse_order(DEFAULT_ORDER)[0] == "tp"  # TP groups hold consecutive ranks by default
+    with pytest.raises(SpecError, match="permutation of tp-cp-ep-dp-pp"):
+        parse_order("tp-tp-ep-dp-pp")

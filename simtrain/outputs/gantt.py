@@ -20,29 +20,12 @@ from pathlib import Path
 
 import numpy as np
 
-from simtrain.timeline import KINDS, STREAMS, Timeline
+from simtrain.outputs.colors import (CHUNK_LIGHTEN, KIND_COLOURS, KIND_LABELS, LINE_COLOURS, lighten,
+                                     text_colour)
+from simtrain.timeline import Timeline
+from simtrain.units import MS, US, GiB
+from simtrain.workload.program import KINDS, STREAMS
 
-# Paul Tol's colour-blind-safe "bright" and "muted" schemes (https://personal.sron.nl/~pault/).
-KIND_COLOURS: Mapping[str, str] = {
-    "F": "#4477AA",    # blue
-    "B": "#EE6677",    # red
-    "I": "#CCBB44",    # yellow
-    "W": "#228833",    # green
-    "R": "#66CCEE",    # cyan
-    "opt": "#AA3377",  # purple
-    "tp": "#999933",   # olive
-    "cp": "#44AA99",   # teal
-    "ep": "#882255",   # wine
-    "pp": "#332288",   # indigo
-    "dp": "#DDCC77",   # sand
-}
-KIND_LABELS: Mapping[str, str] = {
-    "F": "F forward", "B": "B backward", "I": "I input grad", "W": "W weight grad",
-    "R": "R recompute", "opt": "optimizer", "tp": "TP comm", "cp": "CP comm",
-    "ep": "EP comm", "pp": "PP send/recv", "dp": "DP comm",
-}
-# Blend towards white for the 2nd, 3rd, 4th+ model chunk a rank holds (interleaved schedules).
-CHUNK_LIGHTEN = (0.0, 0.35, 0.55, 0.7)
 MAX_LABELS = 3000
 SUFFIX_FORMATS = {".png": "png", ".svg": "svg"}
 
@@ -138,13 +121,13 @@ def _time_unit(t_max_s: float) -> tuple[str, float]:
     """The axis unit for a step of ``t_max_s`` seconds, and the factor from seconds to it."""
     if t_max_s >= 10.0:
         return "s", 1.0
-    if t_max_s >= 1e-2:
-        return "ms", 1e3
-    return "us", 1e6
+    if t_max_s >= 10 * MS:
+        return "ms", 1 / MS
+    return "us", 1 / US
 
 
 def _chunk_levels(timeline: Timeline, idx: np.ndarray) -> np.ndarray:
-    """For spans ``idx``: which of its rank's pipeline stages (0 = lowest) each belongs to."""
+    """For spans ``idx``: which of its rank's stages (0 = the lowest-numbered) each belongs to."""
     rank = timeline["rank"][idx].astype(np.int64)
     stage = timeline["stage"][idx].astype(np.int64)
     levels = np.zeros(len(idx), dtype=np.int64)
@@ -157,17 +140,6 @@ def _chunk_levels(timeline: Timeline, idx: np.ndarray) -> np.ndarray:
     chunk = np.arange(len(pairs)) - first_of_rank
     levels[has] = chunk[np.asarray(inverse).reshape(-1)]
     return np.minimum(levels, len(CHUNK_LIGHTEN) - 1)
-
-
-def _lighten(hex_colour: str, amount: float) -> tuple[float, float, float]:
-    rgb = np.array([int(hex_colour[i:i + 2], 16) for i in (1, 3, 5)], dtype=float) / 255.0
-    out = rgb + (1.0 - rgb) * amount
-    return float(out[0]), float(out[1]), float(out[2])
-
-
-def _text_colour(rgb: tuple[float, float, float]) -> str:
-    luminance = 0.2126 * rgb[0] + 0.7152 * rgb[1] + 0.0722 * rgb[2]
-    return "black" if luminance > 0.5 else "white"
 
 
 def _use_agg() -> None:
@@ -230,9 +202,9 @@ def draw_gantt(timeline: Timeline, path: str | os.PathLike, *, title: str | None
     start = timeline["start_s"][idx]
     end = timeline["end_s"][idx]
     t0 = min(0.0, float(start.min())) if len(idx) else 0.0
-    t1 = float(end.max()) if len(idx) else max(timeline.end_s, 1e-3)
+    t1 = float(end.max()) if len(idx) else max(timeline.end_s, MS)
     if t1 <= t0:
-        t1 = t0 + 1e-6
+        t1 = t0 + US
     unit, scale = _time_unit(t1 - t0)
     x0 = start * scale
     x1 = np.maximum(end, start) * scale
@@ -291,7 +263,7 @@ def draw_gantt(timeline: Timeline, path: str | os.PathLike, *, title: str | None
             verts[:, 1, 0] = verts[:, 2, 0] = x1[sel]
             verts[:, 0, 1] = verts[:, 1, 1] = y - half
             verts[:, 2, 1] = verts[:, 3, 1] = y + half
-            colour = _lighten(KIND_COLOURS[kind], CHUNK_LIGHTEN[level])
+            colour = lighten(KIND_COLOURS[kind], CHUNK_LIGHTEN[level])
             ax.add_collection(PolyCollection(
                 verts, closed=True, facecolors=[colour], edgecolors="white" if edge else "none",
                 linewidths=0.3 if edge else 0.0, antialiaseds=edge, zorder=2))
@@ -307,7 +279,6 @@ def draw_gantt(timeline: Timeline, path: str | os.PathLike, *, title: str | None
         new_group[1:] = ((g_row[1:] != g_row[:-1]) | (g_kind[1:] != g_kind[:-1])
                          | (g_mb[1:] != g_mb[:-1]) | (g_stage[1:] != g_stage[:-1]))
     starts = np.nonzero(new_group)[0]
-    ends = np.append(starts[1:], len(order)) - 1
     gx0 = x0[order][starts]
     gx1 = np.maximum.reduceat(x1[order], starts) if len(order) else np.zeros(0)
     first = order[starts]
@@ -325,10 +296,9 @@ def draw_gantt(timeline: Timeline, path: str | os.PathLike, *, title: str | None
     for g in cand.tolist():
         i = int(first[g])
         kind = KINDS[kinds[i]]
-        fill = _lighten(KIND_COLOURS[kind], CHUNK_LIGHTEN[int(levels[i])])
+        fill = lighten(KIND_COLOURS[kind], CHUNK_LIGHTEN[int(levels[i])])
         ax.text((gx0[g] + gx1[g]) / 2, span_row[i], str(int(mbs[i])), ha="center", va="center",
-                fontsize=font_pt, color=_text_colour(fill), zorder=3, clip_on=True)
-    del ends
+                fontsize=font_pt, color=text_colour(fill), zorder=3, clip_on=True)
 
     # --- axes, legend, title
     ax.set_yticks(np.arange(len(rows)))
@@ -368,11 +338,11 @@ def _memory_panel(fig, ax, memory, capacity, ranks, rank_labels, scale, span, le
     for i, rank in enumerate(shown[:12]):
         times, level = memory[rank]
         t = np.append(times, span[1]) * scale
-        y = np.append(level, level[-1]) / 2**30
-        pax.step(t, y, where="post", linewidth=1.0, color=_PALETTE_LINES[i % len(_PALETTE_LINES)],
+        y = np.append(level, level[-1]) / GiB
+        pax.step(t, y, where="post", linewidth=1.0, color=LINE_COLOURS[i % len(LINE_COLOURS)],
                  label=(rank_labels or {}).get(rank, f"rank {rank}"))
     if capacity:
-        pax.axhline(capacity / 2**30, color="#CC3311", linestyle="--", linewidth=0.8, label="capacity")
+        pax.axhline(capacity / GiB, color="#CC3311", linestyle="--", linewidth=0.8, label="capacity")
     pax.set_ylabel("memory (GiB)", fontsize=8)
     pax.tick_params(labelsize=_TICK_PT)
     pax.set_ylim(bottom=0)
@@ -385,7 +355,6 @@ def _memory_panel(fig, ax, memory, capacity, ranks, rank_labels, scale, span, le
 
 
 _MEMORY_IN = 2.2  # height of the memory panel
-_PALETTE_LINES = ("#0077BB", "#EE7733", "#009988", "#CC3311", "#33BBEE", "#EE3377", "#BBBBBB", "#000000")
 
 
 def _save_atomic(fig, path: Path, fmt: str, matplotlib) -> None:

@@ -21,7 +21,7 @@ class GpuSpec:
     """One GPU model: peak math, memory and NVLink, and the GEMM efficiency the cost model uses.
 
     >>> gpu = get_gpu("h100-sxm")
-    >>> gpu.effective_flops / 1e12, gpu.usable_memory_bytes / 2**30
+    >>> gpu.effective_flops / TFLOPS, gpu.usable_memory_bytes / GiB
     (593.64, 80.0)
     """
 
@@ -72,7 +72,7 @@ GPU_PRESETS: dict[str, GpuSpec] = {
     "b200": GpuSpec("b200", 2250 * TFLOPS, 4500 * TFLOPS, 180 * GB, 8000 * GB, 900 * GB),
     # The course notes' parallel_plan.py constants: PEAK 989e12, EFF 0.6, 80e9 bytes with 10%
     # reserved, NVLINK 450e9.
-    "seed-h100": GpuSpec("seed-h100", 989e12, None, 80e9, 3350 * GB, 450e9,
+    "seed-h100": GpuSpec("seed-h100", 989 * TFLOPS, None, 80 * GB, 3350 * GB, 450 * GB,
                          efficiency=0.6, memory_reserved_fraction=0.1),
 }
 

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from simtrain.errors import SpecError, unknown_name
+from simtrain.specs.hf_config import hf_config_fields
 from simtrain.specs.strict import Table, check_value, parse_toml, read_toml
 
 NORMS = ("rms", "layer")
@@ -61,59 +62,7 @@ class ModelSpec:
     v_head_dim: int = 0  # MLA per-head value features
 
     def __post_init__(self) -> None:
-        where = f"model {self.name}"
-        check_value(f"{where}: name", self.name, str)
-        if not self.name:
-            raise SpecError("model name = '': must not be empty")
-        for f in fields(self):
-            if f.name != "name":
-                check_value(f"{where}: {f.name}", getattr(self, f.name), _kind(f.type))
-        for key in ("hidden", "layers", "heads", "ffn", "vocab"):
-            check_value(f"{where}: {key}", getattr(self, key), int, positive=True)
-        for key in ("kv_heads", "head_dim", "learned_pos", "num_experts", "top_k",
-                    "shared_experts", "moe_ffn", "dense_layers", "q_lora_rank", "kv_lora_rank",
-                    "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
-            check_value(f"{where}: {key}", getattr(self, key), int, min_value=0)
-        check_value(f"{where}: norm", self.norm, str, choices=NORMS)
-
-        def bad(key: str, why: str) -> SpecError:
-            return SpecError(f"{where}: {key} = {getattr(self, key)!r}: {why}")
-
-        if self.kv_heads == 0:
-            object.__setattr__(self, "kv_heads", self.heads)
-        if self.heads % self.kv_heads:
-            raise bad("kv_heads", f"must divide heads = {self.heads}")
-        mla_dims = ("q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
-        if self.is_mla:
-            for key in mla_dims[1:]:
-                if getattr(self, key) <= 0:
-                    raise bad(key, "must be > 0 with MLA (kv_lora_rank > 0)")
-            if self.bias or self.qkv_bias:
-                raise bad("bias" if self.bias else "qkv_bias", "biases are not supported with MLA")
-            qk = self.qk_nope_head_dim + self.qk_rope_head_dim
-            if self.head_dim == 0:
-                object.__setattr__(self, "head_dim", qk)
-            if self.head_dim != qk:
-                raise bad("head_dim", f"must equal qk_nope_head_dim + qk_rope_head_dim = {qk}")
-        else:
-            for key in mla_dims:
-                if getattr(self, key):
-                    raise bad(key, "needs kv_lora_rank > 0 (MLA)")
-            if self.head_dim == 0:
-                if self.hidden % self.heads:
-                    raise bad("hidden", f"not divisible by heads = {self.heads}; give head_dim")
-                object.__setattr__(self, "head_dim", self.hidden // self.heads)
-        if self.is_moe:
-            if not 1 <= self.top_k <= self.num_experts:
-                raise bad("top_k", f"must be in 1..num_experts = {self.num_experts}")
-            if self.moe_ffn <= 0:
-                raise bad("moe_ffn", "must be > 0 for an MoE model (num_experts > 0)")
-            if self.dense_layers > self.layers:
-                raise bad("dense_layers", f"must be <= layers = {self.layers}")
-        else:
-            for key in ("top_k", "shared_experts", "moe_ffn", "dense_layers"):
-                if getattr(self, key):
-                    raise bad(key, "needs num_experts > 0 (an MoE model)")
+        _check_and_complete(self)
 
     # ----- shapes -------------------------------------------------------------------------------
     @property
@@ -250,6 +199,65 @@ class ModelSpec:
         return self._total(self.layer_active_params)
 
 
+def _check_and_complete(spec: ModelSpec) -> None:
+    """Check every field of ``spec`` (types, ranges, the MLA and MoE combinations) and fill in
+    the derived defaults: ``kv_heads`` = heads, ``head_dim`` = hidden / heads (MLA: qk_nope +
+    qk_rope)."""
+    where = f"model {spec.name}"
+    check_value(f"{where}: name", spec.name, str)
+    if not spec.name:
+        raise SpecError("model name = '': must not be empty")
+    for f in fields(spec):
+        if f.name != "name":
+            check_value(f"{where}: {f.name}", getattr(spec, f.name), _kind(f.type))
+    for key in ("hidden", "layers", "heads", "ffn", "vocab"):
+        check_value(f"{where}: {key}", getattr(spec, key), int, positive=True)
+    for key in ("kv_heads", "head_dim", "learned_pos", "num_experts", "top_k",
+                "shared_experts", "moe_ffn", "dense_layers", "q_lora_rank", "kv_lora_rank",
+                "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
+        check_value(f"{where}: {key}", getattr(spec, key), int, min_value=0)
+    check_value(f"{where}: norm", spec.norm, str, choices=NORMS)
+
+    def bad(key: str, why: str) -> SpecError:
+        return SpecError(f"{where}: {key} = {getattr(spec, key)!r}: {why}")
+
+    if spec.kv_heads == 0:
+        object.__setattr__(spec, "kv_heads", spec.heads)
+    if spec.heads % spec.kv_heads:
+        raise bad("kv_heads", f"must divide heads = {spec.heads}")
+    mla_dims = ("q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
+    if spec.is_mla:
+        for key in mla_dims[1:]:
+            if getattr(spec, key) <= 0:
+                raise bad(key, "must be > 0 with MLA (kv_lora_rank > 0)")
+        if spec.bias or spec.qkv_bias:
+            raise bad("bias" if spec.bias else "qkv_bias", "biases are not supported with MLA")
+        qk = spec.qk_nope_head_dim + spec.qk_rope_head_dim
+        if spec.head_dim == 0:
+            object.__setattr__(spec, "head_dim", qk)
+        if spec.head_dim != qk:
+            raise bad("head_dim", f"must equal qk_nope_head_dim + qk_rope_head_dim = {qk}")
+    else:
+        for key in mla_dims:
+            if getattr(spec, key):
+                raise bad(key, "needs kv_lora_rank > 0 (MLA)")
+        if spec.head_dim == 0:
+            if spec.hidden % spec.heads:
+                raise bad("hidden", f"not divisible by heads = {spec.heads}; give head_dim")
+            object.__setattr__(spec, "head_dim", spec.hidden // spec.heads)
+    if spec.is_moe:
+        if not 1 <= spec.top_k <= spec.num_experts:
+            raise bad("top_k", f"must be in 1..num_experts = {spec.num_experts}")
+        if spec.moe_ffn <= 0:
+            raise bad("moe_ffn", "must be > 0 for an MoE model (num_experts > 0)")
+        if spec.dense_layers > spec.layers:
+            raise bad("dense_layers", f"must be <= layers = {spec.layers}")
+    else:
+        for key in ("top_k", "shared_experts", "moe_ffn", "dense_layers"):
+            if getattr(spec, key):
+                raise bad(key, "needs num_experts > 0 (an MoE model)")
+
+
 def _kind(annotation: Any) -> type:
     return {"str": str, "bool": bool, "int": int}[str(annotation)]
 
@@ -311,85 +319,11 @@ def load_model(name_or_path: str) -> ModelSpec:
 
 
 # ----- Hugging Face config.json -----------------------------------------------------------------
-HF_FAMILIES = ("llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen3_moe", "deepseek_v3",
-               "gpt2", "gpt_neox")
-
-
 def model_from_hf_config(data: dict, source: str, name: str | None = None) -> ModelSpec:
-    """A model from the dict of a Hugging Face ``config.json``; ``source`` names it in messages.
-
-    Keys the count does not depend on (dropout, rope, token ids, ...) are ignored; ``null`` for an
-    optional key means the default of the family's ``Configuration`` class.
-    """
-    if not isinstance(data, dict):
-        raise SpecError(f"{source}: expected a JSON object, got {type(data).__name__}")
-
-    def req(key: str, kind: type = int, positive: bool = True) -> Any:
-        if key not in data or data[key] is None:
-            raise SpecError(f"{source}: missing key {key!r} (needed for "
-                            f"model_type {data.get('model_type')!r})")
-        return check_value(f"{source}: {key}", data[key], kind, positive=positive and kind is int)
-
-    def opt(key: str, default: Any, kind: type = int) -> Any:
-        if data.get(key) is None:
-            return default
-        return check_value(f"{source}: {key}", data[key], kind,
-                           min_value=0 if kind is int else None)
-
-    mt = data.get("model_type")
-    if mt not in HF_FAMILIES:
-        raise SpecError(f"{source}: model_type = {mt!r} is not supported "
-                        f"(supported: {', '.join(HF_FAMILIES)})")
-    if name is None:
-        ref = data.get("_name_or_path")
-        name = ref.rstrip("/").rsplit("/", 1)[-1] if isinstance(ref, str) and ref else mt
-    v: dict[str, Any] = {"name": name}
-    if mt == "gpt2":  # GPT2Config: n_inner None -> 4 * n_embd, always tied by default
-        h = req("n_embd")
-        v.update(hidden=h, layers=req("n_layer"), heads=req("n_head"), vocab=req("vocab_size"),
-                 ffn=opt("n_inner", 4 * h), learned_pos=req("n_positions"), gated_mlp=False,
-                 bias=True, norm="layer", tied_embeddings=opt("tie_word_embeddings", True, bool))
-    else:
-        v.update(hidden=req("hidden_size"), layers=req("num_hidden_layers"),
-                 heads=req("num_attention_heads"), vocab=req("vocab_size"),
-                 ffn=req("intermediate_size"),
-                 tied_embeddings=opt("tie_word_embeddings", False, bool))
-    if mt == "gpt_neox":  # rotary position embedding; biases on every linear layer
-        v.update(gated_mlp=False, bias=True, norm="layer")
-    elif mt != "gpt2":
-        v.update(kv_heads=opt("num_key_value_heads", v["heads"]))
-        v.update(head_dim=opt("head_dim", 128 if mt.startswith("qwen3") else 0))
-    if mt in ("llama", "mistral", "mixtral", "qwen3", "qwen3_moe"):
-        # attention_bias puts biases on q/k/v/o; the o bias (h per layer) is not counted
-        v.update(qkv_bias=opt("attention_bias", False, bool))
-    if mt == "qwen2":  # Qwen2Attention: q/k/v biases always, o_proj none
-        v.update(qkv_bias=True)
-    if mt.startswith("qwen3"):
-        v.update(qk_norm=True)
-    if mt == "mixtral":  # every layer sparse; intermediate_size is the expert width
-        v.update(num_experts=req("num_local_experts"), top_k=req("num_experts_per_tok"),
-                 moe_ffn=v["ffn"])
-    if mt == "qwen3_moe":
-        if opt("decoder_sparse_step", 1) != 1:
-            raise SpecError(f"{source}: decoder_sparse_step = {data['decoder_sparse_step']!r}: "
-                            f"only 1 (every layer sparse) is supported")
-        dense = data.get("mlp_only_layers") or []
-        if not isinstance(dense, list) or dense != list(range(len(dense))):
-            raise SpecError(f"{source}: mlp_only_layers = {dense!r}: only the first layers "
-                            f"(0, 1, ..., N-1) can be dense")
-        v.update(num_experts=req("num_experts"), top_k=req("num_experts_per_tok"),
-                 moe_ffn=req("moe_intermediate_size"), dense_layers=len(dense))
-    if mt == "deepseek_v3":
-        if opt("moe_layer_freq", 1) != 1:
-            raise SpecError(f"{source}: moe_layer_freq = {data['moe_layer_freq']!r}: only 1 "
-                            f"is supported")
-        v.update(num_experts=req("n_routed_experts"), top_k=req("num_experts_per_tok"),
-                 moe_ffn=req("moe_intermediate_size"), shared_experts=opt("n_shared_experts", 0),
-                 dense_layers=opt("first_k_dense_replace", 0), q_lora_rank=opt("q_lora_rank", 0),
-                 kv_lora_rank=req("kv_lora_rank"), qk_nope_head_dim=req("qk_nope_head_dim"),
-                 qk_rope_head_dim=req("qk_rope_head_dim"), v_head_dim=req("v_head_dim"),
-                 head_dim=0)
+    """A model from the dict of a Hugging Face ``config.json`` (translated by
+    :func:`~simtrain.specs.hf_config.hf_config_fields`); ``source`` names it in messages."""
+    values = hf_config_fields(data, source, name)
     try:
-        return ModelSpec(**v)
+        return ModelSpec(**values)
     except SpecError as exc:
         raise SpecError(f"{source}: {exc}") from None

@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
 from simtrain.errors import SpecError
-from simtrain.topology.mesh import DEFAULT_ORDER, parse_order
+from simtrain.specs.order import DEFAULT_ORDER, parse_order
 
 if TYPE_CHECKING:  # pragma: no cover
     from simtrain.specs.model import ModelSpec
@@ -32,22 +32,24 @@ class ParallelSpec:
 
     tp: int = 1  # tensor parallel degree
     cp: int = 1  # context parallel degree (sequence split across ranks)
-    pp: int = 1  # pipeline parallel degree (stages)
+    pp: int = 1  # pipeline parallel degree (pipeline ranks)
     dp: int = 1  # data parallel degree (replicas)
     ep: int = 1  # expert parallel degree (MoE), folded from dp x cp
     etp: int | None = None  # expert tensor parallel degree; None = tp
-    vpp: int = 1  # virtual pipeline chunks per rank (interleaved schedules)
+    vpp: int = 1  # stages (model chunks) per pipeline rank (interleaved schedules)
     mbs: int = 1  # micro-batch size, sequences
     gbs: int = 1  # global batch size, sequences per step
     seq: int = 4096  # sequence length, tokens
     zero: int = 1  # ZeRO stage 0-3 (1 = distributed optimizer)
     sp: bool = True  # sequence parallelism alongside TP (only meaningful when tp > 1)
-    recompute: str = "none"  # none | selective | full | N (full recompute of N layers per stage) | auto
+    recompute: str = "none"  # none | selective | full | N (full recompute of N layers per chunk) | auto
     schedule: str = "1f1b"  # pipeline schedule name or CSV path
     order: str = DEFAULT_ORDER  # rank order, innermost dimension first
-    first_stage_layers: int | None = None  # layers of the first pipeline chunk; None = even split
-    last_stage_layers: int | None = None  # layers of the last pipeline chunk; None = even split
-    balance_stages: bool = False  # choose first/last chunk layers to equalise stage times
+    # layers of the first chunk of the chain (the first stage's; with vpp > 1 not all of the
+    # first pipeline rank's layers); None = even split
+    first_stage_layers: int | None = None
+    last_stage_layers: int | None = None  # layers of the last chunk of the chain; None = even split
+    balance_stages: bool = False  # choose first/last chunk layers to equalise the chunks' times
 
     @property
     def world(self) -> int:
@@ -59,7 +61,7 @@ class ParallelSpec:
 
     @property
     def edp(self) -> int:
-        """Expert data parallel degree: the ranks of one stage not used by etp x ep."""
+        """Expert data parallel degree: the ranks of one pipeline position not used by etp x ep."""
         return self.world // (self.expert_tp * self.ep * self.pp)
 
     @property
@@ -75,13 +77,13 @@ class ParallelSpec:
     def tokens_per_step(self) -> int:
         return self.gbs * self.seq
 
-    def recompute_layers(self, layers_per_stage: int) -> int:
-        """Layers per stage that run a full recompute forward before their backward."""
+    def recompute_layers(self, layers_per_chunk: int) -> int:
+        """Layers per chunk that run a full recompute forward before their backward."""
         if self.recompute == "full":
-            return layers_per_stage
+            return layers_per_chunk
         if self.recompute in ("none", "selective", "auto"):
             return 0
-        return min(int(self.recompute), layers_per_stage)
+        return min(int(self.recompute), layers_per_chunk)
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -1,8 +1,9 @@
 """Device mesh: the rank grid of a parallel layout and its communication groups.
 
-Ranks are laid out by an order string, innermost dimension first, as Megatron-LM's
-``RankGenerator`` does (``megatron/core/parallel_state.py``, default order ``tp-cp-ep-dp-pp``):
-the innermost dimension has stride 1, so its groups hold consecutive ranks and land in one node.
+Ranks are laid out by an order string (:mod:`simtrain.specs.order`), innermost dimension first,
+as Megatron-LM's ``RankGenerator`` does (``megatron/core/parallel_state.py``, default order
+``tp-cp-ep-dp-pp``): the innermost dimension has stride 1, so its groups hold consecutive ranks
+and land in one node.
 
 Dense layers (attention and dense MLPs) use the grid ``tp x cp x dp x pp``. MoE layers reuse the
 same GPUs regrouped as ``etp x ep x edp x pp`` (expert tensor, expert, expert data parallel) with
@@ -17,18 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from simtrain.errors import SpecError
-
-ORDER_DIMS = ("tp", "cp", "ep", "dp", "pp")
-DEFAULT_ORDER = "tp-cp-ep-dp-pp"
-
-
-def parse_order(order: str) -> tuple[str, ...]:
-    """Split and check an order string: a permutation of tp, cp, ep, dp, pp."""
-    dims = tuple(order.split("-"))
-    if sorted(dims) != sorted(ORDER_DIMS):
-        raise SpecError(f"order {order!r}: must be a permutation of {'-'.join(ORDER_DIMS)}, "
-                        f"innermost first (e.g. {DEFAULT_ORDER!r})")
-    return dims
+from simtrain.specs.order import DEFAULT_ORDER, parse_order
 
 
 @dataclass(frozen=True)

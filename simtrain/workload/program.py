@@ -1,16 +1,32 @@
 """Per-rank programs: the operations each simulated rank runs, on which stream, after what.
 
-This is the interface between the workload lowering (``workload.py``) and the engine
-(``engine.py``): plain data, no simulation.
+This is the interface between the workload lowering (:mod:`simtrain.workload.lower`) and the
+engine (:mod:`simtrain.engine`): plain data, no simulation. It also holds the program vocabulary
+that the timeline, the metrics and the outputs share: the streams of a rank and the kinds of its
+ops (and so of the spans they become).
+
+Vocabulary: a *stage* is a model chunk in the schedule IR; a *chunk* is the slice of layers a
+stage holds; a *pipeline rank* is a position in the pipeline group (it runs one or more stages);
+a *micro-batch* is one slice of the global batch; a *stream* is one of a rank's queues
+(:data:`STREAMS`); an *op* is one entry of a program; a *span* is an op as it ran.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from simtrain.timeline import KINDS, STREAMS
+#: The streams of one rank: one compute stream and the communication streams (PP has two).
+STREAMS = ("compute", "tp", "cp", "ep", "pp_send", "pp_recv", "dp")
+#: Kinds of compute op: pass F, B (= I + W), I and W, R = recompute forward, opt = optimizer step.
+COMPUTE_KINDS = ("F", "B", "I", "W", "R", "opt")
+#: Kinds of communication op, by parallel dimension.
+COMM_KINDS = ("tp", "cp", "ep", "pp", "dp")
+#: Every op (and span) kind.
+KINDS = COMPUTE_KINDS + COMM_KINDS
 
+#: Stream name -> the integer code an :class:`Op` and a timeline column carry.
 STREAM = {s: i for i, s in enumerate(STREAMS)}
+#: Kind name -> the integer code an :class:`Op` and a timeline column carry.
 KIND = {k: i for i, k in enumerate(KINDS)}
 
 
@@ -22,7 +38,8 @@ class Op:
     Collective members on different ranks share ``key``; ``group_set`` indexes
     :attr:`Program.group_sets`: the GPU groups this op stands for (one group, or every group a
     folded representative represents; the slowest decides). A p2p op is owned by the sender and
-    occupies the receiver rank ``peer``'s ``pp_recv`` stream while it runs.
+    occupies the receiver rank ``peer``'s ``pp_recv`` stream while it runs; ``peer_stage`` is the
+    schedule stage it delivers to. ``stage``, ``layer`` and ``mb`` are -1 where they do not apply.
     """
 
     __slots__ = ("id", "rank", "stream", "kind", "name", "stage", "layer", "mb", "duration_s",
@@ -68,7 +85,7 @@ class Program:
     group_sets: list[tuple[tuple[int, ...], ...]] = field(default_factory=list)
     members: dict[tuple, int] = field(default_factory=dict)  # collective key -> simulated members
     rank_weight: dict[int, int] = field(default_factory=dict)  # simulated rank -> ranks it stands for
-    rank_stage: dict[int, int] = field(default_factory=dict)  # simulated rank -> pipeline rank
+    pipeline_rank_of: dict[int, int] = field(default_factory=dict)  # simulated rank -> its pipeline rank
     static_bytes: dict[int, float] = field(default_factory=dict)  # simulated rank -> static memory
     _group_ids: dict = field(default_factory=dict, repr=False)
 

@@ -13,9 +13,10 @@ from simtrain.errors import SpecError
 from simtrain.specs.gpu import GpuSpec
 from simtrain.specs.model import ModelSpec
 from simtrain.specs.parallel import ParallelSpec
+from simtrain.workload.options import WorkloadOptions
 
 
-def stage_layers(model: ModelSpec, chunks: int, first: int | None = None,
+def chunk_layers(model: ModelSpec, chunks: int, first: int | None = None,
                  last: int | None = None) -> list[range]:
     """Layers of each model chunk: ``first`` and ``last`` layers on the end chunks when given,
     the rest split evenly (Megatron-LM's ``--decoder-first-pipeline-num-layers`` and
@@ -63,7 +64,7 @@ def balanced_split(model: ModelSpec, chunks: int, layer_s: list[float], first_ex
     for first in range(1, L):
         for last in range(1, L - first + 1):
             try:
-                split = stage_layers(model, chunks, first, last)
+                split = chunk_layers(model, chunks, first, last)
             except SpecError:
                 continue
             times = [sum(layer_s[i] for i in r) for r in split]
@@ -115,14 +116,14 @@ def chunk_pass_times(model: ModelSpec, par: ParallelSpec, gpu: GpuSpec, chunks: 
     return out
 
 
-def split_layers(model: ModelSpec, par: ParallelSpec, gpu: GpuSpec, chunks: int, opts=None) -> list[range]:
+def split_layers(model: ModelSpec, par: ParallelSpec, gpu: GpuSpec, chunks: int,
+                 opts: WorkloadOptions | None = None) -> list[range]:
     """The layers of each of ``chunks`` model chunks under ``par``: balanced when asked
     (``balance_stages``), else the given first/last chunk sizes, else an even split."""
-    embedding = getattr(opts, "embedding", True)
-    lm_head = getattr(opts, "lm_head", True)
+    opts = opts or WorkloadOptions()
     if par.balance_stages and chunks > 1:
         per_layer = [f + i + w for f, i, w in layer_pass_times(model, par, gpu)]
-        emb, head = end_pass_times(model, par, gpu, embedding, lm_head)
+        emb, head = end_pass_times(model, par, gpu, opts.embedding, opts.lm_head)
         first, last = balanced_split(model, chunks, per_layer, sum(emb), sum(head))
-        return stage_layers(model, chunks, first, last)
-    return stage_layers(model, chunks, par.first_stage_layers, par.last_stage_layers)
+        return chunk_layers(model, chunks, first, last)
+    return chunk_layers(model, chunks, par.first_stage_layers, par.last_stage_layers)

@@ -1,0 +1,205 @@
+"""Data parallelism: where each parameter's gradient is reduced, gradient buckets, ZeRO's
+parameter gathers and reductions, and the static memory of a pipeline rank.
+
+* Megatron-LM (``megatron/core/distributed/param_and_grad_buffer.py``): gradients are reduced per
+  bucket of consecutive layers in backward order, launched when the bucket's last weight gradient
+  is done, over the data-parallel group including CP ranks; all-reduce without ZeRO,
+  reduce-scatter with it. With ZeRO 1 or 2 the updated parameters are all-gathered per bucket
+  before their first forward of the step (steady state of ``--overlap-param-gather``).
+* Routed experts are reduced over the expert data-parallel group instead, sharded over
+  ``ep`` x ``etp`` (Megatron's MoE parallel folding).
+* ZeRO-3 / PyTorch FSDP: every layer's parameter shards are all-gathered before each pass that
+  uses them, prefetched one layer ahead.
+* Static memory per parameter under ZeRO: :func:`simtrain.costs.static_bytes` (Rajbhandari et
+  al. 2020).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from simtrain import costs
+from simtrain.schedules.ir import Schedule
+from simtrain.specs.model import ModelSpec
+from simtrain.specs.parallel import ParallelSpec
+from simtrain.workload.emit import Emitter
+from simtrain.workload.options import WorkloadOptions
+from simtrain.workload.program import Op
+
+EMBEDDING = -1  # layer index of the input embedding
+LM_HEAD = -2  # layer index of the LM head and final norm
+
+
+def group_sizes(par: ParallelSpec) -> dict[str, int]:
+    """Ranks of each reduction group: ``dpcp`` (data parallel including CP ranks) for dense
+    weights, ``edp`` (expert data parallel) for routed experts."""
+    return {"dpcp": par.dp * par.cp, "edp": par.edp}
+
+
+@dataclass
+class Bucket:
+    """Consecutive layers of one stage whose gradients are reduced together over one group."""
+
+    stage: int  # schedule stage holding the layers
+    group: str  # reduction group: dpcp or edp
+    layers: list[int] = field(default_factory=list)  # in backward order
+    params: float = 0.0  # parameters on one rank
+
+
+@dataclass(frozen=True)
+class ParamLayout:
+    """Which parameters each stage holds, and over which group each is reduced and sharded."""
+
+    model: ModelSpec
+    par: ParallelSpec
+    schedule: Schedule
+    chunks: list[range]  # layers of each model chunk
+
+    def layer_shards(self, layer: int) -> list[tuple[str, float]]:
+        """Parameters of ``layer`` (or :data:`EMBEDDING`, :data:`LM_HEAD`) on one rank, by the
+        group that reduces their gradients."""
+        m, par = self.model, self.par
+        if layer == LM_HEAD:
+            return [("dpcp", (m.lm_head_params() + m.final_norm_params()) / par.tp)]
+        if layer == EMBEDDING:
+            return [("dpcp", m.embedding_params() / par.tp)]
+        if not m.is_moe_layer(layer):
+            return [("dpcp", m.layer_params(layer) / par.tp)]
+        experts = m.num_experts * m.expert_params()
+        return [("dpcp", (m.layer_params(layer) - experts) / par.tp),
+                ("edp", experts / (par.ep * par.expert_tp))]
+
+    def buckets(self, pp_index: int, bucket_params: float, embedding: bool, lm_head: bool) -> list[Bucket]:
+        """Gradient buckets of pipeline rank ``pp_index``: the layers of each stage it runs, in
+        backward order, one bucket sequence per reduction group, each closed once it holds
+        ``bucket_params`` parameters."""
+        sizes = group_sizes(self.par)
+        out: list[Bucket] = []
+        for stage in self.schedule.stages_of_rank(pp_index):
+            chunk = self.schedule.chunk_of_stage(stage)
+            layers = []
+            if chunk == len(self.chunks) - 1 and lm_head and not self.model.tied_embeddings:
+                layers.append(LM_HEAD)
+            layers += list(reversed(self.chunks[chunk]))
+            if chunk == 0 and embedding:
+                layers.append(EMBEDDING)
+            current: dict[str, Bucket | None] = {}
+            for layer in layers:
+                for group, params in self.layer_shards(layer):
+                    if sizes[group] == 1:
+                        continue
+                    bucket = current.get(group)
+                    if bucket is None:
+                        bucket = current[group] = Bucket(stage, group)
+                        out.append(bucket)
+                    bucket.layers.append(layer)
+                    bucket.params += params
+                    if bucket.params >= bucket_params:
+                        current[group] = None
+        return out
+
+    def static_of_pipeline_rank(self, pp_index: int) -> tuple[float, float]:
+        """(static memory, parameters the optimizer updates) of pipeline rank ``pp_index``: each
+        shard under ZeRO over its own reduction group (stage 1 optimizer state, 2 also gradients,
+        3 also weights)."""
+        by_group = {"dpcp": 0.0, "edp": 0.0}
+        for stage in self.schedule.stages_of_rank(pp_index):
+            chunk = self.schedule.chunk_of_stage(stage)
+            layers = list(self.chunks[chunk])
+            if chunk == 0:
+                layers.append(EMBEDDING)
+            if chunk == len(self.chunks) - 1 and not self.model.tied_embeddings:
+                layers.append(LM_HEAD)
+            for layer in layers:
+                for group, params in self.layer_shards(layer):
+                    by_group[group] += params
+        zero, sizes = self.par.zero, group_sizes(self.par)
+        static = sum(costs.static_bytes(p, zero, sizes[g]) for g, p in by_group.items())
+        updated = sum(p / (sizes[g] if zero >= 1 else 1) for g, p in by_group.items())
+        return static, updated
+
+
+class DataParallelOps:
+    """The data-parallel ops of the simulated rank being lowered: ZeRO-1/2 bucket gathers before
+    first use, ZeRO-3 per-layer gathers, and the gradient reduction of each bucket."""
+
+    def __init__(self, em: Emitter, layout: ParamLayout, opts: WorkloadOptions):
+        self.em, self.layout, self.opts = em, layout, opts
+        self.zero = layout.par.zero
+        self.sizes = group_sizes(layout.par)
+        par = layout.par
+        self.bucket_params = opts.dp_bucket_params or max(40_000_000, 1_000_000 * par.dp * par.cp)
+        self.buckets: list[Bucket] = []
+        self.param_gather: dict[tuple[int, int], int] = {}  # (stage, layer) -> ZeRO-1/2 gather op
+        self.used: set[tuple[int, int]] = set()  # (stage, layer) already waiting for its gather
+        self.grad_ops: dict[tuple[int, int], int] = {}  # (stage, layer) -> last weight-gradient op
+        self.layer_anchor: int | None = None  # first op of the previous layer of this pass
+        self.pending_gathers: list[int] = []  # ZeRO-3 gathers the next layer waits for
+
+    def begin_rank(self, rank: int) -> None:
+        """Start ``rank``'s program: its buckets and, under ZeRO 1 or 2, one parameter all-gather
+        per bucket in forward order of first use."""
+        self.param_gather, self.used, self.grad_ops = {}, set(), {}
+        pp_index = self.em.prog.pipeline_rank_of[rank]
+        self.buckets = self.layout.buckets(pp_index, self.bucket_params, self.opts.embedding,
+                                           self.opts.lm_head) if self.opts.dp_comm else []
+        if self.zero in (1, 2):
+            for bucket in reversed(self.buckets):
+                op = self.em.collective(rank, "dp", bucket.group, "all_gather",
+                                        costs.BYTES_PARAM * bucket.params, bucket.stage, -1, -1, [])
+                for layer in bucket.layers:
+                    self.param_gather[(bucket.stage, layer)] = op.id
+
+    def first_use(self, stage: int, layer: int, op: Op) -> None:
+        """``op`` is the first of ``layer`` in the step: it waits for the layer's bucket gather."""
+        ag = self.param_gather.get((stage, layer))
+        if ag is not None and (stage, layer) not in self.used:
+            self.used.add((stage, layer))
+            op.deps.append(ag)
+
+    def grad_done(self, stage: int, layer: int, op: Op, kind: str) -> None:
+        """Record ``op`` as the latest weight-gradient op of ``layer`` (passes B and W)."""
+        if kind in ("B", "W"):
+            self.grad_ops[(stage, layer)] = op.id
+
+    def begin_pass(self) -> None:
+        """A new action starts: the first layer's ZeRO-3 gather has no previous layer to follow."""
+        self.layer_anchor = None
+
+    def gather_layer(self, rank: int, stage: int, layer: int, mb: int) -> int:
+        """ZeRO-3/FSDP: all-gather the layer's parameter shards before it runs (every pass and
+        micro-batch), prefetched one layer ahead: the gather may start once the previous layer
+        of the same pass has started (PyTorch FSDP's default backward/forward prefetch of one).
+        Returns the index of the first op of the layer, whose dependencies
+        :meth:`layer_started` completes."""
+        gathers = []
+        if self.zero == 3 and self.opts.dp_comm:
+            anchor = [self.layer_anchor] if self.layer_anchor is not None else []
+            for group, params in self.layout.layer_shards(layer):
+                if self.sizes[group] > 1:
+                    gathers.append(self.em.collective(rank, "dp", group, "all_gather",
+                                                      costs.BYTES_PARAM * params, stage, layer, mb, anchor).id)
+        self.pending_gathers = gathers
+        return len(self.em.prog.ops)
+
+    def layer_started(self, first_index: int) -> None:
+        """The layer's first op waits for its parameter gathers; it anchors the next prefetch."""
+        ops = self.em.prog.ops
+        if first_index < len(ops):
+            ops[first_index].deps.extend(self.pending_gathers)
+            self.layer_anchor = first_index
+        self.pending_gathers = []
+
+    def reduce(self, rank: int) -> list[int]:
+        """One gradient reduction per bucket, in the order the buckets' gradients complete;
+        returns their op ids."""
+        reductions = []
+        grad_ops = self.grad_ops
+        ordered = sorted(self.buckets, key=lambda b: max(grad_ops.get((b.stage, layer), -1) for layer in b.layers))
+        op_name = "reduce_scatter" if self.zero >= 1 else "all_reduce"
+        for bucket in ordered:
+            deps = sorted({grad_ops[(bucket.stage, layer)] for layer in bucket.layers
+                           if (bucket.stage, layer) in grad_ops})
+            reductions.append(self.em.collective(rank, "dp", bucket.group, op_name,
+                                                 costs.BYTES_GRAD * bucket.params, bucket.stage, -1, -1, deps).id)
+        return reductions

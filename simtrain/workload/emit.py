@@ -1,0 +1,116 @@
+"""Op emission: appends the ops of a lowering to one :class:`~simtrain.workload.program.Program`.
+
+Compute ops are timed by the cost model once per distinct cost; collectives are keyed so that the
+members of one group meet in the engine. With folding (the default) one representative rank per
+pipeline rank is simulated: the ranks that share its pipeline position run identical programs,
+and each collective it joins costs as much as the slowest of the groups it stands for.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TypeVar
+
+from simtrain import costs
+from simtrain.costs import Shape
+from simtrain.specs.gpu import GpuSpec
+from simtrain.specs.model import ModelSpec
+from simtrain.specs.parallel import ParallelSpec
+from simtrain.topology.mesh import DeviceMesh
+from simtrain.workload.program import KIND, STREAM, Op, Program
+
+T = TypeVar("T")
+
+
+class Emitter:
+    """The program being built, with the caches and counters its ops need."""
+
+    def __init__(self, model: ModelSpec, par: ParallelSpec, gpu: GpuSpec, mesh: DeviceMesh, fold: bool):
+        self.model, self.gpu, self.mesh, self.fold = model, gpu, mesh, fold
+        self.shape = Shape.of(par)
+        self.prog = Program()
+        self.pp_groups = mesh.groups("pp")
+        self._counters: dict[tuple[int, int], int] = {}  # (rank, stream) -> collectives so far
+        self._group_cache: dict[tuple, tuple[tuple[int, ...], ...]] = {}
+        self._time_cache: dict[tuple[float, float], float] = {}
+        self._memo: dict[tuple, object] = {}  # cost function and arguments -> its value
+
+    # ---- groups ------------------------------------------------------------------------------
+    def slices(self, rank: int) -> list[list[int]]:
+        """The pipeline groups ``rank``'s program stands for (all of them when folding)."""
+        if self.fold:
+            return self.pp_groups
+        return [self.mesh.group_of("pp", rank)]
+
+    def groups(self, dim: str, rank: int) -> tuple[tuple[int, ...], ...]:
+        """Groups along ``dim`` the op of ``rank`` stands for; ``dpcp`` = DP including CP ranks."""
+        pp_index = self.prog.pipeline_rank_of[rank]
+        cache_key = (dim, rank if not self.fold else -1, pp_index)
+        cached = self._group_cache.get(cache_key)
+        if cached is not None:
+            return cached
+        groups = []
+        for pp_group in self.slices(rank):
+            member = pp_group[pp_index]
+            if dim == "edp":
+                g = self.mesh.group_of("edp", member)
+            elif dim == "dpcp":
+                g = sorted({d for c in self.mesh.group_of("cp", member) for d in self.mesh.group_of("dp", c)})
+            else:
+                g = self.mesh.group_of(dim, member)
+            groups.append(tuple(g))
+        out = self._group_cache[cache_key] = tuple(sorted(set(groups)))
+        return out
+
+    # ---- costs -------------------------------------------------------------------------------
+    def cost(self, fn: Callable[..., T], *args) -> T:
+        """A cost function of (model, shape, *args), computed once per distinct arguments."""
+        key = (fn, args)
+        value = self._memo.get(key)
+        if value is None:
+            value = self._memo[key] = fn(self.model, self.shape, *args)
+        return value  # type: ignore[return-value]
+
+    def mlp_cost(self, kind: str, layer: int) -> costs.OpCost:
+        """The MLP cost depends on the layer only through whether it is an MoE layer."""
+        key = ("mlp", kind, self.model.is_moe_layer(layer))
+        value = self._memo.get(key)
+        if value is None:
+            value = self._memo[key] = costs.mlp_cost(self.model, self.shape, kind, layer)
+        return value  # type: ignore[return-value]
+
+    def _time(self, cost: costs.OpCost) -> float:
+        key = (cost.flops, cost.bytes)
+        t = self._time_cache.get(key)
+        if t is None:
+            t = self._time_cache[key] = cost.time_s(self.gpu)
+        return t
+
+    # ---- ops ---------------------------------------------------------------------------------
+    def emit(self, rank: int, stream: str, kind: str, name: str, stage: int, layer: int, mb: int,
+             deps: list[int | None], cost: costs.OpCost | None = None, **kw) -> Op:
+        """Append one op of schedule stage ``stage``; ``None`` dependencies are dropped."""
+        if None in deps:
+            deps = [d for d in deps if d is not None]
+        op = Op(0, rank, STREAM[stream], KIND[kind], name, stage, layer, mb, deps=deps, **kw)
+        if cost is not None:
+            op.flops = cost.flops
+            op.nbytes = cost.bytes
+            op.duration_s = self._time(cost)
+        return self.prog.add(op)
+
+    def compute(self, rank: int, kind: str, name: str, stage: int, layer: int, mb: int,
+                cost: costs.OpCost, last: int | None, **kw) -> Op:
+        """A compute op after op ``last`` (none: no dependency)."""
+        return self.emit(rank, "compute", kind, name, stage, layer, mb,
+                         [last] if last is not None else [], cost, **kw)
+
+    def collective(self, rank: int, stream: str, dim: str, op_name: str, nbytes: float,
+                   stage: int, layer: int, mb: int, deps: list[int]) -> Op:
+        """A collective ``op_name`` of ``nbytes`` over ``rank``'s groups along ``dim``."""
+        groups = self.groups(dim, rank)
+        n = self._counters.get((rank, STREAM[stream]), 0)
+        self._counters[(rank, STREAM[stream])] = n + 1
+        key = (stream, groups[0], n) if not self.fold else (stream, rank, n)
+        return self.emit(rank, stream, stream, f"{stream}.{op_name}", stage, layer, mb, deps,
+                         nbytes=nbytes, comm=op_name, group_set=self.prog.group_set_id(groups), key=key)

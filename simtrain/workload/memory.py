@@ -1,0 +1,66 @@
+"""The memory plan: peak memory per pipeline rank for a recompute depth, without simulating.
+
+A rank's allocations all happen on its compute stream, which runs its actions in schedule order,
+so its memory high-water mark follows from that order alone. The plan replays the allocations the
+lowering attaches to its ops (:mod:`simtrain.workload.blocks`, :mod:`simtrain.workload.lower`):
+a forward keeps each layer's activations, or only its input when recomputed (Korthikanti et al.
+2022, table 2: :func:`simtrain.costs.layer_activation_bytes`), and the last stage its logits; a
+recompute rebuilds a layer's activations just before its backward; B, or W after I, releases them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from simtrain import costs
+from simtrain.costs import Shape
+from simtrain.schedules.ir import Schedule
+from simtrain.specs.gpu import GpuSpec
+from simtrain.specs.model import ModelSpec
+from simtrain.specs.parallel import ParallelSpec
+from simtrain.workload.data_parallel import ParamLayout
+from simtrain.workload.options import WorkloadOptions
+from simtrain.workload.stages import split_layers
+
+
+def memory_plan(model: ModelSpec, par: ParallelSpec, gpu: GpuSpec, schedule: Schedule,
+                recompute_layers: int, opts: WorkloadOptions | None = None) -> list[float]:
+    """Peak bytes per pipeline rank if the first ``recompute_layers`` layers of every chunk are
+    fully recomputed: static memory plus the activations' high-water mark."""
+    opts = opts or WorkloadOptions()
+    par = replace(par, recompute=str(recompute_layers))
+    chunks = split_layers(model, par, gpu, schedule.chain_length, opts)
+    layout = ParamLayout(model, par, schedule, chunks)
+    recomputed = par.recompute_layers(max(len(c) for c in chunks))
+    sh = Shape.of(par)
+    full = costs.layer_activation_bytes(model, sh, full_recompute=False)
+    kept = costs.layer_activation_bytes(model, sh, full_recompute=True)
+    logits = costs.logits_bytes(model, sh) if opts.lm_head else 0.0
+    last_chunk = len(chunks) - 1
+    peaks = []
+    for pp_index, row in enumerate(schedule.actions):
+        static, _ = layout.static_of_pipeline_rank(pp_index)
+        level = peak = 0.0
+        for action in row:
+            for a in action.halves():
+                chunk_index = schedule.chunk_of_stage(a.stage)
+                chunk = chunks[chunk_index]
+                rc = [i - chunk.start < recomputed for i in chunk]
+                if a.kind == "F":
+                    for r in rc:
+                        level += kept if r else full
+                        peak = max(peak, level)
+                    if chunk_index == last_chunk:
+                        level += logits
+                        peak = max(peak, level)
+                    continue
+                if a.kind in ("B", "I") and chunk_index == last_chunk:
+                    level -= logits  # the LM head's backward runs first
+                for r in reversed(rc):
+                    if r and a.kind in ("B", "I"):
+                        level += full  # the recompute forward
+                        peak = max(peak, level)
+                    if a.kind in ("B", "W"):
+                        level -= kept + full if r else full
+        peaks.append(static + peak)
+    return peaks

@@ -1,0 +1,21 @@
+"""Options of the workload lowering: what a step's programs include and how ranks are folded."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from simtrain.workload.moe_routing import Routing
+
+
+@dataclass(frozen=True)
+class WorkloadOptions:
+    """What :func:`simtrain.workload.lower.lower` puts into the programs of one step."""
+
+    fold: bool = True  # simulate one representative rank per pipeline rank
+    dp_bucket_params: int | None = None  # gradient bucket size; None = Megatron's max(40M, 1M * dp * cp)
+    embedding: bool = True  # embedding on the first chunk
+    lm_head: bool = True  # LM head and loss on the last chunk
+    optimizer: bool = True  # optimizer step at the end of the step
+    dp_comm: bool = True  # data-parallel gradient reduction and parameter gather
+    tp_comm: bool = True  # tensor-parallel collectives
+    routing: Routing = Routing()  # MoE token routing (uniform unless skewed)
