@@ -18,15 +18,28 @@ Definitions (documented in the README, section "Metrics"):
   ``overlapped_comm_s[kind]``: mean of the rest of that kind's time.
 * ``peak_memory_gib``: per pipeline rank, static memory plus the peak of activations allocated
   when a forward starts and released when the backward (or W) that consumes them ends.
+
+The report is typed: :class:`StepMetrics` holds the metrics that both the simulation
+(:func:`summarize`) and the closed-form model produce, each through :func:`step_metrics`;
+:class:`Report` (``report.json``) adds the simulated run's facts, all filled by
+:func:`run_report`. A new report key is a field here, with the ``#:`` comment that becomes its
+README entry ("Report keys", generated), plus one line in :func:`step_metrics` (a key derived
+from the step's quantities: both reports then carry it) or in :func:`run_report` (a key only
+the simulation gives, measured here on the timeline), and its row in
+:func:`simtrain.outputs.tables.run_summary`. JSON writing and ``compare`` need no change.
 """
 
 from __future__ import annotations
+
+from typing import Any, TypedDict
 
 import numpy as np
 
 from simtrain.specs.gpu import GpuSpec
 from simtrain.specs.model import ModelSpec
-from simtrain.timeline import COMM_KINDS, KINDS, STREAMS, Timeline
+from simtrain.specs.parallel import ParallelSpec
+from simtrain.timeline import Timeline
+from simtrain.workload.program import COMM_KINDS, KINDS, STREAMS, Program
 from simtrain.units import GiB
 
 BREAKDOWN = ("compute", "recompute", "imbalance", "tp", "cp", "ep", "pp", "bubble", "dp")
@@ -128,10 +141,100 @@ def memory_peaks(tl: Timeline, static_bytes: dict[int, float]) -> dict[int, floa
             for rank, (_, level) in memory_timeline(tl, static_bytes).items()}
 
 
+class StepMetrics(TypedDict):
+    """The metrics of one step, the same whether measured on a timeline (:func:`summarize`) or
+    given by the closed form (:mod:`simtrain.analytic.model`); built by :func:`step_metrics`.
+    Each field's ``#:`` comment is its entry in the README ("Report keys")."""
+
+    #: seconds: the end of the last span
+    step_time_s: float
+    #: tokens of the global batch per second
+    tokens_per_s: float
+    #: model FLOP/s per GPU, in 10^12
+    tflops_per_gpu: float
+    #: model FLOPs per step / (step time x GPUs x peak BF16 FLOP/s)
+    mfu: float
+    #: hardware FLOPs per step / (step time x GPUs x peak BF16 FLOP/s)
+    hfu: float
+    #: `6 N_active_nonembedding + 6 s q_width L + 6 h V` per token, times the tokens of the step
+    model_flops_per_step: float
+    #: the FLOPs the compute ran, recompute included
+    hardware_flops_per_step: float
+    #: bubble / step time
+    bubble_ratio: float
+    #: seconds per category (compute, recompute, imbalance, tp, cp, ep, pp, bubble, dp); sums to
+    #: the step time
+    breakdown_s: dict[str, float]
+    #: seconds per communication kind that it runs while compute is idle
+    exposed_comm_s: dict[str, float]
+    #: the rest of each communication kind's seconds
+    overlapped_comm_s: dict[str, float]
+    #: busiest rank's compute time / mean compute time
+    stage_imbalance: float
+    #: seconds of the busiest rank's compute, per pipeline stage
+    compute_s_per_stage: list[float]
+    #: per pipeline stage: static memory plus the activations' high-water mark
+    peak_memory_gib: list[float]
+    #: usable memory per GPU
+    memory_capacity_gib: float
+    #: every stage's peak memory within the capacity
+    fits_in_memory: bool
+    #: per pipeline stage: the peak memory beyond the capacity (0 where it fits)
+    memory_excess_gib: list[float]
+
+
+class Report(StepMetrics):
+    """``report.json`` of a simulated step: the step metrics, the run's facts and the resolved
+    configuration. No wall time, so identical inputs give identical files."""
+
+    #: micro-batches per pipeline
+    num_microbatches: int
+    #: operations the engine ran
+    num_events: int
+    #: ranks simulated: one representative per group of identical ranks, unless unfolded
+    simulated_ranks: int
+    #: flow fidelity: the most utilised links with bytes, busy time, mean and peak utilisation,
+    #: bytes per tier, utilisation of every link (empty otherwise)
+    links: dict[str, Any]
+    #: the resolved settings, with the names of the model, topology and GPU
+    config: dict[str, Any]
+
+
+def step_metrics(*, step_s: float, tokens: int, num_gpus: int, gpu: GpuSpec, model_flops: float,
+                 hardware_flops: float, breakdown: dict[str, float], exposed: dict[str, float],
+                 overlapped: dict[str, float], stage_work: list[float], mean_work: float,
+                 peak_bytes: list[float]) -> StepMetrics:
+    """The report's metrics from the step's primary quantities (definitions in the module
+    docstring): ``stage_work`` is the busiest rank's compute per pipeline stage, ``mean_work`` the
+    mean over ranks, ``peak_bytes`` the peak memory per pipeline stage."""
+    capacity = gpu.usable_memory_bytes
+    denom = step_s * num_gpus * gpu.peak_bf16_flops if step_s > 0 else float("inf")
+    return StepMetrics(
+        step_time_s=step_s,
+        tokens_per_s=tokens / step_s if step_s > 0 else 0.0,
+        tflops_per_gpu=model_flops / (step_s * num_gpus) / 1e12 if step_s > 0 else 0.0,
+        mfu=model_flops / denom,
+        hfu=hardware_flops / denom,
+        model_flops_per_step=model_flops,
+        hardware_flops_per_step=hardware_flops,
+        bubble_ratio=breakdown["bubble"] / step_s if step_s > 0 else 0.0,
+        breakdown_s=breakdown,
+        exposed_comm_s=exposed,
+        overlapped_comm_s=overlapped,
+        stage_imbalance=max(stage_work) / mean_work if mean_work > 0 else 1.0,
+        compute_s_per_stage=stage_work,
+        peak_memory_gib=[p / GiB for p in peak_bytes],
+        memory_capacity_gib=capacity / GiB,
+        fits_in_memory=all(p <= capacity for p in peak_bytes),
+        memory_excess_gib=[max(0.0, p - capacity) / GiB for p in peak_bytes],
+    )
+
+
 def summarize(tl: Timeline, *, model: ModelSpec, gpu: GpuSpec, num_gpus: int, seq: int, gbs: int,
               rank_weight: dict[int, int], rank_stage: dict[int, int],
-              static_bytes: dict[int, float]) -> dict:
-    """All step metrics as a JSON-ready dict (keys documented in the README)."""
+              static_bytes: dict[int, float]) -> StepMetrics:
+    """The step metrics of a timeline whose simulated ranks stand for ``rank_weight`` ranks each
+    and sit on pipeline stage ``rank_stage``."""
     step = tl.end_s
     ranks = sorted(rank_weight)
     weights = np.array([rank_weight[r] for r in ranks], dtype=float)
@@ -155,34 +258,27 @@ def summarize(tl: Timeline, *, model: ModelSpec, gpu: GpuSpec, num_gpus: int, se
     overlapped = {k: float(np.dot(weights, [e[k][1] for e in exposure]) / wsum) for k in COMM_KINDS}
 
     tokens = gbs * seq
-    model_flops = model_flops_per_token(model, seq) * tokens
     compute_mask = tl.cols["stream"] == STREAMS.index("compute")
     weight_of = np.zeros(max(ranks) + 1)
     for r in ranks:
         weight_of[r] = rank_weight[r]
     hw_flops = float(np.sum(tl.cols["flops"][compute_mask] * weight_of[tl.cols["rank"][compute_mask]]))
-    denom = step * num_gpus * gpu.peak_bf16_flops if step > 0 else float("inf")
-
     peaks = memory_peaks(tl, static_bytes)
     stages = sorted(set(rank_stage.values()))
-    peak_by_stage = [max(peaks[r] for r in ranks if rank_stage[r] == s) for s in stages]
-    return {
-        "step_time_s": step,
-        "tokens_per_s": tokens / step if step > 0 else 0.0,
-        "tflops_per_gpu": model_flops / (step * num_gpus) / 1e12 if step > 0 else 0.0,
-        "mfu": model_flops / denom,
-        "hfu": hw_flops / denom,
-        "model_flops_per_step": model_flops,
-        "hardware_flops_per_step": hw_flops,
-        "bubble_ratio": breakdown["bubble"] / step if step > 0 else 0.0,
-        "breakdown_s": breakdown,
-        "exposed_comm_s": exposed,
-        "overlapped_comm_s": overlapped,
-        "stage_imbalance": float(work.max() / mean_work) if mean_work > 0 else 1.0,
-        "compute_s_per_stage": [float(max(work[i] for i, r in enumerate(ranks) if rank_stage[r] == s))
-                                for s in stages],
-        "peak_memory_gib": [p / GiB for p in peak_by_stage],
-        "memory_capacity_gib": gpu.usable_memory_bytes / GiB,
-        "fits_in_memory": all(p <= gpu.usable_memory_bytes for p in peak_by_stage),
-        "memory_excess_gib": [max(0.0, p - gpu.usable_memory_bytes) / GiB for p in peak_by_stage],
-    }
+    return step_metrics(
+        step_s=step, tokens=tokens, num_gpus=num_gpus, gpu=gpu,
+        model_flops=model_flops_per_token(model, seq) * tokens, hardware_flops=hw_flops,
+        breakdown=breakdown, exposed=exposed, overlapped=overlapped,
+        stage_work=[float(max(work[i] for i, r in enumerate(ranks) if rank_stage[r] == s)) for s in stages],
+        mean_work=mean_work,
+        peak_bytes=[max(peaks[r] for r in ranks if rank_stage[r] == s) for s in stages])
+
+
+def run_report(tl: Timeline, program: Program, *, model: ModelSpec, gpu: GpuSpec, par: ParallelSpec,
+               num_events: int, links: dict[str, Any], config: dict[str, Any]) -> Report:
+    """The report of a simulated step: the metrics of its timeline and the facts of the run."""
+    metrics = summarize(tl, model=model, gpu=gpu, num_gpus=par.world, seq=par.seq, gbs=par.gbs,
+                        rank_weight=program.rank_weight, rank_stage=program.pipeline_rank_of,
+                        static_bytes=program.static_bytes)
+    return Report(**metrics, num_microbatches=par.num_microbatches, num_events=num_events,
+                  simulated_ranks=len(program.ranks), links=links, config=config)

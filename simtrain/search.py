@@ -20,6 +20,7 @@ from typing import Callable
 import numpy as np
 
 from simtrain.errors import SimtrainError, SpecError
+from simtrain.schedules import REGISTRY
 
 
 @dataclass(frozen=True)
@@ -45,7 +46,7 @@ def enumerate_candidates(base: dict, *, gpus: int, gpus_per_node: int, schedules
                                                                    zeros, recomputes):
         if tp > gpus_per_node or gpus % (tp * cp * pp):
             continue
-        if vpp > 1 and (sched != "interleaved-1f1b" or pp == 1):
+        if vpp > 1 and (pp == 1 or not REGISTRY.record(sched).takes("vpp")):
             continue
         settings = {**base, "gpus": gpus, "tp": tp, "cp": cp, "pp": pp, "dp": gpus // (tp * cp * pp),
                     "schedule": sched, "vpp": vpp, "mbs": mbs, "zero": zero, "recompute": rc}
@@ -54,15 +55,17 @@ def enumerate_candidates(base: dict, *, gpus: int, gpus_per_node: int, schedules
 
 
 def analytic_estimate(candidate: Candidate) -> dict | None:
-    """The closed-form estimate of a candidate, or None when it is invalid or does not fit."""
+    """The closed-form estimate of a candidate, or None when it is invalid or does not fit. A
+    schedule without a closed form is estimated with the one its record ranks it as (zb-auto:
+    1F1B, an upper bound of its makespan)."""
     from simtrain import api
-    from simtrain.analytic.model import ANALYTIC_SCHEDULES, estimate
+    from simtrain.analytic.model import estimate
 
     try:
         sc = api.resolve(candidate.as_dict())
     except SimtrainError:
         return None
-    sched = sc.parallel.schedule if sc.parallel.schedule in ANALYTIC_SCHEDULES else "1f1b"
+    sched = REGISTRY.ranking_schedule(sc.parallel.schedule)
     try:
         return estimate(sc.model, sc.cluster, sc.parallel, gpu=sc.gpu, schedule=sched)
     except SimtrainError:

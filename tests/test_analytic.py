@@ -1,18 +1,20 @@
 """The closed-form model against every number the course notes print (parallel_plan.py and the
-exercise's scale_out.py), plus the bubble closed forms and the report's invariants."""
+exercise's scale_out.py), plus the schedules it covers and the report's invariants."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 
 import pytest
 
-from simtrain.analytic.model import (ANALYTIC_SCHEDULES, MIN_CP_CHUNK, analytic_report, bubble_time,
-                               cluster_bandwidths, estimate, group_bandwidth, group_spans)
-from simtrain.analytic.search import format_plan, rank_of, search
+from simtrain import api
+from simtrain.analytic.model import (MIN_CP_CHUNK, analytic_report, cluster_bandwidths, estimate,
+                                    group_bandwidth, group_spans)
+from simtrain.analytic.search import closed_form_search, format_plan, rank_of
 from simtrain.errors import SpecError
 from simtrain.metrics import BREAKDOWN
-from simtrain.schedules.validate import closed_form_makespan
+from simtrain.schedules import REGISTRY
 from simtrain.specs.model import load_model
 from simtrain.specs.parallel import ParallelSpec
 from simtrain.topology.cluster import load_topology
@@ -93,7 +95,7 @@ def _run(block, request, n_params="script"):
     cluster = request.getfixturevalue("seed1024" if b["gpus"] > 64 else "seed64")
     if n_params == "script":
         n_params = N_70B if b["model"] == "70b" else N_8B
-    return b, search(model, cluster, gpus=b["gpus"], seq=b["seq"], gbs=b["gbs"],
+    return b, closed_form_search(model, cluster, gpus=b["gpus"], seq=b["seq"], gbs=b["gbs"],
                      n_params=n_params)
 
 
@@ -186,39 +188,7 @@ def test_bandwidth_rule(seed64):
     assert group_spans(swapped) == {"tp": 8, "cp": 2, "pp": 64, "dpcp": 32}
 
 
-# ---- bubbles ------------------------------------------------------------------------------------
-
-def test_bubble_closed_forms():
-    t = 3.0  # F = I = W = 1
-    assert bubble_time("gpipe", 4, 8, t) == bubble_time("1f1b", 4, 8, t) == 9.0
-    assert bubble_time("interleaved-1f1b", 4, 8, t, vpp=2) == 4.5
-    assert bubble_time("interleaved-1f1b", 4, 6, t, vpp=2) is None  # m % p != 0
-    assert bubble_time("interleaved-1f1b", 4, 6, t, vpp=1) == 9.0
-    assert bubble_time("zb-h1", 4, 8, t) == 3.0  # (p-1)(F+I-W)
-    assert bubble_time("zb-h1", 4, 3, t) is None
-    assert bubble_time("zb-h2", 4, 8, t) == 3.0  # (p-1)F start-up
-    assert bubble_time("zb-h2", 4, 6, t) is None
-    assert bubble_time("zb-v", 4, 8, t) == 1.5  # (p-1)F/2
-    assert bubble_time("dualpipe", 4, 8, t) == 2.0  # (p/2-1)(F&B+B-3W) = 1 x (3+2-3)
-    assert bubble_time("dualpipe", 8, 16, t) == 6.0
-    assert bubble_time("dualpipe", 3, 8, t) is None
-    assert bubble_time("dualpipev", 4, 8, t) == 3.0  # (p-1)(F&B+B-3W)/2
-    with pytest.raises(SpecError, match="zb-auto"):
-        bubble_time("zb-auto", 4, 8, t)
-
-
-@pytest.mark.parametrize("name", ANALYTIC_SCHEDULES)
-def test_bubble_matches_schedule_makespans(name):
-    """Bubble = closed-form makespan of simtrain.schedules minus the work m (F + I + W)."""
-    for p in (1, 2, 4, 8):
-        for m in (1, 2, 4, 7, 8, 16, 32):
-            for v in ((1, 2, 4) if name == "interleaved-1f1b" else (1,)):
-                span = closed_form_makespan(name, p, m, 1.0, 1.0, 1.0, vpp=v)
-                bubble = bubble_time(name, p, m, 3.0, vpp=v)
-                assert (span is None) == (bubble is None), (p, m, v)
-                if span is not None:
-                    assert bubble == pytest.approx(span - 3.0 * m), (p, m, v)
-
+# ---- schedules -----------------------------------------------------------------------------------
 
 def test_schedules_in_estimate(llama70b, seed64):
     par = ParallelSpec(recompute="auto", tp=8, cp=1, pp=4, dp=2, gbs=512, seq=8192)
@@ -227,8 +197,7 @@ def test_schedules_in_estimate(llama70b, seed64):
     for name in ("zb-h1", "zb-h2", "zb-v", "dualpipe", "dualpipev"):
         est = estimate(llama70b, seed64, par, schedule=name, n_params=N_70B)
         assert est["schedule"] == name
-        assert est["breakdown_s"]["bubble"] == pytest.approx(
-            bubble_time(name, 4, 256, est["microbatch_time_s"]))
+        assert est["breakdown_s"]["bubble"] == REGISTRY[name].bubble(4, 256, est["microbatch_time_s"])
         assert est["breakdown_s"]["bubble"] < base["breakdown_s"]["bubble"]
     inter = estimate(llama70b, seed64, replace(par, vpp=2, schedule="interleaved-1f1b"),
                      n_params=N_70B)
@@ -241,8 +210,28 @@ def test_schedules_in_estimate(llama70b, seed64):
     assert dual["recompute_layers"][0] == 1 and dualv["recompute_layers"][0] == 0
     # GPipe keeps all 256 micro-batches in flight: no recompute count fits
     assert estimate(llama70b, seed64, par, schedule="gpipe") is None
-    with pytest.raises(SpecError, match="zb-auto"):
-        estimate(llama70b, seed64, par, schedule="zb-auto")
+
+
+def test_schedules_without_closed_form_are_refused(llama70b, seed64):
+    """zb-auto and schedule files have no closed form: one clear error, never another schedule's."""
+    par = ParallelSpec(recompute="auto", tp=8, cp=1, pp=4, dp=2, gbs=512, seq=8192)
+    for name in ("zb-auto", "zb-h1-4x8", "schedules/mine.csv"):
+        refused = (f"schedule '{re.escape(name)}': the closed-form model has bubble formulas for "
+                   f"gpipe, 1f1b, .* only")
+        with pytest.raises(SpecError, match=refused):
+            estimate(llama70b, seed64, par, schedule=name)
+        with pytest.raises(SpecError, match=refused):
+            analytic_report(llama70b, seed64, replace(par, schedule=name))
+    # the ledger's recompute rule (simtrain analytic / compare with --recompute auto) needs it too
+    settings = {"model": "llama3-70b", "topology": "seed-h100", "gpus": 64, "tp": 8, "pp": 4, "gbs": 32,
+                "schedule": "zb-auto", "recompute": "auto"}
+    with pytest.raises(SpecError, match="schedule 'zb-auto'"):
+        api.resolve(settings, recompute_rule="ledger")
+    assert api.resolve(settings).parallel.schedule == "zb-auto"  # the simulation's rule works
+    # a schedule with a closed form that does not cover the layout: the configuration is refused
+    uncovered = r"no closed form for pp=4, 6 micro-batches, vpp=2 \(it needs vpp = 1, or pp divides m"
+    with pytest.raises(SpecError, match=uncovered):
+        analytic_report(llama70b, seed64, replace(par, gbs=12, vpp=2, schedule="interleaved-1f1b"))
 
 
 # ---- report invariants --------------------------------------------------------------------------
@@ -270,12 +259,15 @@ def test_breakdown_sums_to_step(block, request):
 
 
 def test_report_matches_simulator_keys(llama70b, seed64):
+    """The closed form fills every key of its report type, the simulator's step metrics among them."""
+    from typing import get_type_hints
+
+    from simtrain.analytic.model import AnalyticReport
+    from simtrain.metrics import StepMetrics
+
     est = estimate(llama70b, seed64, ParallelSpec(recompute="auto", tp=8, pp=4, dp=2, gbs=32, seq=8192))
-    for key in ("step_time_s", "tokens_per_s", "tflops_per_gpu", "mfu", "hfu", "bubble_ratio",
-                "breakdown_s", "exposed_comm_s", "overlapped_comm_s", "peak_memory_gib",
-                "memory_capacity_gib", "fits_in_memory", "model_flops_per_step",
-                "hardware_flops_per_step", "stage_imbalance", "compute_s_per_stage"):
-        assert key in est
+    assert set(get_type_hints(StepMetrics)) < set(est) == set(get_type_hints(AnalyticReport))
+    assert est["memory_excess_gib"] == [0.0] * 4
 
 
 def test_does_not_fit_or_invalid(llama70b, seed64):

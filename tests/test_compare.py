@@ -10,8 +10,9 @@ from simtrain import api, engine
 from simtrain.topology.mesh import build_mesh
 from simtrain.metrics import BREAKDOWN
 from simtrain.network.analytic import AnalyticNetwork
-from simtrain.topology.cluster import Router
-from simtrain.workload.lower import WorkloadOptions, lower
+from simtrain.topology.routes import Router
+from simtrain.workload.lower import lower
+from simtrain.workload.options import WorkloadOptions
 
 
 class NoP2P(AnalyticNetwork):
@@ -118,3 +119,12 @@ def test_analysis_errors():
                       contains=("fits",))
     assert_user_error("search", "--model", "llama3-8b", "--topology", "seed-h100", "--gpus", 8,
                       "--seq", 8192, "--gbs", 64, "--schedules", "1f1b,zb-hx", contains=("zb-hx",))
+
+
+def test_analytic_without_flags_estimates_the_default_scenario():
+    from simtrain.settings import DEFAULT_SCENARIO
+
+    rep = cli_json("analytic")
+    assert {k: rep["config"][k] for k in ("model", "tp", "pp", "gbs")} == \
+        {k: DEFAULT_SCENARIO[k] for k in ("model", "tp", "pp", "gbs")}
+    assert rep["config"]["recompute"] == "auto" and rep["recompute_layers"] == [0] * 4

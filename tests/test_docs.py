@@ -1,4 +1,5 @@
-"""The README: its two set-up commands, its generated blocks, its examples, its pictures."""
+"""The README: its two set-up commands, its generated blocks (tour, settings and CLI reference, report
+keys, module map), its examples, its pictures."""
 
 from __future__ import annotations
 
@@ -24,14 +25,55 @@ def test_readme_starts_with_the_two_commands():
     assert test_cmd in (ROOT / ".ci" / "run").read_text()
 
 
-def test_generated_blocks_are_current(tmp_path):
+def _assert_current(blocks: dict[str, str]) -> None:
     import make_tour
 
-    blocks = make_tour.tour_blocks(tmp_path)
     for name, body in blocks.items():
         m = make_tour.block_pattern(name).search(README)
-        assert m is not None, name
-        assert (m.group(2) or "").rstrip("\n") == body, f"README block {name} is stale: run python docs/make_tour.py"
+        assert m is not None, f"README has no block {name}"
+        assert m.group(2) == body, f"README block {name} is stale: run python docs/make_tour.py --text"
+
+
+def test_tour_blocks_are_current(tmp_path):
+    import make_tour
+
+    _assert_current(make_tour.tour_blocks(tmp_path))
+
+
+def test_cli_reference_and_module_map_are_current():
+    """The settings table, the CLI reference, the report keys and the module map equal what the
+    code gives now."""
+    import make_tour
+
+    blocks = make_tour.reference_blocks()
+    assert set(blocks) == {"settings", "cli-reference", "report-keys", "module-map"}
+    _assert_current(blocks)
+
+
+def test_module_map_lists_every_module_in_data_flow_order():
+    import make_tour
+
+    text = make_tour.module_map()
+    modules = sorted(p for p in (ROOT / "simtrain").rglob("*.py") if p.name != "__init__.py")
+    for path in modules:
+        assert f"({path.relative_to(ROOT).as_posix()})" in text
+    flow = make_tour.FLOW
+    heads = [flow.index(h) if h in flow else len(flow) for h in re.findall(r"^- \[`simtrain/(\w+)", text, re.M)]
+    assert heads == sorted(heads)
+    assert "[`simtrain/engine.py`](simtrain/engine.py): " in text  # with its docstring's summary
+
+
+def test_every_report_key_is_documented():
+    """Each key of report.json and of the closed form's report has its own line in the README."""
+    from typing import get_type_hints
+
+    from simtrain.analytic.model import AnalyticReport
+    from simtrain.metrics import Report
+
+    section = README.split("## Report keys", 1)[1].split("\n## ", 1)[0]
+    lines = [line for line in section.splitlines() if line.startswith("- `") and ": " in line]
+    for key in {*get_type_hints(Report), *get_type_hints(AnalyticReport)}:
+        assert any(f"`{key}`" in line.split(": ", 1)[0] for line in lines), f"report key {key} is undocumented"
 
 
 def test_every_flag_is_documented():

@@ -17,7 +17,8 @@ from simtrain import engine
 from simtrain.errors import SimulationError
 from simtrain.topology.mesh import build_mesh
 from simtrain.metrics import summarize
-from simtrain.network.analytic import AnalyticNetwork, FreeNetwork
+from simtrain.network.analytic import AnalyticNetwork
+from simtrain.network.fixed import FixedLatency
 from simtrain.workload.program import KIND, STREAM, Op, Program
 from simtrain.schedules import generate
 from simtrain.specs.gpu import get_gpu
@@ -38,7 +39,7 @@ def test_a_collective_a_member_never_reaches_is_a_deadlock():
                     comm="all_reduce", group_set=gid, key=("k",), deps=[blocker.id] if rank == 1 else []))
     blocker.deps.append(len(prog.ops) - 1)  # rank 1's compute waits for its own collective: a cycle
     with pytest.raises(SimulationError) as info:
-        engine.run(prog, FreeNetwork())
+        engine.run(prog, FixedLatency())
     msg = str(info.value)
     assert "rank 0 tp: tp.all_reduce" in msg and "other members" in msg
     assert "rank 1 compute: waits-forever" in msg

@@ -1,13 +1,14 @@
 """Analytic against simulated: the same categories side by side, and why they differ.
 
-Pure functions of two reports with the keys of ``simtrain run --json`` (the analytic model
-returns the same keys). The explanations name the modelling difference behind each category;
-they are chosen by the sign and size of the difference, not written per configuration.
+Pure functions of two reports' step metrics (:class:`~simtrain.metrics.StepMetrics`, which the
+simulation's report and the closed form's both hold). The explanations name the modelling
+difference behind each category; they are chosen by the sign and size of the difference, not
+written per configuration.
 """
 
 from __future__ import annotations
 
-from simtrain.metrics import BREAKDOWN
+from simtrain.metrics import BREAKDOWN, StepMetrics
 
 #: What makes each category differ, by direction (simulated above / below analytic).
 CAUSES = {
@@ -41,7 +42,7 @@ CAUSES = {
 }
 
 
-def side_by_side(analytic: dict, simulated: dict) -> list[dict]:
+def side_by_side(analytic: StepMetrics, simulated: StepMetrics) -> list[dict]:
     """One row per breakdown category: analytic and simulated seconds and shares, difference.
 
     >>> a = {"step_time_s": 2.0, "breakdown_s": dict.fromkeys(BREAKDOWN, 0.0) | {"compute": 2.0}}
@@ -58,7 +59,7 @@ def side_by_side(analytic: dict, simulated: dict) -> list[dict]:
     return rows
 
 
-def largest_differences(analytic: dict, simulated: dict, top: int = 3,
+def largest_differences(analytic: StepMetrics, simulated: StepMetrics, top: int = 3,
                         min_share: float = 0.005) -> list[dict]:
     """The categories whose difference is largest (at least ``min_share`` of the simulated step),
     each with the modelling difference that explains it."""

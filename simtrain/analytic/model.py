@@ -37,7 +37,8 @@ Time of one micro-batch on the slowest (last) stage, then the step:
 * PP p2p, half hidden: ``2 s b h 2 / t / B_pp x 0.5`` (activation forward, gradient backward);
 * DP (over DP x CP), 80% hidden behind the backward, once per step:
   ``2 (dc-1)/(dc) x 2 psi / B_dp x 0.2`` (gradient reduce-scatter + parameter all-gather);
-* bubble ``(p - 1) t_mb`` for 1F1B; other schedules: :func:`bubble_time`.
+* bubble ``(p - 1) t_mb`` for 1F1B; other schedules: their record's bubble
+  (:meth:`simtrain.schedules.record.ScheduleRecord.bubble`).
 
 The step splits into the simulator's categories (:data:`simtrain.metrics.BREAKDOWN`):
 compute ``m x avg``, recompute, imbalance ``m (slow - recompute - avg)``, tp, cp, pp, bubble, dp;
@@ -57,21 +58,20 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from simtrain.errors import SpecError, unknown_name
-from simtrain.topology.mesh import parse_order
-from simtrain.metrics import BREAKDOWN
+from simtrain.errors import SpecError
+from simtrain.specs.order import parse_order
+from simtrain.metrics import BREAKDOWN, StepMetrics, step_metrics
+from simtrain.schedules.registry import REGISTRY
 from simtrain.specs.gpu import GpuSpec
 from simtrain.specs.model import ModelSpec
 from simtrain.specs.parallel import ParallelSpec
 from simtrain.topology.cluster import Cluster
-from simtrain.units import GiB
 
 #: Fewest tokens a CP rank may hold (the notes' MIN_CP_CHUNK): smaller ring steps are too short.
 MIN_CP_CHUNK = 4096
 
-#: Pipeline schedules with a closed-form bubble (see :func:`bubble_time`).
-ANALYTIC_SCHEDULES = ("gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "zb-h2", "zb-v", "dualpipe",
-                      "dualpipev")
+#: Pipeline schedules with a closed form (their records in :data:`simtrain.schedules.registry.REGISTRY`).
+ANALYTIC_SCHEDULES = REGISTRY.closed_form_names()
 
 COMM_KINDS = ("tp", "cp", "ep", "pp", "dp")
 TP_HIDDEN, PP_HIDDEN, DP_HIDDEN = 0.0, 0.5, 0.8  # fraction of each kind hidden behind compute
@@ -141,86 +141,41 @@ def group_spans(par: ParallelSpec) -> dict[str, int]:
             "dpcp": max(span["dp"], span["cp"])}
 
 
-# ---- schedules ----------------------------------------------------------------------------------
-
-def bubble_time(schedule: str, pp: int, m: int, t_mb: float, vpp: int = 1) -> float | None:
-    """Pipeline bubble of one step, seconds, in the notes' units: ``t_mb`` is the time of one
-    micro-batch's forward and backward on a stage, split F : I : W = 1 : 1 : 1 (F = I = W =
-    t_mb / 3, I the input gradient, W the weight gradient, B = I + W). None where the closed form
-    does not apply to (pp, m). These equal the makespans of
-    :func:`simtrain.schedules.validate.closed_form_makespan` minus the work ``m t_mb``.
-
-    * ``gpipe``, ``1f1b``: ``(p - 1) t_mb`` (Huang et al. 2019; Narayanan et al. 2021; the notes).
-    * ``interleaved-1f1b``: ``(p - 1) t_mb / v`` (Narayanan et al. 2021, section 2.2.2); needs
-      ``m % p == 0`` when v > 1 (Megatron-LM's requirement).
-    * ``zb-h1``: ``(p - 1)(F + I - W) = (p - 1) t_mb / 3`` (Qi et al., "Zero Bubble Pipeline
-      Parallelism", ICLR 2024, table 2; their T_B is our I); needs m >= p.
-    * ``zb-h2``: the paper's steady-state bubble ``(p - 1)(F + I - 2W)`` is 0 here, but one step
-      from t = 0 keeps the last rank's ``(p - 1) F`` start-up: ``(p - 1) t_mb / 3``; m >= 2p - 1.
-    * ``zb-v``: zero in steady state (Qi et al., "Pipeline Parallelism with Controllable Memory",
-      2024); the start-up is ``p - 1`` half-stage forwards: ``(p - 1) t_mb / 6``; m >= 2p - 1.
-    * ``dualpipe``: ``(p/2 - 1)(F&B + B - 3W)`` (DeepSeek-V3 technical report, arXiv:2412.19437,
-      table 2). Assumption: ``F&B`` (a forward overlapped with a backward) costs ``F + B``, i.e.
-      no gain from the overlap, giving ``(p/2 - 1) 2 t_mb / 3``; needs p even, m even, m >= 2p.
-    * ``dualpipev``: the same formula over 2p half-size chunks (DualPipe repository README,
-      "DualPipeV"): ``(p - 1)(F&B + B - 3W) / 2 = (p - 1) t_mb / 3``; needs m >= 2p.
-    """
-    p, v = pp, vpp
-    if m < 1 or p < 1:
-        return None
-    f = i = w = t_mb / 3
-    if schedule in ("gpipe", "1f1b") or (schedule == "interleaved-1f1b" and v == 1):
-        return (p - 1) * t_mb
-    if schedule == "interleaved-1f1b":
-        return None if m % p else (p - 1) * t_mb / v
-    if schedule == "zb-h1":
-        return None if m < p else (p - 1) * (f + i - w)
-    if schedule == "zb-h2":
-        return None if m < 2 * p - 1 else (p - 1) * max(f, f + i - 2 * w)
-    if schedule == "zb-v":
-        return None if m < 2 * p - 1 else (p - 1) * f / 2
-    fb, b = f + i + w, i + w
-    if schedule == "dualpipe":
-        return None if (p % 2 or m % 2 or m < 2 * p) else (p // 2 - 1) * (fb + b - 3 * w)
-    if schedule == "dualpipev":
-        return None if m < 2 * p else (p - 1) * (fb + b - 3 * w) / 2
-    raise unknown_name("analytic schedule", schedule, ANALYTIC_SCHEDULES)
-
-
-def in_flight(schedule: str, pp: int, stage: int, m: int, vpp: int = 1) -> float:
-    """Micro-batches whose activations stage ``stage`` holds at its peak.
-
-    * 1F1B, ZB-H1, ZB-V: ``min(p - stage, m)`` (the notes; Qi et al. 2024: ZB-H1 and ZB-V peak
-      like 1F1B; ZB-V's per-rank balance is not modelled);
-    * GPipe: all ``m`` forwards run before the first backward (Huang et al. 2019);
-    * interleaved: ``p + (p - 1)/v`` on the first stage (Korthikanti et al. 2022, section 4.2.3:
-      the first stage stores ``1 + (p - 1)/(p v)`` times 1F1B's), decreasing by one per stage;
-    * ZB-H2: ``2 (p - stage) - 1`` (Qi et al. 2024, table 2: 2p - 1 on the first stage);
-    * DualPipe and DualPipeV: ``p + 1`` on every rank (DeepSeek-V3 report, table 2).
-    """
-    p = pp
-    if schedule == "gpipe":
-        return m
-    if schedule == "interleaved-1f1b" and vpp > 1:
-        return min(p - stage + (p - 1) / vpp, m)
-    if schedule == "zb-h2":
-        return min(2 * (p - stage) - 1, m)
-    if schedule in ("dualpipe", "dualpipev"):
-        return min(p + 1, m)
-    return min(p - stage, m)
-
-
-def static_copies(schedule: str) -> int:
-    """Copies of each stage's parameters (and their states) a rank holds: 2 for DualPipe, whose
-    rank r runs stages r and p - 1 - r (DeepSeek-V3 report, table 2), 1 otherwise."""
-    return 2 if schedule == "dualpipe" else 1
-
-
 # ---- the model ----------------------------------------------------------------------------------
+
+class AnalyticReport(StepMetrics):
+    """The closed-form report: the simulator's step metrics plus the layout it was given and the
+    quantities of the notes' ledger."""
+
+    #: `"analytic"`
+    model: str
+    #: the layout's degrees, batch and sequence (`vpp` is 1 unless the schedule interleaves)
+    tp: int
+    cp: int
+    pp: int
+    dp: int
+    vpp: int
+    mbs: int
+    gbs: int
+    seq: int
+    #: the schedule whose closed form was used
+    schedule: str
+    #: micro-batches per pipeline
+    num_microbatches: int
+    #: layers per pipeline stage
+    layers_per_stage: int
+    #: seconds of one micro-batch's forward and backward on the slowest stage
+    microbatch_time_s: float
+    #: the notes' memory number: the first stage's peak
+    memory_gib: float
+    #: fully recomputed layers per stage, one count for all stages (like Megatron-LM's
+    #: `--recompute-num-layers`)
+    recompute_layers: list[int]
+
 
 @dataclass(frozen=True)
 class _Outcome:
-    result: dict | None
+    result: AnalyticReport | None
     reason: str = ""  # why result is None: one line naming the configuration
 
 
@@ -248,11 +203,10 @@ def _evaluate(model: ModelSpec, cluster: Cluster, par: ParallelSpec, gpu: GpuSpe
         raise SpecError(f"{model.name}: the analytic model (course notes, parallel_plan.py) covers "
                         f"dense models only; {model.name} has {model.num_experts} experts")
     sched = schedule if schedule is not None else par.schedule
-    if sched not in ANALYTIC_SCHEDULES:
-        raise unknown_name("analytic schedule", sched, ANALYTIC_SCHEDULES)
+    rec = REGISTRY.closed_form(sched)
     gpu = gpu if gpu is not None else cluster.gpu
     t, c, p, d, b = par.tp, par.cp, par.pp, par.dp, par.mbs
-    v = par.vpp if sched == "interleaved-1f1b" else 1
+    v = par.vpp if rec.takes("vpp") else 1
     what = _label(model, par)
     node = cluster.gpus_per_node
 
@@ -279,9 +233,9 @@ def _evaluate(model: ModelSpec, cluster: Cluster, par: ParallelSpec, gpu: GpuSpe
     n_embed = model.params_total - model.params_nonembedding  # 2 V h for an untied model
     usable = gpu.usable_memory_bytes
     psi = n_total / (t * p)
-    states = (4 * psi + 12 * psi / (d * c)) * static_copies(sched)
+    states = (4 * psi + 12 * psi / (d * c)) * rec.static_copies
     sbh = s * b * model.hidden / t
-    flights = [in_flight(sched, p, i, m, v) for i in range(p)]
+    flights = [rec.in_flight(p, i, m, v) for i in range(p)]
 
     def act(rc: int, n: float) -> float:
         return (34 * (layers - rc) + 2 * rc) * sbh * n
@@ -324,10 +278,10 @@ def _evaluate(model: ModelSpec, cluster: Cluster, par: ParallelSpec, gpu: GpuSpe
     dpc = d * c
     dp_all = 2 * (dpc - 1) / dpc * 2 * psi / bw("dpcp") if dpc > 1 else 0.0
     dp_c = dp_all * (1 - DP_HIDDEN)
-    bubble = bubble_time(sched, p, m, t_mb, v)
+    bubble = rec.bubble(p, m, t_mb, v)
     if bubble is None:
         return fail(f"schedule {sched} has no closed form for pp={p}, {m} micro-batches"
-                    + (f", vpp={v}" if v > 1 else ""))
+                    + (f", vpp={v}" if v > 1 else "") + f" (it needs {rec.closed_form.condition})")
 
     parts = {"compute": m * avg, "recompute": m * recompute,
              "imbalance": m * max(0.0, slow - recompute - avg),  # exactly 0 at pp = 1
@@ -335,46 +289,27 @@ def _evaluate(model: ModelSpec, cluster: Cluster, par: ParallelSpec, gpu: GpuSpe
              "dp": dp_c}
     breakdown = {k: parts[k] for k in BREAKDOWN}
     step = math.fsum(breakdown.values())
-    gpus, tokens = par.world, par.gbs * par.seq
+    tokens = par.gbs * par.seq
     model_flops = (model.layers * f_layer + f_head) * tokens
-    hw_flops = model_flops + rc * p * f_layer / 3 * tokens
-    denom = step * gpus * gpu.peak_bf16_flops
-    peaks = [(states + act(rc, n)) / GiB for n in flights]
-    stage_work = [m * (layers * f_layer * sec + recompute + (f_head * sec if i == p - 1 else 0.0))
-                  for i in range(p)]
-    mean_work = m * (avg + recompute)
-    exposed = {k: breakdown[k] for k in COMM_KINDS}
-    overlapped = {"tp": 0.0, "cp": m * (ring - cp_c), "ep": 0.0, "pp": m * (pp_all - pp_c),
-                  "dp": dp_all - dp_c}
-    return _Outcome({
-        "model": "analytic",
-        "tp": t, "cp": c, "pp": p, "dp": d, "vpp": v, "mbs": b, "gbs": par.gbs, "seq": par.seq,
-        "schedule": sched, "num_microbatches": m, "layers_per_stage": layers,
-        "step_time_s": step,
-        "tokens_per_s": tokens / step,
-        "tflops_per_gpu": model_flops / (step * gpus) / 1e12,
-        "mfu": model_flops / denom,
-        "hfu": hw_flops / denom,
-        "model_flops_per_step": model_flops,
-        "hardware_flops_per_step": hw_flops,
-        "bubble_ratio": bubble / step,
-        "breakdown_s": breakdown,
-        "exposed_comm_s": exposed,
-        "overlapped_comm_s": overlapped,
-        "microbatch_time_s": t_mb,
-        "stage_imbalance": max(stage_work) / mean_work,
-        "compute_s_per_stage": stage_work,
-        "peak_memory_gib": peaks,
-        "memory_gib": peaks[0],
-        "memory_capacity_gib": usable / GiB,
-        "fits_in_memory": True,
-        "recompute_layers": [rc] * p,
-    })
+    metrics = step_metrics(
+        step_s=step, tokens=tokens, num_gpus=par.world, gpu=gpu,
+        model_flops=model_flops, hardware_flops=model_flops + rc * p * f_layer / 3 * tokens,
+        breakdown=breakdown, exposed={k: breakdown[k] for k in COMM_KINDS},
+        overlapped={"tp": 0.0, "cp": m * (ring - cp_c), "ep": 0.0, "pp": m * (pp_all - pp_c),
+                    "dp": dp_all - dp_c},
+        stage_work=[m * (layers * f_layer * sec + recompute + (f_head * sec if i == p - 1 else 0.0))
+                    for i in range(p)],
+        mean_work=m * (avg + recompute),
+        peak_bytes=[states + act(rc, n) for n in flights])
+    return _Outcome(AnalyticReport(
+        **metrics, model="analytic", tp=t, cp=c, pp=p, dp=d, vpp=v, mbs=b, gbs=par.gbs, seq=par.seq,
+        schedule=sched, num_microbatches=m, layers_per_stage=layers, microbatch_time_s=t_mb,
+        memory_gib=metrics["peak_memory_gib"][0], recompute_layers=[rc] * p))
 
 
 def estimate(model: ModelSpec, cluster: Cluster, par: ParallelSpec, *, gpu: GpuSpec | None = None,
              schedule: str | None = None, min_cp_chunk: int = MIN_CP_CHUNK,
-             n_params: float | None = None) -> dict | None:
+             n_params: float | None = None) -> AnalyticReport | None:
     """The closed-form report of one step (course notes, parallel_plan.py), or None when the
     layout does not fit in memory or breaks the script's rules (tp within a node, pp divides the
     layers, at least ``min_cp_chunk`` tokens per CP rank, gbs divisible by dp*mbs).
@@ -386,11 +321,11 @@ def estimate(model: ModelSpec, cluster: Cluster, par: ParallelSpec, *, gpu: GpuS
     ``par.recompute`` is ``full`` or a layer count. Only ZeRO-1 is modelled (``par.zero`` is not
     read), and the cluster's node count is not checked (see :func:`analytic_report`).
 
-    The dict has the simulator's report keys where they apply (``step_time_s``, ``mfu``,
-    ``breakdown_s`` over the nine categories summing to the step time, ``exposed_comm_s``,
-    ``peak_memory_gib`` per stage, ...), plus ``memory_gib`` (the notes' number: the first
-    stage), ``recompute_layers`` (per stage; one count for all stages, like Megatron-LM's
-    ``--recompute-num-layers``) and ``"model": "analytic"``.
+    The report (:class:`AnalyticReport`) has the simulator's step metrics
+    (:class:`~simtrain.metrics.StepMetrics`: ``step_time_s``, ``mfu``, ``breakdown_s`` over the
+    nine categories summing to the step time, ``peak_memory_gib`` per stage, ...), plus
+    ``memory_gib`` (the notes' number: the first stage), ``recompute_layers`` and
+    ``"model": "analytic"``.
 
     >>> from simtrain.specs.model import load_model
     >>> from simtrain.topology.cluster import load_topology
@@ -404,7 +339,7 @@ def estimate(model: ModelSpec, cluster: Cluster, par: ParallelSpec, *, gpu: GpuS
 
 def analytic_report(model: ModelSpec, cluster: Cluster, par: ParallelSpec,
                     schedule: str | None = None, *, gpu: GpuSpec | None = None,
-                    min_cp_chunk: int = MIN_CP_CHUNK, n_params: float | None = None) -> dict:
+                    min_cp_chunk: int = MIN_CP_CHUNK, n_params: float | None = None) -> AnalyticReport:
     """:func:`estimate`, raising a one-line :class:`SpecError` naming the configuration and the
     reason when it does not fit or is invalid, or when the layout needs more GPUs than the
     cluster has."""

@@ -18,10 +18,10 @@ from simtrain.specs.parallel import ParallelSpec
 from simtrain.topology.cluster import Cluster
 
 
-def search(model: ModelSpec, cluster: Cluster, *, gpus: int, seq: int, gbs: int,
-           tps=(1, 2, 4, 8), cps=(1, 2, 4, 8, 16, 32), pps=(1, 2, 4, 8, 16), mbs: int = 1,
-           gpu: GpuSpec | None = None, schedule: str = "1f1b", min_cp_chunk: int = MIN_CP_CHUNK,
-           n_params: float | None = None) -> list[dict]:
+def closed_form_search(model: ModelSpec, cluster: Cluster, *, gpus: int, seq: int, gbs: int,
+                       tps=(1, 2, 4, 8), cps=(1, 2, 4, 8, 16, 32), pps=(1, 2, 4, 8, 16), mbs: int = 1,
+                       gpu: GpuSpec | None = None, schedule: str = "1f1b", min_cp_chunk: int = MIN_CP_CHUNK,
+                       n_params: float | None = None) -> list[dict]:
     """Every layout that fits, as ``{"tp", "cp", "pp", "dp", **estimate}``, sorted by MFU
     descending (ties keep the enumeration order TP, then CP, then PP, as the script's stable
     sort does). The loops and defaults are the script's; the cluster's node count is not used

@@ -7,12 +7,15 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
-from simtrain.cli.types import int_list, positive_int, str_list
+from simtrain.cli.run import add_run_flags, add_setting_flag, run_settings
+from simtrain.cli.types import list_type, positive_int
 from simtrain.errors import SimtrainError
+from simtrain.settings import DEFAULT_SCENARIO, SETTINGS
 
 
-def _analytic_for(scenario) -> dict:
+def _analytic_for(scenario):
     from simtrain.analytic.model import ANALYTIC_SCHEDULES, analytic_report
 
     par = scenario.parallel
@@ -22,42 +25,37 @@ def _analytic_for(scenario) -> dict:
     return analytic_report(scenario.model, scenario.cluster, par, schedule=par.schedule, gpu=scenario.gpu)
 
 
-def _resolve(args, run_settings):
+def _resolve(args: argparse.Namespace):
     from simtrain import api
 
-    settings = run_settings(args) or dict(api.DEFAULT_SCENARIO)
+    settings = run_settings(args) or dict(DEFAULT_SCENARIO)
     settings.setdefault("recompute", "auto")  # the closed form's rule unless the user fixed one
     return api.resolve(settings, recompute_rule="ledger")
 
 
-def cmd_analytic(args: argparse.Namespace, run_settings) -> int:
+def cmd_analytic(args: argparse.Namespace) -> int:
+    from simtrain.api import scenario_config
     from simtrain.outputs.tables import run_summary
 
-    sc = _resolve(args, run_settings)
-    report = {**_analytic_for(sc), "config": _config(sc)}
+    sc = _resolve(args)
+    config = scenario_config(sc)
+    report = _analytic_for(sc)
     if args.json:
-        print(json.dumps(report, sort_keys=True))
+        print(json.dumps({**report, "config": config}, sort_keys=True))
         return 0
-    report.setdefault("num_microbatches", sc.parallel.num_microbatches)
     print("closed-form estimate (course notes' parallel_plan.py model)\n")
-    print(run_summary(report))
+    print(run_summary(report, config, report["num_microbatches"]))
     print(f"\nrecomputed layers per stage: {report['recompute_layers']}")
     return 0
 
 
-def _config(sc) -> dict:
-    from simtrain.api import _config as config
-
-    return config(sc)
-
-
-def cmd_compare(args: argparse.Namespace, run_settings) -> int:
+def cmd_compare(args: argparse.Namespace) -> int:
     from simtrain import api
     from simtrain.analytic.compare import largest_differences, side_by_side
     from simtrain.outputs.tables import fmt_seconds, table
 
-    sc = _resolve(args, run_settings)
-    analytic = {**_analytic_for(sc), "config": _config(sc)}
+    sc = _resolve(args)
+    analytic = {**_analytic_for(sc), "config": api.scenario_config(sc)}
     result = api.simulate(sc)
     simulated = {**result.report, "wall_s": result.wall_s}
     if args.out:
@@ -90,7 +88,7 @@ def cmd_compare(args: argparse.Namespace, run_settings) -> int:
     return 0
 
 
-def cmd_search(args: argparse.Namespace, run_settings) -> int:
+def cmd_search(args: argparse.Namespace) -> int:
     from simtrain.outputs.tables import table
     from simtrain.schedules import GENERATORS
     from simtrain.search import search
@@ -141,32 +139,41 @@ def cmd_search(args: argparse.Namespace, run_settings) -> int:
     return 0
 
 
-def add_commands(sub, add_run_flags, run_settings) -> None:
-    """Register analytic, compare and search on the main parser's subcommands."""
-    p = sub.add_parser("analytic", help="the closed-form estimate of a configuration (same flags as run)")
-    add_run_flags(p)
-    p.set_defaults(func=lambda a: cmd_analytic(a, run_settings))
+#: ``simtrain search``'s lists of values to try: the setting and the default list.
+_SEARCH_LISTS = (("vpp", (1,)), ("mbs", (1,)), ("zero", (1,)), ("recompute", ("auto",)))
 
-    p = sub.add_parser("compare", help="analytic and simulated side by side, per category")
-    add_run_flags(p)
-    p.set_defaults(func=lambda a: cmd_compare(a, run_settings), out=None)
 
-    p = sub.add_parser("search", help="rank layouts by simulated step time, with the analytic rank beside")
-    p.add_argument("--model", required=True)
-    p.add_argument("--topology", required=True)
-    p.add_argument("--gpus", type=positive_int, required=True)
-    p.add_argument("--nodes", type=positive_int)
-    p.add_argument("--seq", type=positive_int, required=True)
-    p.add_argument("--gbs", type=positive_int, required=True)
-    p.add_argument("--schedules", type=str_list, default=("1f1b",), help="comma-separated schedule names")
-    p.add_argument("--vpp", type=int_list, default=(1,), help="virtual chunks to try (interleaved)")
-    p.add_argument("--mbs", type=int_list, default=(1,), help="micro-batch sizes to try")
-    p.add_argument("--zero", type=int_list, default=(1,), help="ZeRO stages to try")
-    p.add_argument("--recompute", type=str_list, default=("auto",), help="recompute policies to try")
-    p.add_argument("--top", type=positive_int, help="simulate only the analytic top K")
-    p.add_argument("--jobs", type=positive_int, default=min(8, os.cpu_count() or 1),
+def _add_search_flags(p: argparse.ArgumentParser) -> None:
+    for name in ("model", "topology", "gpus"):
+        add_setting_flag(p, SETTINGS[name], required=True)
+    add_setting_flag(p, SETTINGS["nodes"])
+    for name in ("seq", "gbs"):
+        add_setting_flag(p, SETTINGS[name], required=True)
+    p.add_argument("--schedules", type=list_type(str), default=("1f1b",), metavar="NAME,..",
+                   help="pipeline schedules to try, comma-separated (default 1f1b)")
+    for name, default in _SEARCH_LISTS:
+        s = SETTINGS[name]
+        p.add_argument(*s.cli_flags, dest=name, type=list_type(s.flag_kind, s.rule), default=default,
+                       metavar=f"{s.metavar},..", help=f"values of --{name.replace('_', '-')} to try, "
+                       f"comma-separated (default {','.join(map(str, default))})")
+    p.add_argument("--top", type=positive_int, metavar="K", help="simulate only the analytic top K")
+    p.add_argument("--jobs", type=positive_int, default=min(8, os.cpu_count() or 1), metavar="J",
                    help="parallel processes (default: the CPUs, at most 8)")
     p.add_argument("--results", metavar="FILE.jsonl", help="append each finished candidate here")
     p.add_argument("--resume", action="store_true", help="skip candidates already in --results")
-    p.add_argument("--json", action="store_true")
-    p.set_defaults(func=lambda a: cmd_search(a, run_settings))
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def add_commands(sub: Any) -> None:
+    """Register analytic, compare and search on the main parser's subcommands."""
+    p = sub.add_parser("analytic", help="the closed-form estimate of a configuration (same flags as run)")
+    add_run_flags(p)
+    p.set_defaults(func=cmd_analytic)
+
+    p = sub.add_parser("compare", help="analytic and simulated side by side, per category")
+    add_run_flags(p, out_help="also write the simulated run's outputs to this folder")
+    p.set_defaults(func=cmd_compare, out=None)
+
+    p = sub.add_parser("search", help="rank layouts by simulated step time, with the analytic rank beside")
+    _add_search_flags(p)
+    p.set_defaults(func=cmd_search)

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
-from simtrain.metrics import BREAKDOWN
+from collections.abc import Mapping
+from typing import Any
+
+from simtrain.metrics import BREAKDOWN, StepMetrics
 
 
 def fmt_seconds(s: float) -> str:
+    """Seconds in s, ms or us, whichever reads best."""
     if s >= 1:
         return f"{s:.3f} s"
     if s >= 1e-3:
@@ -14,6 +18,7 @@ def fmt_seconds(s: float) -> str:
 
 
 def fmt_bandwidth(bps: float) -> str:
+    """Bytes/s as GB/s (10**9)."""
     return f"{bps / 1e9:,.1f} GB/s"
 
 
@@ -30,13 +35,14 @@ def table(rows: list[list[str]], header: list[str] | None = None) -> str:
     return "\n".join(lines)
 
 
-def run_summary(report: dict) -> str:
-    """The summary `simtrain run` prints."""
-    c = report["config"]
+def run_summary(report: StepMetrics, config: Mapping[str, Any], num_microbatches: int) -> str:
+    """The summary ``simtrain run`` (and ``analytic``) prints: the configuration (a report's
+    ``config``), then the metrics of the step."""
+    c = config
     step = report["step_time_s"]
     head = (f"{c['model']} on {c['gpus']} x {c['gpu']} ({c['topology']}, {c['nodes']} nodes)  "
             f"TP={c['tp']} CP={c['cp']} PP={c['pp']} DP={c['dp']} EP={c['ep']}  schedule {c['schedule']}  "
-            f"seq {c['seq']}  mbs {c['mbs']}  gbs {c['gbs']} ({report['num_microbatches']} micro-batches "
+            f"seq {c['seq']}  mbs {c['mbs']}  gbs {c['gbs']} ({num_microbatches} micro-batches "
             f"per pipeline)  ZeRO-{c['zero']}  recompute {c['recompute']}")
     top = table([
         ["step time", fmt_seconds(step)],
@@ -48,7 +54,7 @@ def run_summary(report: dict) -> str:
         ["peak memory per stage", " ".join(f"{g:.1f}" for g in report["peak_memory_gib"]) +
          f" GiB of {report['memory_capacity_gib']:.1f}" + ("" if report["fits_in_memory"] else "  DOES NOT FIT")],
     ])
-    excess = [(i, x) for i, x in enumerate(report.get("memory_excess_gib", [])) if x > 0]
+    excess = [(i, x) for i, x in enumerate(report["memory_excess_gib"]) if x > 0]
     if excess:
         top += "\n" + "; ".join(f"stage {i} exceeds the capacity by {x:.1f} GiB" for i, x in excess)
     rows = []

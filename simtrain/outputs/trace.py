@@ -11,16 +11,15 @@ pids and tids start at 1, not 0: Perfetto treats pid 0 (the Linux idle task) spe
 
 from __future__ import annotations
 
-import json
 import os
-import tempfile
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 
 import numpy as np
 
 from simtrain import __version__
-from simtrain.timeline import KINDS, STREAMS, Timeline
+from simtrain.outputs.files import write_json_atomic
+from simtrain.timeline import Timeline
+from simtrain.workload.program import KINDS, STREAMS
 
 GROUP_BY = ("rank", "node")
 _US = 1e6  # seconds to microseconds
@@ -179,21 +178,3 @@ def write_trace(timeline: Timeline, path: str | os.PathLike, **kw) -> None:
     temporary file in the same folder, then renamed into place).
     """
     write_json_atomic(trace_events(timeline, **kw), path)
-
-
-def write_json_atomic(obj: dict, path: str | os.PathLike) -> None:
-    """Dump ``obj`` as compact JSON with sorted keys to ``path``, atomically."""
-    path = Path(path)
-    directory = path.parent if str(path.parent) else Path(".")
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(obj, fh, sort_keys=True, separators=(",", ":"))
-        os.chmod(tmp, 0o644)  # mkstemp creates 0600
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise

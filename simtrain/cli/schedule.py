@@ -1,0 +1,65 @@
+"""``simtrain schedule``: a pipeline schedule alone, with fixed action costs, beside its closed form."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from simtrain.cli.types import check_suffix, costs, nonneg_float, positive_int
+
+
+def cmd_schedule(args: argparse.Namespace) -> int:
+    from simtrain.outputs.tables import table
+    from simtrain.schedules import load_schedule
+    from simtrain.workload.fixed_cost import run_schedule, schedule_report
+
+    F, I, W = args.costs  # noqa: N806,E741
+    params = {"vpp": args.vpp} if args.vpp else {}
+    if args.name == "zb-auto":
+        params.update(costs=(F, I, W), comm=args.comm)
+    sched = load_schedule(args.name, args.pp, args.microbatches, **params)
+    run = run_schedule(sched, F, I, W, comm=args.comm, vpp=args.vpp or 1)
+    if args.gantt:
+        check_suffix(args.gantt, (".png", ".svg"), "--gantt")
+        from simtrain.outputs.gantt import draw_gantt
+
+        title = (f"{sched.name}: p={sched.num_ranks}, m={sched.num_microbatches}"
+                 + (f", v={args.vpp}" if args.vpp else "") + f", F,I,W = {F:g},{I:g},{W:g}, p2p {args.comm:g}"
+                 + f"; makespan {run.makespan:g}")
+        draw_gantt(run.timeline, args.gantt, title=title, textbook=True,
+                   rank_labels={r: f"rank {r}" for r in range(sched.num_ranks)},
+                   time_label="time (units of the given costs)")
+    report = schedule_report(run)
+    if args.json:
+        print(json.dumps(report, sort_keys=True))
+        return 0
+    closed = run.closed_form
+    print(f"{sched.name}: {sched.num_ranks} ranks, {sched.num_microbatches} micro-batches, "
+          f"{sched.num_stages} stages; costs F,I,W = {F:g},{I:g},{W:g}, p2p latency {args.comm:g}")
+    print(f"makespan {run.makespan:g}" + (f"  (closed form {closed:g})" if closed is not None
+                                           else "  (no closed form for these settings)"))
+    print(f"bubble ratio {run.bubble_ratio:.1%}")
+    rows = [[str(r), f"{run.idle_per_rank[r]:g}", f"{run.peak_inflight[r]:g}",
+             " ".join(str(a) for a in sched.actions[r][:12]) + (" ..." if len(sched.actions[r]) > 12 else "")]
+            for r in range(sched.num_ranks)]
+    print(table(rows, ["rank", "idle", "peak in-flight", "actions"]))
+    if args.gantt:
+        print(f"wrote {args.gantt}")
+    return 0
+
+
+def add_command(sub: Any) -> None:
+    """Register ``simtrain schedule`` on the main parser's subcommands."""
+    p = sub.add_parser("schedule", help="run a pipeline schedule alone with fixed action costs")
+    p.add_argument("name", metavar="NAME|FILE.csv", help="schedule name or CSV file")
+    p.add_argument("--pp", type=positive_int, required=True, metavar="P", help="pipeline ranks")
+    p.add_argument("--microbatches", type=positive_int, required=True, metavar="M", help="micro-batches per step")
+    p.add_argument("--vpp", type=positive_int, metavar="V", help="model chunks per rank (interleaved-1f1b)")
+    p.add_argument("--costs", type=costs, default=(1.0, 1.0, 1.0), metavar="F,I,W",
+                   help="cost of F, I and W for one plain stage (default 1,1,1)")
+    p.add_argument("--comm", type=nonneg_float, default=0.0, metavar="C",
+                   help="p2p latency between stages (default 0)")
+    p.add_argument("--gantt", metavar="OUT.png|OUT.svg", help="draw the textbook picture")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=cmd_schedule)
