@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from simtrain.search import search
+from simtrain.search import simulated_search
 
 
 def main() -> None:
@@ -18,7 +18,7 @@ def main() -> None:
     args = ap.parse_args()
     base = {"model": "llama3-70b", "topology": "seed-h100", "nodes": 8, "seq": 8192, "gbs": 512}
     t0 = time.perf_counter()
-    out = search(base, gpus=64, gpus_per_node=8, top=args.top, jobs=args.jobs, results=None, resume=False)
+    out = simulated_search(base, gpus=64, gpus_per_node=8, top=args.top, jobs=args.jobs, results=None, resume=False)
     wall = time.perf_counter() - t0
     print(f"layouts enumerated {out['candidates_enumerated']}, fit {out['candidates_fit']}, "
           f"simulated {out['candidates_simulated']}")

@@ -40,7 +40,7 @@ from simtrain.specs.model import ModelSpec
 from simtrain.specs.parallel import ParallelSpec
 from simtrain.timeline import Timeline
 from simtrain.workload.program import COMM_KINDS, KINDS, STREAMS, Program
-from simtrain.units import GiB
+from simtrain.units import TFLOPS, GiB
 
 BREAKDOWN = ("compute", "recompute", "imbalance", "tp", "cp", "ep", "pp", "bubble", "dp")
 
@@ -212,7 +212,7 @@ def step_metrics(*, step_s: float, tokens: int, num_gpus: int, gpu: GpuSpec, mod
     return StepMetrics(
         step_time_s=step_s,
         tokens_per_s=tokens / step_s if step_s > 0 else 0.0,
-        tflops_per_gpu=model_flops / (step_s * num_gpus) / 1e12 if step_s > 0 else 0.0,
+        tflops_per_gpu=model_flops / (step_s * num_gpus) / TFLOPS if step_s > 0 else 0.0,
         mfu=model_flops / denom,
         hfu=hardware_flops / denom,
         model_flops_per_step=model_flops,
@@ -231,10 +231,10 @@ def step_metrics(*, step_s: float, tokens: int, num_gpus: int, gpu: GpuSpec, mod
 
 
 def summarize(tl: Timeline, *, model: ModelSpec, gpu: GpuSpec, num_gpus: int, seq: int, gbs: int,
-              rank_weight: dict[int, int], rank_stage: dict[int, int],
+              rank_weight: dict[int, int], pipeline_rank_of: dict[int, int],
               static_bytes: dict[int, float]) -> StepMetrics:
     """The step metrics of a timeline whose simulated ranks stand for ``rank_weight`` ranks each
-    and sit on pipeline stage ``rank_stage``."""
+    each, at the pipeline rank ``pipeline_rank_of`` gives."""
     step = tl.end_s
     ranks = sorted(rank_weight)
     weights = np.array([rank_weight[r] for r in ranks], dtype=float)
@@ -264,21 +264,21 @@ def summarize(tl: Timeline, *, model: ModelSpec, gpu: GpuSpec, num_gpus: int, se
         weight_of[r] = rank_weight[r]
     hw_flops = float(np.sum(tl.cols["flops"][compute_mask] * weight_of[tl.cols["rank"][compute_mask]]))
     peaks = memory_peaks(tl, static_bytes)
-    stages = sorted(set(rank_stage.values()))
+    stages = sorted(set(pipeline_rank_of.values()))
     return step_metrics(
         step_s=step, tokens=tokens, num_gpus=num_gpus, gpu=gpu,
         model_flops=model_flops_per_token(model, seq) * tokens, hardware_flops=hw_flops,
         breakdown=breakdown, exposed=exposed, overlapped=overlapped,
-        stage_work=[float(max(work[i] for i, r in enumerate(ranks) if rank_stage[r] == s)) for s in stages],
+        stage_work=[float(max(work[i] for i, r in enumerate(ranks) if pipeline_rank_of[r] == s)) for s in stages],
         mean_work=mean_work,
-        peak_bytes=[max(peaks[r] for r in ranks if rank_stage[r] == s) for s in stages])
+        peak_bytes=[max(peaks[r] for r in ranks if pipeline_rank_of[r] == s) for s in stages])
 
 
 def run_report(tl: Timeline, program: Program, *, model: ModelSpec, gpu: GpuSpec, par: ParallelSpec,
                num_events: int, links: dict[str, Any], config: dict[str, Any]) -> Report:
     """The report of a simulated step: the metrics of its timeline and the facts of the run."""
     metrics = summarize(tl, model=model, gpu=gpu, num_gpus=par.world, seq=par.seq, gbs=par.gbs,
-                        rank_weight=program.rank_weight, rank_stage=program.pipeline_rank_of,
+                        rank_weight=program.rank_weight, pipeline_rank_of=program.pipeline_rank_of,
                         static_bytes=program.static_bytes)
     return Report(**metrics, num_microbatches=par.num_microbatches, num_events=num_events,
                   simulated_ranks=len(program.ranks), links=links, config=config)

@@ -159,12 +159,12 @@ def _ranks(x: np.ndarray) -> np.ndarray:
     return ranks
 
 
-def search(base: dict, *, gpus: int, gpus_per_node: int, top: int | None, jobs: int,
-           results: Path | None, resume: bool, progress=None, **grid) -> dict:
+def simulated_search(base: dict, *, gpus: int, gpus_per_node: int, top: int | None, jobs: int,
+                     results: Path | None, resume: bool, progress=None, **grid) -> dict:
     """Enumerate, estimate, simulate and rank. Returns a JSON-ready result.
 
-    >>> out = search({"model": "llama3-8b", "topology": "seed-h100", "nodes": 1, "seq": 8192, "gbs": 64},
-    ...              gpus=8, gpus_per_node=8, top=2, jobs=1, results=None, resume=False)
+    >>> out = simulated_search({"model": "llama3-8b", "topology": "seed-h100", "nodes": 1, "seq": 8192,
+    ...                         "gbs": 64}, gpus=8, gpus_per_node=8, top=2, jobs=1, results=None, resume=False)
     >>> out["candidates_fit"], [r["analytic_rank"] for r in sorted(out["ranking"], key=lambda r: r["analytic_rank"])]
     (16, [1, 2])
     """

@@ -9,6 +9,7 @@ from __future__ import annotations
 KiB = 2**10
 MiB = 2**20
 GiB = 2**30
+TiB = 2**40
 KB = 1e3
 MB = 1e6
 GB = 1e9
@@ -17,18 +18,19 @@ TFLOPS = 1e12  # FLOP/s
 MS = 1e-3  # one millisecond in seconds
 US = 1e-6  # one microsecond in seconds
 NS = 1e-9
+US_PER_S = 1e6  # microseconds per second (trace timestamps)
 BYTES_BF16 = 2
 BYTES_FP32 = 4
 
 
 def gbps_to_Bps(gbps: float) -> float:
     """Gigabits per second (network convention, 400 Gb/s) to bytes per second."""
-    return gbps * 1e9 / 8
+    return gbps * GB / 8
 
 
 def GBps_to_Bps(GBps: float) -> float:
     """Gigabytes per second (NVLink convention, 450 GB/s) to bytes per second."""
-    return GBps * 1e9
+    return GBps * GB
 
 
 def us_to_s(us: float) -> float:

@@ -35,7 +35,7 @@ def simulate(model, par, schedule_name="1f1b", opts=BARE, network=None, gpus_per
     prog = lower(model, par, GPU, sched, mesh, opts)
     res = engine.run(prog, network or FixedLatency())
     rep = summarize(res.timeline, model=model, gpu=GPU, num_gpus=par.world, seq=par.seq, gbs=par.gbs,
-                    rank_weight=prog.rank_weight, rank_stage=prog.pipeline_rank_of,
+                    rank_weight=prog.rank_weight, pipeline_rank_of=prog.pipeline_rank_of,
                     static_bytes=prog.static_bytes)
     return prog, res, rep
 

@@ -10,7 +10,7 @@ import pytest
 
 from simtrain.cli.collective import add_collective_command, collective_report, parse_size
 from simtrain.errors import SimtrainError, SpecError
-from simtrain.network.algorithms import (ALGORITHMS, REGISTRY, CollectiveAlgorithm, analytic_time, applicable,
+from simtrain.network.algorithms import (ALGORITHMS, REGISTRY, CollectiveAlgorithm, uncontended_time, applicable,
                                          bandwidths, bus_factor, check_algorithm, phases, select_algorithm)
 from simtrain.network.analytic import AnalyticNetwork, alpha_beta_time
 from simtrain.network.chains import run_chains, run_transfers
@@ -148,7 +148,7 @@ def test_ring_all_reduce_in_one_node_matches_alpha_beta_in_both_fidelities():
     n, S, B, alpha = 8, 256 * 2**20, 450 * GB, 1e-6
     expected = 2 * (n - 1) / n * S / B + 2 * (n - 1) * alpha
     gpus = tuple(range(n))
-    assert analytic_time("all_reduce", "ring", gpus, S, r, c) == pytest.approx(expected, rel=1e-12)
+    assert uncontended_time("all_reduce", "ring", gpus, S, r, c) == pytest.approx(expected, rel=1e-12)
     t, _ = _flow_time(c, [phases("all_reduce", gpus, S, r, "ring")])
     assert t == pytest.approx(expected, rel=0.01)
     assert AnalyticNetwork(c, r).collective_time("all_reduce", gpus, S) == pytest.approx(expected)
@@ -170,7 +170,7 @@ def test_flow_and_analytic_agree_without_contention(op, algo, gpus):
     r = Router(c)
     S = 64 * 2**20
     t, model = _flow_time(c, [phases(op, gpus, S, r, algo)])
-    assert t == pytest.approx(analytic_time(op, algo, gpus, S, r, c), rel=0.01)
+    assert t == pytest.approx(uncontended_time(op, algo, gpus, S, r, c), rel=0.01)
     assert model.usage.bytes_delivered == pytest.approx(model.usage.bytes_added, rel=1e-12)
 
 
@@ -178,7 +178,7 @@ def test_analytic_ring_and_p2p_are_the_analytic_network():
     c = load_topology("h100-ib")
     r, net = Router(c), AnalyticNetwork(c, Router(c))
     for gpus in (tuple(range(8)), tuple(range(0, 64, 8)), tuple(range(64))):
-        assert analytic_time("all_reduce", "ring", gpus, 1e8, r, c) == \
+        assert uncontended_time("all_reduce", "ring", gpus, 1e8, r, c) == \
             pytest.approx(net.collective_time("all_reduce", gpus, 1e8), rel=1e-12)
     assert Planner(c, r).p2p_time(0, 9, 1e8) == pytest.approx(net.p2p_time(0, 9, 1e8), rel=1e-12)
 
@@ -203,7 +203,7 @@ def test_oversubscription_doubles_concurrent_dp_all_reduce_in_flow_mode_only():
         c = fat_tree(os_)
         r = Router(c)
         flow[os_], model = _flow_time(c, [phases("all_reduce", g, S, r, "ring") for g in groups])
-        analytic[os_] = max(analytic_time("all_reduce", "ring", g, S, r, c) for g in groups)
+        analytic[os_] = max(uncontended_time("all_reduce", "ring", g, S, r, c) for g in groups)
         assert model.usage.bytes_delivered == pytest.approx(model.usage.bytes_added, rel=1e-12)
         assert max(st["peak_utilisation"] for st in model.usage.stats().values()) <= 1 + 1e-9
         uplink[os_] = c.graph.edges["leaf0", "spine0"]["bandwidth_Bps"]
@@ -314,11 +314,11 @@ def test_nvls_beats_ring_inside_a_node():
     c = node(bw_GBps=450, latency_us=0.0)
     r = Router(c)
     S, gpus = 2**30, tuple(range(8))
-    t = analytic_time("all_reduce", "nvls", gpus, S, r, c)
+    t = uncontended_time("all_reduce", "nvls", gpus, S, r, c)
     assert t == pytest.approx(9 / 8 * S / (450 * GB))
     flow, _ = _flow_time(c, [phases("all_reduce", gpus, S, r, "nvls")])
     assert flow == pytest.approx(t, rel=0.01)
-    assert t < analytic_time("all_reduce", "ring", gpus, S, r, c)
+    assert t < uncontended_time("all_reduce", "ring", gpus, S, r, c)
 
 
 def test_busbw_of_an_uncontended_ring_in_one_node_is_the_link_bandwidth():

@@ -77,7 +77,7 @@ def _small(p, m, tp, dp, nic_gbps=400, nvlink=450, efficiency=0.6):
     prog = lower(model, par, gpu, generate("1f1b", p, m), build_mesh(tp, 1, dp, p), WorkloadOptions())
     res = engine.run(prog, AnalyticNetwork(cluster, Router(cluster)))
     rep = summarize(res.timeline, model=model, gpu=gpu, num_gpus=par.world, seq=par.seq, gbs=par.gbs,
-                    rank_weight=prog.rank_weight, rank_stage=prog.pipeline_rank_of, static_bytes=prog.static_bytes)
+                    rank_weight=prog.rank_weight, pipeline_rank_of=prog.pipeline_rank_of, static_bytes=prog.static_bytes)
     return prog, res, rep
 
 

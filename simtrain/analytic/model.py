@@ -66,6 +66,7 @@ from simtrain.specs.gpu import GpuSpec
 from simtrain.specs.model import ModelSpec
 from simtrain.specs.parallel import ParallelSpec
 from simtrain.topology.cluster import Cluster
+from simtrain.units import GB
 
 #: Fewest tokens a CP rank may hold (the notes' MIN_CP_CHUNK): smaller ring steps are too short.
 MIN_CP_CHUNK = 4096
@@ -246,8 +247,8 @@ def _evaluate(model: ModelSpec, cluster: Cluster, par: ParallelSpec, gpu: GpuSpe
     if rc is None:
         r = layers if fixed is None else fixed
         return fail(f"{'no recompute count' if fixed is None else f'recompute={r} layers'} fits "
-                    f"in {usable / 1e9:.1f} GB (model states {states / 1e9:.1f} GB + activations "
-                    f"{act(r, max(flights)) / 1e9:.1f} GB with {r}/{layers} layers recomputed)")
+                    f"in {usable / GB:.1f} GB (model states {states / GB:.1f} GB + activations "
+                    f"{act(r, max(flights)) / GB:.1f} GB with {r}/{layers} layers recomputed)")
 
     # ---- time of one micro-batch on the last stage
     h, big_v = model.hidden, model.vocab

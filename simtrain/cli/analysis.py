@@ -91,7 +91,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 def cmd_search(args: argparse.Namespace) -> int:
     from simtrain.outputs.tables import table
     from simtrain.schedules import GENERATORS
-    from simtrain.search import search
+    from simtrain.search import simulated_search
     from simtrain.specs.model import load_model
     from simtrain.topology.cluster import load_topology
 
@@ -115,9 +115,10 @@ def cmd_search(args: argparse.Namespace) -> int:
         end = "\n" if quiet or done == total else ""
         print(f"\r[{bar:<{width}}] {done}/{total} {label[:60]:<60}", end=end, file=sys.stderr, flush=True)
 
-    out = search(base, gpus=args.gpus, gpus_per_node=cluster.gpus_per_node, top=args.top, jobs=args.jobs,
-                 results=results, resume=args.resume, progress=progress, schedules=args.schedules,
-                 vpps=args.vpp, mbss=args.mbs, zeros=args.zero, recomputes=args.recompute)
+    out = simulated_search(base, gpus=args.gpus, gpus_per_node=cluster.gpus_per_node, top=args.top,
+                           jobs=args.jobs, results=results, resume=args.resume, progress=progress,
+                           schedules=args.schedules, vpps=args.vpp, mbss=args.mbs, zeros=args.zero,
+                           recomputes=args.recompute)
     if args.json:
         print(json.dumps(out, sort_keys=True))
         return 0

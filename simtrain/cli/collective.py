@@ -19,7 +19,7 @@ import json
 import re
 from typing import Any
 
-from simtrain.network.algorithms import ALGORITHMS, analytic_time, bandwidths, normalize_op, select_algorithm
+from simtrain.network.algorithms import ALGORITHMS, uncontended_time, bandwidths, normalize_op, select_algorithm
 from simtrain.cli.types import positive_int
 from simtrain.errors import SpecError
 from simtrain.network.chains import run_chains
@@ -29,12 +29,13 @@ from simtrain.network.solver import FlowModel
 from simtrain.outputs.tables import fmt_seconds
 from simtrain.topology.cluster import Cluster, load_topology
 from simtrain.topology.routes import Router
+from simtrain.units import GB, MB, TB, GiB, KB, KiB, MiB, TiB
 
 CLI_OPS = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "p2p")
 COLLECTIVE_NETWORKS = ("analytic", "flow")  # the fidelities that time a collective alone
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d*)?(?:[eE][+-]?\d+)?)\s*([A-Za-z]*)\s*$")
-_MULT = {"": 1, "b": 1, "k": 2**10, "kib": 2**10, "m": 2**20, "mib": 2**20, "g": 2**30,
-         "gib": 2**30, "t": 2**40, "tib": 2**40, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12}
+_MULT = {"": 1, "b": 1, "k": KiB, "kib": KiB, "m": MiB, "mib": MiB, "g": GiB, "gib": GiB, "t": TiB, "tib": TiB,
+         "kb": int(KB), "mb": int(MB), "gb": int(GB), "tb": int(TB)}
 
 
 def parse_size(text: str) -> int:
@@ -111,7 +112,7 @@ def collective_report(op: str, *, size_bytes: float, gpus: int | None = None,
     group = _ranks(name, gpus, ranks, cluster)
     groups = _groups(group, concurrent_groups, cluster.num_gpus)
     algorithm = select_algorithm(name, group, size_bytes, cluster, router, force=algo, nvls=nvls)
-    one = analytic_time(name, algorithm, group, size_bytes, router, cluster)
+    one = uncontended_time(name, algorithm, group, size_bytes, router, cluster)
     report: dict[str, Any] = {"op": name.replace("_", "-"), "size_bytes": size_bytes,
                               "algorithm": algorithm, "network": network, "ranks": group,
                               "groups": [list(g) for g in groups], "uncontended_time_s": one,
@@ -148,7 +149,7 @@ def _ranks_arg(text: str) -> list[int]:
 
 
 def _fmt_bw(bps: float | None) -> str:
-    return "-" if bps is None else f"{bps / 1e9:,.1f}"
+    return "-" if bps is None else f"{bps / GB:,.1f}"
 
 
 def _fmt_ranks(ranks: list[int]) -> str:
@@ -169,7 +170,7 @@ def format_report(rep: dict[str, Any]) -> str:
              _fmt_bw(rep["busbw_Bps"]), fmt_seconds(rep["uncontended_time_s"])]]
     out = [head, table(rows, ["algorithm", "time", "algbw GB/s", "busbw GB/s", "uncontended"])]
     if rep.get("top_links"):
-        links = [[r["link"], r["tier"], f"{r['bytes'] / 1e6:,.1f}", f"{r['bandwidth_Bps'] / 1e9:,.1f}",
+        links = [[r["link"], r["tier"], f"{r['bytes'] / MB:,.1f}", f"{r['bandwidth_Bps'] / GB:,.1f}",
                   f"{100 * r['mean_utilisation']:.0f}%", f"{100 * r['peak_utilisation']:.0f}%"]
                  for r in rep["top_links"]]
         out += ["", table(links, ["most loaded links", "tier", "MB", "GB/s", "mean util", "peak util"])]

@@ -4,10 +4,10 @@ A :class:`CollectiveAlgorithm` says which collectives an algorithm implements, w
 whether the tuner offers it for a group, how it runs as phases of flows (builders in
 :mod:`simtrain.network.phases`) and, where one exists, its uncontended closed form. Everything
 that asks about algorithms (the tuner, :func:`check_algorithm`, :func:`applicable`,
-:func:`phases`, :func:`analytic_time`) reads :data:`REGISTRY`, or the registry it is given:
+:func:`phases`, :func:`uncontended_time`) reads :data:`REGISTRY`, or the registry it is given:
 adding an algorithm is adding one record.
 
-``analytic_time`` is the uncontended closed form: for ``ring`` the alpha-beta time of
+``uncontended_time`` is the uncontended closed form: for ``ring`` the alpha-beta time of
 :func:`~simtrain.network.analytic.alpha_beta_time` with the ring's bottleneck shared by the hops
 crossing it (exactly :class:`~simtrain.network.analytic.AnalyticNetwork`); otherwise, per phase,
 the most loaded link's ``bytes / bandwidth`` plus the phase latency
@@ -168,7 +168,7 @@ def phases(op: str, gpus: Sequence[int], nbytes: float, router: Router, algo: st
     return registry[algo].phases(op, gpus, float(nbytes), router)
 
 
-def analytic_time(op: str, algo: str, gpus: Sequence[int], nbytes: float, router: Router,
+def uncontended_time(op: str, algo: str, gpus: Sequence[int], nbytes: float, router: Router,
                   cluster: Cluster, registry: Mapping[str, CollectiveAlgorithm] = REGISTRY) -> float:
     """The uncontended closed-form time of ``algo`` (see the module docstring)."""
     op, gpus = normalize_op(op), tuple(gpus)
@@ -183,7 +183,7 @@ def select_algorithm(op: str, gpus: Sequence[int], nbytes: float, cluster: Clust
                      strict: bool = True, registry: Mapping[str, CollectiveAlgorithm] = REGISTRY) -> str:
     """The algorithm NCCL's tuner would pick (``src/graph/tuning.cc``: the smallest predicted
     time): among the records of ``registry`` that are :func:`applicable` and offered for the
-    group, the one with the smallest :func:`analytic_time`, ties in registry order. So tree
+    group, the one with the smallest :func:`uncontended_time`, ties in registry order. So tree
     (offered across >= 2 nodes, as NCCL) wins small all-reduces across nodes (2 log2 n
     latencies instead of 2(n-1)), ring or hierarchical large ones. ``force``
     (``--collective-algo``) names the algorithm: unknown names raise SpecError; one that cannot
@@ -201,5 +201,5 @@ def select_algorithm(op: str, gpus: Sequence[int], nbytes: float, cluster: Clust
              if applicable(a.name, op, gpus, cluster, nvls, registry) is None and a.offered(blocks)]
     if len(cands) == 1 or len(gpus) <= 1 or nbytes <= 0:
         return cands[0]
-    times = [analytic_time(op, a, gpus, nbytes, router, cluster, registry) for a in cands]
+    times = [uncontended_time(op, a, gpus, nbytes, router, cluster, registry) for a in cands]
     return cands[times.index(min(times))]

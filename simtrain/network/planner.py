@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Mapping, Sequence
 
-from simtrain.network.algorithms import (REGISTRY, CollectiveAlgorithm, analytic_time, check_algorithm,
+from simtrain.network.algorithms import (REGISTRY, CollectiveAlgorithm, uncontended_time, check_algorithm,
                                          phases, select_algorithm)
 from simtrain.network.phases import Phase
 from simtrain.topology.cluster import Cluster
@@ -46,7 +46,7 @@ class Planner:
         key = (op, tuple(gpus), nbytes)
         t = self._times.get(key)
         if t is None:
-            t = self._times[key] = analytic_time(op, self.algorithm(op, gpus, nbytes), key[1], nbytes,
+            t = self._times[key] = uncontended_time(op, self.algorithm(op, gpus, nbytes), key[1], nbytes,
                                                  self.router, self.cluster, self.registry)
         return t
 

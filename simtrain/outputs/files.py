@@ -5,19 +5,23 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 
-def write_json_atomic(obj: Mapping[str, Any], path: str | os.PathLike) -> None:
-    """Dump ``obj`` as compact JSON with sorted keys to ``path``, atomically."""
+@contextmanager
+def atomic_open(path: str | os.PathLike, mode: str = "w") -> Iterator[IO]:
+    """Open a temporary file beside ``path`` for writing (``mode`` ``"w"`` for text, ``"wb"``
+    for bytes); when the block ends without an error it is renamed onto ``path``, otherwise
+    removed. Readers never see a half-written file."""
     path = Path(path)
     directory = path.parent if str(path.parent) else Path(".")
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(obj, fh, sort_keys=True, separators=(",", ":"))
+        with os.fdopen(fd, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as fh:
+            yield fh
         os.chmod(tmp, 0o644)  # mkstemp creates 0600
         os.replace(tmp, path)
     except BaseException:
@@ -26,3 +30,9 @@ def write_json_atomic(obj: Mapping[str, Any], path: str | os.PathLike) -> None:
         except OSError:
             pass
         raise
+
+
+def write_json_atomic(obj: Mapping[str, Any], path: str | os.PathLike) -> None:
+    """Dump ``obj`` as compact JSON with sorted keys to ``path``, atomically."""
+    with atomic_open(path) as fh:
+        json.dump(obj, fh, sort_keys=True, separators=(",", ":"))

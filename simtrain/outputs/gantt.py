@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import os
 import sys
-import tempfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from simtrain.outputs.files import atomic_open
 from simtrain.outputs.colors import (CHUNK_LIGHTEN, KIND_COLOURS, KIND_LABELS, LINE_COLOURS, lighten,
                                      text_colour)
 from simtrain.timeline import Timeline
@@ -358,19 +358,8 @@ _MEMORY_IN = 2.2  # height of the memory panel
 
 
 def _save_atomic(fig, path: Path, fmt: str, matplotlib) -> None:
-    """Save ``fig`` to a temporary file next to ``path``, then rename it into place."""
-    directory = path.parent if str(path.parent) else Path(".")
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as fh, matplotlib.rc_context(
-                {"svg.hashsalt": "simtrain", "svg.fonttype": "none"}):
-            metadata = {"Date": None} if fmt == "svg" else None
-            fig.savefig(fh, format=fmt, dpi=_DPI, metadata=metadata)
-        os.chmod(tmp, 0o644)  # mkstemp creates 0600
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    """Save ``fig`` to ``path`` atomically, with reproducible bytes (no date, fixed SVG ids)."""
+    with atomic_open(path, "wb") as fh, matplotlib.rc_context(
+            {"svg.hashsalt": "simtrain", "svg.fonttype": "none"}):
+        metadata = {"Date": None} if fmt == "svg" else None
+        fig.savefig(fh, format=fmt, dpi=_DPI, metadata=metadata)

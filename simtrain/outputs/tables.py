@@ -6,20 +6,21 @@ from collections.abc import Mapping
 from typing import Any
 
 from simtrain.metrics import BREAKDOWN, StepMetrics
+from simtrain.units import GB, MS, US
 
 
 def fmt_seconds(s: float) -> str:
     """Seconds in s, ms or us, whichever reads best."""
     if s >= 1:
         return f"{s:.3f} s"
-    if s >= 1e-3:
-        return f"{s * 1e3:.2f} ms"
-    return f"{s * 1e6:.1f} us"
+    if s >= MS:
+        return f"{s / MS:.2f} ms"
+    return f"{s / US:.1f} us"
 
 
 def fmt_bandwidth(bps: float) -> str:
     """Bytes/s as GB/s (10**9)."""
-    return f"{bps / 1e9:,.1f} GB/s"
+    return f"{bps / GB:,.1f} GB/s"
 
 
 def table(rows: list[list[str]], header: list[str] | None = None) -> str:

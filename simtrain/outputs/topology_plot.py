@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from simtrain.errors import SpecError
+from simtrain.outputs.files import atomic_open
 
 if TYPE_CHECKING:
     from simtrain.topology.cluster import Cluster
@@ -129,4 +130,5 @@ def draw_topology(cluster: "Cluster", path: str | Path,
     ax.set_xticks([])
     for side in ("top", "right", "bottom"):
         ax.spines[side].set_visible(False)
-    fig.savefig(path, format=fmt, bbox_inches="tight")
+    with atomic_open(path, "wb") as fh:
+        fig.savefig(fh, format=fmt, bbox_inches="tight")

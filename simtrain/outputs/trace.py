@@ -20,9 +20,10 @@ from simtrain import __version__
 from simtrain.outputs.files import write_json_atomic
 from simtrain.timeline import Timeline
 from simtrain.workload.program import KINDS, STREAMS
+from simtrain.units import US_PER_S
 
 GROUP_BY = ("rank", "node")
-_US = 1e6  # seconds to microseconds
+_US = US_PER_S
 
 
 def rank_pid(rank: int) -> int:

@@ -164,3 +164,6 @@ ZB_AUTO = ScheduleRecord(
             Param("comm", "0", ">= 0", "p2p latency between stages"),
             Param("mem_limit", "pp", "integer >= 1", "most micro-batches in flight per rank")),
     ranked_as="1f1b")
+
+#: This module's schedules, read by :mod:`simtrain.schedules.registry`.
+RECORDS = (ZB_AUTO,)

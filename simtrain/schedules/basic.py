@@ -70,3 +70,6 @@ GPIPE = ScheduleRecord(
 ONE_F_ONE_B = ScheduleRecord(
     "1f1b", one_f_one_b, "One forward, one backward (PipeDream-Flush; Narayanan et al. 2021)",
     closed_form=ClosedForm(fill_drain_bubble, one_f_one_b_in_flight, _always, "any pp, m"))
+
+#: This module's schedules, read by :mod:`simtrain.schedules.registry`.
+RECORDS = (GPIPE, ONE_F_ONE_B)

@@ -186,3 +186,6 @@ DUALPIPE = ScheduleRecord(
 DUALPIPEV = ScheduleRecord(
     "dualpipev", dualpipev, "DualPipe cut in half: one V-shaped pipeline (DeepSeek-V3 DualPipe repo)",
     closed_form=ClosedForm(_dualpipev_bubble, _in_flight, _dualpipev_covers, "m >= 2 pp"))
+
+#: This module's schedules, read by :mod:`simtrain.schedules.registry`.
+RECORDS = (DUALPIPE, DUALPIPEV)

@@ -115,3 +115,6 @@ INTERLEAVED_1F1B = ScheduleRecord(
             Param("group", "pp", "pp <= group <= m, m % group 0 or >= pp",
                   "Megatron-core's micro-batch group size")),
     closed_form=ClosedForm(_bubble, _in_flight, _covers, "vpp = 1, or pp divides m (Megatron-LM)"))
+
+#: This module's schedules, read by :mod:`simtrain.schedules.registry`.
+RECORDS = (INTERLEAVED_1F1B,)

@@ -2,8 +2,8 @@
 
 A schedule is a family module defining its generator and its
 :class:`~simtrain.schedules.record.ScheduleRecord` (generator, parameters, closed forms, peak
-in-flight micro-batches, parameter copies); adding one is that module plus its record's import
-and one line in :data:`REGISTRY`. Everything that names a schedule reads its record here:
+in-flight micro-batches, parameter copies); adding one is that module plus one line in
+:data:`FAMILIES`. Everything that names a schedule reads its record here:
 :func:`generate` and :func:`load_schedule`, the closed-form model, ``simtrain schedule`` and the
 configuration search.
 
@@ -13,20 +13,16 @@ record, so a schedule can be tried without changing :data:`REGISTRY`.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from types import MappingProxyType
 
 from simtrain.errors import ScheduleError, SpecError, unknown_name
 from simtrain.presets import preset_dir
-from simtrain.schedules.auto import ZB_AUTO
-from simtrain.schedules.basic import GPIPE, ONE_F_ONE_B
 from simtrain.schedules.csvio import read_schedule_csv, schedule_from_csv
-from simtrain.schedules.dualpipe import DUALPIPE, DUALPIPEV
-from simtrain.schedules.interleaved import INTERLEAVED_1F1B
 from simtrain.schedules.ir import Schedule
 from simtrain.schedules.record import ScheduleRecord
-from simtrain.schedules.zero_bubble import ZB_H1, ZB_H2, ZB_V
 
 
 def example_schedules() -> list[str]:
@@ -142,18 +138,18 @@ class Registry(Mapping[str, ScheduleRecord]):
         return "\n".join(lines)
 
 
+#: The family modules of the built-in schedules, in registration order; each defines ``RECORDS``.
+#: A new schedule is a new module here (its generator and record) and one line in this list.
+FAMILIES = (
+    "simtrain.schedules.basic",
+    "simtrain.schedules.interleaved",
+    "simtrain.schedules.zero_bubble",
+    "simtrain.schedules.dualpipe",
+    "simtrain.schedules.auto",
+)
+
 #: The built-in schedules.
-REGISTRY = Registry([
-    GPIPE,
-    ONE_F_ONE_B,
-    INTERLEAVED_1F1B,
-    ZB_H1,
-    ZB_H2,
-    ZB_V,
-    DUALPIPE,
-    DUALPIPEV,
-    ZB_AUTO,
-])
+REGISTRY = Registry(rec for family in FAMILIES for rec in importlib.import_module(family).RECORDS)
 
 
 def generate(name: str, pp: int, m: int, **params) -> Schedule:

@@ -188,3 +188,6 @@ ZB_V = ScheduleRecord(
     "zb-v", zb_v, "V-shaped zero bubble, two half-size stages per rank (Qi et al. 2024)",
     closed_form=ClosedForm(_v_bubble, one_f_one_b_in_flight, _m_at_least_2p_minus_1,
                            "m >= 2 pp - 1 (and F = I = W for the makespan)", equal_costs=True))
+
+#: This module's schedules, read by :mod:`simtrain.schedules.registry`.
+RECORDS = (ZB_H1, ZB_H2, ZB_V)

@@ -34,7 +34,7 @@ import networkx as nx
 from simtrain.errors import SpecError
 from simtrain.specs.gpu import GpuSpec, get_gpu, gpu_from_table
 from simtrain.specs.strict import Table, check_value
-from simtrain.units import GBps_to_Bps, gbps_to_Bps, us_to_s
+from simtrain.units import GB, GBps_to_Bps, gbps_to_Bps, us_to_s
 
 FABRIC_KINDS = ("fat-tree", "rail-optimized", "none")
 
@@ -168,7 +168,7 @@ def _parse_node(t: Table, gpu: GpuSpec, fabric_kind: str) -> NodeSpec:
     gpus = t.get("gpus", int, min_value=1)
     nvswitch = t.get("nvswitch", bool, True)
     if nvswitch:
-        nvlink_Bps = GBps_to_Bps(t.get("nvlink_GBps", float, gpu.nvlink_Bps / 1e9, positive=True))
+        nvlink_Bps = GBps_to_Bps(t.get("nvlink_GBps", float, gpu.nvlink_Bps / GB, positive=True))
         nvlink_lat = t.get("nvlink_latency_us", float, DEFAULT_NVLINK_LATENCY_US, min_value=0.0)
     else:
         for key in ("nvlink_GBps", "nvlink_latency_us"):
