@@ -78,3 +78,68 @@ def test_engine_does_not_ask_what_kind_of_network_it_has():
     source = (PACKAGE / "engine.py").read_text(encoding="utf-8")
     for text in ("hasattr(", "isinstance(", "FlowNetwork", "AnalyticNetwork", "network.flow", "flows is None"):
         assert text not in source, f"engine.py contains {text!r}"
+
+
+# ---- tests follow the layout ---------------------------------------------------------------------
+
+TESTS = Path(__file__).resolve().parent
+
+# Modules without a test module of their own, and where they are exercised instead. Every other
+# module simtrain/<package>/<name>.py has tests/<package>/test_<name>.py (tests/test_<name>.py at the
+# top level). Packages' __init__.py files (docstrings and re-exports; presets/ holds data) need none.
+TESTED_THROUGH_OTHERS = {
+    "__main__.py": "python -m simtrain: tests/test_reliability.py runs it in fresh processes",
+    "errors.py": "the exception types: every error test raises and matches them",
+    "units.py": "constants and converters used by every loader, cost and report",
+    "cli/types.py": "argument types: tests/cli/test_main.py and tests/test_settings.py give them bad flags",
+    "network/fixed.py": "the fixed-latency network tests/test_engine.py runs on",
+    "network/links.py": "link statistics: tests/network/test_solver.py and tests/network/test_flow.py",
+    "network/protocol.py": "the engine's side of it: tests/test_engine.py drives a network by hand",
+    "outputs/files.py": "atomic writes: tests/outputs/test_gantt.py and test_trace.py find no temporary left",
+    "schedules/ir.py": "actions and schedules, built by every test of tests/schedules/",
+    "specs/gpu.py": "GPU presets and tables: tests/test_doctests.py and tests/topology/test_build.py",
+    "specs/strict.py": "strict tables: the loaders' error tests and tests/test_fuzz_loaders.py",
+    "workload/emit.py": "op emission, exercised by every lowering test of tests/workload/",
+    "workload/options.py": "the lowering's options, set by tests/workload/test_lower.py and tests/test_engine.py",
+    "workload/program.py": "the program vocabulary: tests/test_engine.py builds programs by hand",
+}
+# Top-level test modules that check the project across modules rather than one module.
+CROSS_CUTTING = {
+    "test_architecture.py": "the package's shape and the tests' layout",
+    "test_docs.py": "the README: generated blocks, examples, pictures",
+    "test_doctests.py": "the examples in docstrings",
+    "test_fuzz_loaders.py": "every loader under random and mutated input",
+    "test_golden.py": "byte-identical reports of the golden scenarios",
+    "test_notebooks.py": "the notebooks run and are committed without outputs",
+    "test_reliability.py": "no hangs, reproducible across processes, properties of random configurations",
+}
+
+
+def _test_module_of(module: Path) -> Path:
+    rel = module.relative_to(PACKAGE)
+    return TESTS / rel.parent / f"test_{rel.name}"
+
+
+def test_every_module_has_its_test_module():
+    """A reader finds the tests of what they change: tests/ mirrors simtrain/, one test module per
+    module, or the module says above where it is exercised instead."""
+    modules = {m.relative_to(PACKAGE).as_posix(): m for m in sorted(PACKAGE.rglob("*.py")) if m.name != "__init__.py"}
+    missing = [f"{rel}: no {_test_module_of(m).relative_to(TESTS.parent).as_posix()}" for rel, m in modules.items()
+               if rel not in TESTED_THROUGH_OTHERS and not _test_module_of(m).is_file()]
+    assert not missing, missing
+    own = [rel for rel in TESTED_THROUGH_OTHERS if rel in modules and _test_module_of(modules[rel]).is_file()]
+    assert not own, f"these have a test module now; drop them from TESTED_THROUGH_OTHERS: {own}"
+    gone = sorted(set(TESTED_THROUGH_OTHERS) - set(modules))
+    assert not gone, f"no such modules: {gone}"
+
+
+def test_every_test_module_names_its_module():
+    """The other way round: tests/<package>/test_<name>.py tests simtrain/<package>/<name>.py; a
+    top-level test module tests a top-level module or is one of the cross-cutting suites."""
+    orphans = []
+    for test in sorted(TESTS.rglob("test_*.py")):
+        rel = test.relative_to(TESTS)
+        source = PACKAGE / rel.parent / test.name.removeprefix("test_")
+        if not source.is_file() and not (len(rel.parts) == 1 and rel.name in CROSS_CUTTING):
+            orphans.append(rel.as_posix())
+    assert not orphans, f"test modules that name no module of simtrain/: {orphans}"

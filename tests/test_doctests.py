@@ -15,6 +15,6 @@ MODULES = ["simtrain.api", "simtrain.analytic.model", "simtrain.analytic.compare
 @pytest.mark.parametrize("name", MODULES)
 def test_docstring_examples(name):
     module = importlib.import_module(name)
-    result = doctest.testmod(module, optionflags=doctest.NORMALIZE_WHITESPACE)
+    result = doctest.testmod(module, verbose=False, optionflags=doctest.NORMALIZE_WHITESPACE)
     assert result.failed == 0
     assert result.attempted > 0, f"{name} has no examples"

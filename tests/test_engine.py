@@ -1,43 +1,26 @@
-"""Engine and workload: hand-computed cases, closed-form bubbles, folding, invariants."""
+"""The engine: hand-computed steps, closed-form bubbles, collectives that wait for every member,
+deadlocks, the event budget, the network known only by its protocol."""
 
 from __future__ import annotations
-
-import json
 
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from helpers import tiny_model
+from helpers import BARE, GPU, simulate, tiny_model, two_node_cluster
 from simtrain import costs, engine
 from simtrain.costs import Shape
 from simtrain.errors import SimulationError
-from simtrain.topology.mesh import build_mesh
-from simtrain.metrics import summarize
 from simtrain.network.analytic import AnalyticNetwork
 from simtrain.network.fixed import FixedLatency
 from simtrain.network.protocol import Step
-from simtrain.workload.program import KIND, STREAM, Op, Program
 from simtrain.schedules import generate
-from simtrain.specs.gpu import get_gpu
 from simtrain.specs.parallel import ParallelSpec
 from simtrain.topology.cluster import build_topology
+from simtrain.topology.mesh import build_mesh
 from simtrain.topology.routes import Router
 from simtrain.workload.lower import lower
 from simtrain.workload.options import WorkloadOptions
-
-GPU = get_gpu("h100-sxm")
-BARE = WorkloadOptions(embedding=False, lm_head=False, optimizer=False, dp_comm=False)
-
-
-def simulate(model, par, schedule_name="1f1b", opts=BARE, network=None, gpus_per_node=8):
-    mesh = build_mesh(par.tp, par.cp, par.dp, par.pp, gpus_per_node=gpus_per_node)
-    sched = generate(schedule_name, par.pp, par.num_microbatches)
-    prog = lower(model, par, GPU, sched, mesh, opts)
-    res = engine.run(prog, network or FixedLatency())
-    rep = summarize(res.timeline, model=model, gpu=GPU, num_gpus=par.world, seq=par.seq, gbs=par.gbs,
-                    rank_weight=prog.rank_weight, pipeline_rank_of=prog.pipeline_rank_of,
-                    static_bytes=prog.static_bytes)
-    return prog, res, rep
+from simtrain.workload.program import KIND, STREAM, Op, Program
 
 
 def layer_times(model, par):
@@ -61,28 +44,6 @@ def test_two_stages_two_microbatches(schedule):
     tl = res.timeline
     stage1_first = min(s.start_s for s in tl.spans(tl.mask(rank=1, stream="compute")))
     assert stage1_first == pytest.approx(f, rel=1e-9)
-
-
-def test_cost_model_hand_numbers():
-    model = tiny_model(layers=2)  # h=1024, 8 heads, f=4h, plain MLP
-    sh = Shape(tokens=1024, seq=1024, tp=1, sp=False)
-    attn = costs.attention_cost(model, sh, "F")
-    # QKV + output projection: 2 n (4 h^2); causal core: 2 n s h
-    assert attn.flops == 2 * 1024 * 4 * 1024**2 + 2 * 1024 * 1024 * 1024
-    assert costs.mlp_cost(model, sh, "F", 0).flops == 2 * 1024 * 2 * 1024 * 4096
-    assert costs.attention_cost(model, sh, "I").flops == 2 * 1024 * 4 * 1024**2 + 2 * 2 * 1024**3
-    assert costs.attention_cost(model, sh, "W").flops == 2 * 1024 * 4 * 1024**2
-    assert costs.lm_head_cost(model, sh, "F").flops == 2 * 1024 * 1024 * 32000
-    assert costs.layer_activation_bytes(model, sh, False) == 34 * 1024 * 1024
-    assert costs.static_bytes(1e9, zero=1, dp_shard=4) == 1e9 * (2 + 2 + 3)
-    assert costs.static_bytes(1e9, zero=3, dp_shard=2) == 1e9 * 8
-
-
-def two_node_cluster(gpus_per_node=1):
-    data = {"gpu": "h100-sxm", "nodes": 2,
-            "node": {"gpus": gpus_per_node, "nic_gbps": 400, "pcie_GBps": 64},
-            "fabric": {"kind": "fat-tree", "nodes_per_leaf": 2, "spines": 1}}
-    return build_topology(data, "two-node")
 
 
 def test_pure_dp_allreduce_fully_exposed():
@@ -129,34 +90,6 @@ def test_bubble_closed_form(p, m, schedule):
     par = ParallelSpec(pp=p, gbs=m, seq=256)
     _, _, rep = simulate(model, par, schedule)
     assert rep["bubble_ratio"] == pytest.approx((p - 1) / (m + p - 1), rel=1e-9, abs=1e-12)
-
-
-def test_folded_equals_unfolded():
-    model = tiny_model(layers=4)
-    data = {"gpu": "h100-sxm", "nodes": 2, "node": {"gpus": 8, "nic_gbps": 400},
-            "fabric": {"kind": "fat-tree", "nodes_per_leaf": 2, "spines": 2}}
-    cluster = build_topology(data, "c")
-    net = AnalyticNetwork(cluster, Router(cluster))
-    par = ParallelSpec(tp=2, dp=4, pp=2, gbs=16, seq=1024)
-    reps = []
-    for fold in (True, False):
-        _, _, rep = simulate(model, par, opts=WorkloadOptions(fold=fold), network=net)
-        reps.append(rep)
-    folded, unfolded = reps
-    for key in ("step_time_s", "mfu", "hfu", "bubble_ratio"):
-        assert folded[key] == pytest.approx(unfolded[key], rel=1e-12)
-    for k, v in folded["breakdown_s"].items():
-        assert v == pytest.approx(unfolded["breakdown_s"][k], rel=1e-9, abs=1e-15)
-    assert folded["peak_memory_gib"] == pytest.approx(unfolded["peak_memory_gib"])
-
-
-def test_breakdown_sums_to_step():
-    model = tiny_model(layers=4)
-    cluster = two_node_cluster(gpus_per_node=8)
-    net = AnalyticNetwork(cluster, Router(cluster))
-    par = ParallelSpec(tp=2, dp=4, pp=2, gbs=8, seq=1024)
-    _, _, rep = simulate(model, par, opts=WorkloadOptions(), network=net)
-    assert sum(rep["breakdown_s"].values()) == pytest.approx(rep["step_time_s"], rel=1e-9)
 
 
 def _op(prog, rank, stream, name, deps=(), duration=1.0, **kw):
@@ -240,18 +173,6 @@ def test_engine_event_budget():
     prog = lower(model, par, GPU, generate("1f1b", 2, 8), mesh, BARE)
     with pytest.raises(SimulationError, match="max_events=10"):
         engine.run(prog, FixedLatency(), max_events=10)
-
-
-def test_timeline_json_round_trip():
-    model = tiny_model(layers=2)
-    _, res, _ = simulate(model, ParallelSpec(pp=2, gbs=4, seq=256))
-    from simtrain.timeline import Timeline
-
-    data = json.loads(json.dumps(res.timeline.to_json()))
-    back = Timeline.from_json(data)
-    assert len(back) == len(res.timeline)
-    for col, values in res.timeline.cols.items():
-        assert (back[col] == values).all()
 
 
 def test_engine_knows_the_network_only_by_its_protocol():

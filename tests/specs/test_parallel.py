@@ -1,4 +1,4 @@
-"""ParallelSpec: derivation of dp and the impossible combinations."""
+"""ParallelSpec: derivation of dp, the impossible combinations, recompute values."""
 
 from __future__ import annotations
 
@@ -6,10 +6,12 @@ import pytest
 
 from simtrain.errors import SpecError
 from simtrain.specs.model import load_model
-from simtrain.specs.order import DEFAULT_ORDER, parse_order
 from simtrain.specs.parallel import resolve_parallel, validate_parallel
 
+
 L70 = load_model("llama3-70b")
+
+
 MIX = load_model("mixtral-8x7b")
 
 
@@ -45,10 +47,3 @@ def test_recompute_parse():
         resolve_parallel(8, recompute="some")
     assert resolve_parallel(8, recompute="FULL").recompute == "full"
     assert resolve_parallel(8, recompute=3).recompute_layers(10) == 3
-
-
-def test_rank_order_is_innermost_first():
-    assert parse_order("pp-dp-ep-cp-tp") == ("pp", "dp", "ep", "cp", "tp")
-    assert parse_order(DEFAULT_ORDER)[0] == "tp"  # TP groups hold consecutive ranks by default
-    with pytest.raises(SpecError, match="permutation of tp-cp-ep-dp-pp"):
-        parse_order("tp-tp-ep-dp-pp")

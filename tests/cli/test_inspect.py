@@ -1,4 +1,5 @@
-"""Issue acceptance for the foundation: mesh, topology and list commands, one-line user errors."""
+"""``simtrain list``, ``topology`` and ``mesh``: the seed's mesh example, MoE folding, topology keys and
+drawings (also coloured by a flow report), one-line user errors."""
 
 from __future__ import annotations
 
@@ -7,31 +8,11 @@ import pytest
 from helpers import assert_user_error, cli, cli_json
 
 
-def test_seed_mesh_example():
-    info = cli_json("mesh", "--gpus", 16, "--tp", 2, "--cp", 2, "--dp", 2, "--pp", 2, "--rank", 13)
-    g = info["groups"]
-    assert g["tp"][:4] == [[0, 1], [2, 3], [4, 5], [6, 7]]
-    assert g["cp"][:4] == [[0, 2], [1, 3], [4, 6], [5, 7]]
-    assert g["dp"][:4] == [[0, 4], [1, 5], [2, 6], [3, 7]]
-    assert g["pp"][:4] == [[0, 8], [1, 9], [2, 10], [3, 11]]
-    assert all(len(g[d]) == 8 for d in ("tp", "cp", "dp", "pp"))
-    assert info["intra_node"] == {"tp": True, "cp": True, "dp": True, "pp": False}
-    assert info["coords"] == {"pp": 1, "dp": 1, "cp": 0, "tp": 1}
-
-
 def test_mesh_text_output():
     code, out, _ = cli("mesh", "--gpus", 16, "--tp", 2, "--cp", 2, "--dp", 2, "--pp", 2, "--rank", 13)
     assert code == 0
     assert "rank 13: PP=1 DP=1 CP=0 TP=1" in out
     assert "across nodes" in out
-
-
-def test_mesh_moe_folding():
-    info = cli_json("mesh", "--gpus", 16, "--tp", 2, "--cp", 1, "--pp", 2, "--ep", 4, "--rank", 5)
-    # EP groups are carved out of the DP ranks of one stage: etp=2 innermost, then ep
-    assert info["groups"]["ep"][0] == [0, 2, 4, 6]
-    assert info["groups"]["edp"][0] == [0]
-    assert info["coords"]["ep"] == 2
 
 
 def test_topology_json_keys_and_oversubscription():
@@ -49,6 +30,20 @@ def test_topology_nodes_and_draw(tmp_path):
     info = cli_json("topology", "seed-h100", "--nodes", 4, "--draw", png)
     assert info["num_gpus"] == 32
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_topology_draw_coloured_by_a_flow_report(tmp_path):
+    assert cli("run", "--network", "flow", "--no-plot", "--out", tmp_path)[0] == 0
+    png = tmp_path / "t.png"
+    code, out, err = cli("topology", "seed-h100", "--draw", png, "--report", tmp_path / "report.json")
+    assert code == 0, err
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    analytic = tmp_path / "a"
+    assert cli("run", "--no-plot", "--out", analytic)[0] == 0
+    assert_user_error("topology", "seed-h100", "--draw", png, "--report", analytic / "report.json",
+                      contains=("no link utilisation", "--network flow"))
+    assert_user_error("topology", "seed-h100", "--nodes", 2, "--draw", png, "--report",
+                      tmp_path / "report.json", contains=("is not in topology",))
 
 
 @pytest.mark.parametrize("what", ["models", "gpus", "topologies", "schedules"])

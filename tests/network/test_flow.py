@@ -1,5 +1,5 @@
-"""The flow fidelity inside the engine: agreement with analytic when uncontended, contention
-between PP sends and DP reductions on a shared NIC, link report, invariants, the CLI."""
+"""The flow network inside the engine: agreement with analytic when uncontended, contention between PP
+sends and DP reductions on a shared NIC, oversubscription, the private-links shortcut."""
 
 from __future__ import annotations
 
@@ -7,13 +7,13 @@ import json
 
 import pytest
 
-from helpers import assert_user_error, cli, cli_json
+from helpers import cli_json
 from simtrain import engine
 from simtrain.network.analytic import AnalyticNetwork
 from simtrain.network.flow import FlowNetwork
-from simtrain.workload.program import KIND, STREAM, Op, Program
 from simtrain.topology.cluster import build_topology
 from simtrain.topology.routes import Router
+from simtrain.workload.program import KIND, STREAM, Op, Program
 
 
 def cluster(nodes=2, gpus=8, nodes_per_leaf=2, oversubscription=1.0):
@@ -105,38 +105,6 @@ def test_oversubscription_slows_concurrent_dp_in_flow_mode_only(tmp_path):
             out[(name, over)] = engine.run(one_op_program("all_reduce", groups, 256 * 2**20), net).timeline.end_s
     assert out[("flow", 2.0)] / out[("flow", 1.0)] == pytest.approx(2.0, rel=0.1)
     assert out[("analytic", 2.0)] == pytest.approx(out[("analytic", 1.0)], rel=1e-9)
-
-
-def test_collective_command(tmp_path):
-    rep = cli_json("collective", "all-reduce", "--size", "1G", "--gpus", 8, "--topology", "h100-ib")
-    for key in ("time_s", "algbw_Bps", "busbw_Bps", "algorithm"):
-        assert key in rep
-    assert rep["busbw_Bps"] == pytest.approx(450e9, rel=0.01)  # an uncontended NVLink ring
-    flow = cli_json("collective", "all-reduce", "--size", "1G", "--gpus", 8, "--topology", "h100-ib",
-                    "--network", "flow")
-    assert flow["time_s"] == pytest.approx(rep["time_s"], rel=0.01)
-
-
-def test_collective_errors():
-    assert_user_error("collective", "all-reduce", "--size", "1G", "--gpus", 8, "--topology", "h100-ib",
-                      "--algo", "rng", contains=("rng", "ring"))
-    assert_user_error("collective", "all-reduce", "--size", "1G", "--ranks", "0,999", "--topology",
-                      "h100-ib", contains=("999",))
-    assert_user_error("run", "--collective-algo", "tree", contains=("--network flow",))
-
-
-def test_topology_draw_coloured_by_a_flow_report(tmp_path):
-    assert cli("run", "--network", "flow", "--no-plot", "--out", tmp_path)[0] == 0
-    png = tmp_path / "t.png"
-    code, out, err = cli("topology", "seed-h100", "--draw", png, "--report", tmp_path / "report.json")
-    assert code == 0, err
-    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    analytic = tmp_path / "a"
-    assert cli("run", "--no-plot", "--out", analytic)[0] == 0
-    assert_user_error("topology", "seed-h100", "--draw", png, "--report", analytic / "report.json",
-                      contains=("no link utilisation", "--network flow"))
-    assert_user_error("topology", "seed-h100", "--nodes", 2, "--draw", png, "--report",
-                      tmp_path / "report.json", contains=("is not in topology",))
 
 
 @pytest.mark.parametrize("settings", [

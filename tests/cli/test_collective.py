@@ -1,0 +1,131 @@
+"""``simtrain collective``: sizes, the report (bus bandwidth, contention between concurrent groups,
+bad inputs), the command and its errors."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from helpers import GB, assert_user_error, cli_json, fat_tree, nvlink_node
+from simtrain.cli.collective import add_collective_command, collective_report, parse_size
+from simtrain.errors import SimtrainError, SpecError
+from simtrain.network.algorithms import bandwidths, bus_factor
+from simtrain.topology.cluster import load_topology
+
+
+def test_busbw_of_an_uncontended_ring_in_one_node_is_the_link_bandwidth():
+    c = nvlink_node(bw_GBps=450, latency_us=0.0)
+    rep = collective_report("all-reduce", size_bytes=2**30, gpus=8, topology=c, network="flow",
+                            algo="ring")
+    assert rep["busbw_Bps"] == pytest.approx(450 * GB, rel=1e-9)
+    assert rep["algbw_Bps"] == pytest.approx(450 * GB * 8 / 14, rel=1e-9)
+    for op in ("all-gather", "reduce-scatter"):
+        rep = collective_report(op, size_bytes=2**30, gpus=8, topology=c)
+        assert rep["busbw_Bps"] == pytest.approx(450 * GB, rel=1e-9)
+    assert bus_factor("all_to_all", 8) == 7 / 8 and bus_factor("p2p", 2) == 1.0
+    assert bandwidths("all_reduce", 4, 1e9, 1.0) == (1e9, 1.5e9)
+
+
+def test_parse_size():
+    assert parse_size("256M") == 256 * 2**20
+    assert parse_size("1G") == 2**30
+    assert parse_size("64KiB") == 65536
+    assert parse_size("1GB") == 10**9
+    assert parse_size("4096") == 4096
+    assert parse_size("1.5k") == 1536
+    for bad in ("1x", "", "-1", "G"):
+        with pytest.raises(SpecError, match="size"):
+            parse_size(bad)
+
+
+def test_collective_report_concurrent_groups_show_contention():
+    c = fat_tree(2.0)
+    dp = list(range(0, 64, 8))
+    flow = collective_report("all-reduce", size_bytes=2**28, ranks=dp, topology=c, algo="ring",
+                             network="flow", concurrent_groups=8)
+    assert flow["groups"] == [list(range(j, 64, 8)) for j in range(8)]
+    assert flow["time_s"] / flow["uncontended_time_s"] == pytest.approx(2.0, rel=0.1)
+    assert flow["top_links"] and flow["top_links"][0]["mean_utilisation"] <= 1 + 1e-9
+    analytic = collective_report("all-reduce", size_bytes=2**28, ranks=dp, topology=c,
+                                 algo="ring", concurrent_groups=8)
+    assert analytic["time_s"] == pytest.approx(analytic["uncontended_time_s"])
+    blocks = collective_report("all-gather", size_bytes=2**20, gpus=8, topology=c,
+                               concurrent_groups=3)
+    assert blocks["groups"] == [list(range(8 * k, 8 * k + 8)) for k in range(3)]
+    assert set(flow) >= {"time_s", "algbw_Bps", "busbw_Bps", "algorithm", "network", "ranks"}
+
+
+def test_collective_report_bad_inputs():
+    c = load_topology("h100-ib")
+    one = collective_report("all-to-all", size_bytes=2**20, gpus=1, topology=c, network="flow")
+    assert one["time_s"] == 0.0 and one["algbw_Bps"] is None
+    with pytest.raises(SpecError, match=r"rank 64 is out of range \[0, 64\).*--nodes"):
+        collective_report("all-reduce", size_bytes=1, ranks=[0, 64], topology=c)
+    with pytest.raises(SpecError, match="more than the 64 GPUs"):
+        collective_report("all-reduce", size_bytes=1, gpus=65, topology=c)
+    with pytest.raises(SpecError, match="did you mean 'ring'"):
+        collective_report("all-reduce", size_bytes=1, gpus=8, topology=c, algo="rign")
+    with pytest.raises(SpecError, match="ranks repeat"):
+        collective_report("all-reduce", size_bytes=1, ranks=[1, 1], topology=c)
+    with pytest.raises(SpecError, match="either --gpus N or --ranks"):
+        collective_report("all-reduce", size_bytes=1, topology=c)
+    with pytest.raises(SpecError, match="exactly two ranks"):
+        collective_report("p2p", size_bytes=1, ranks=[0, 1, 2], topology=c)
+    with pytest.raises(SpecError, match="--network"):
+        collective_report("all-reduce", size_bytes=1, gpus=8, topology=c, network="fast")
+    with pytest.raises(SpecError, match="concurrent-groups 9"):
+        collective_report("all-reduce", size_bytes=1, gpus=8, topology=c, concurrent_groups=9)
+
+
+def _cli(*argv: str) -> tuple[int, str]:
+    import argparse
+    import contextlib
+    import io
+
+    from simtrain.cli.main import _Parser
+
+    parser = _Parser(prog="simtrain")
+    add_collective_command(parser.add_subparsers(dest="command", parser_class=_Parser))
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        args = parser.parse_args(list(argv))
+        assert isinstance(args, argparse.Namespace)
+        code = args.func(args)
+    return code, out.getvalue()
+
+
+def test_collective_cli():
+    code, out = _cli("collective", "all-reduce", "--size", "256M", "--gpus", "8",
+                     "--topology", "h100-ib")
+    assert code == 0 and "ring" in out and "busbw GB/s" in out
+    code, out = _cli("collective", "all-reduce", "--size", "64M", "--ranks", "0,8,16,24",
+                     "--topology", "h100-ib", "--network", "flow", "--concurrent-groups", "2",
+                     "--json")
+    rep = json.loads(out)
+    assert code == 0 and rep["network"] == "flow" and rep["groups"][1] == [1, 9, 17, 25]
+    assert rep["size_bytes"] == 64 * 2**20 and "top_links" in rep
+    with pytest.raises(SimtrainError, match="--size"):
+        _cli("collective", "all-reduce", "--size", "lots", "--gpus", "8", "--topology", "h100-ib")
+    with pytest.raises(SimtrainError, match="out of range"):
+        _cli("collective", "p2p", "--size", "1M", "--ranks", "0,64", "--topology", "h100-ib")
+    with pytest.raises(SimtrainError):
+        _cli("collective", "all-reduce", "--size", "1M", "--topology", "h100-ib")
+
+
+def test_collective_command(tmp_path):
+    rep = cli_json("collective", "all-reduce", "--size", "1G", "--gpus", 8, "--topology", "h100-ib")
+    for key in ("time_s", "algbw_Bps", "busbw_Bps", "algorithm"):
+        assert key in rep
+    assert rep["busbw_Bps"] == pytest.approx(450e9, rel=0.01)  # an uncontended NVLink ring
+    flow = cli_json("collective", "all-reduce", "--size", "1G", "--gpus", 8, "--topology", "h100-ib",
+                    "--network", "flow")
+    assert flow["time_s"] == pytest.approx(rep["time_s"], rel=0.01)
+
+
+def test_collective_errors():
+    assert_user_error("collective", "all-reduce", "--size", "1G", "--gpus", 8, "--topology", "h100-ib",
+                      "--algo", "rng", contains=("rng", "ring"))
+    assert_user_error("collective", "all-reduce", "--size", "1G", "--ranks", "0,999", "--topology",
+                      "h100-ib", contains=("999",))
+    assert_user_error("run", "--collective-algo", "tree", contains=("--network flow",))

@@ -1,0 +1,122 @@
+"""``simtrain run``: default scenario, outputs, determinism, the JSON contract, config files, CSV
+schedules, user errors."""
+
+from __future__ import annotations
+
+import json
+import struct
+
+import pytest
+
+from helpers import assert_user_error, cli
+from simtrain.metrics import BREAKDOWN
+from simtrain.schedules import generate
+
+
+REQUIRED = ("step_time_s", "tokens_per_s", "tflops_per_gpu", "mfu", "hfu", "bubble_ratio",
+            "breakdown_s", "exposed_comm_s", "overlapped_comm_s", "peak_memory_gib",
+            "fits_in_memory", "num_events", "wall_s", "config")
+
+
+def run_json(*argv):
+    code, out, err = cli("run", *argv, "--json")
+    assert code == 0, err
+    return json.loads(out)
+
+
+def test_default_scenario_text_and_files(tmp_path):
+    code, out, err = cli("run", "--out", tmp_path)
+    assert code == 0, err
+    assert "step time" in out and "bubble" in out and "MFU" in out
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["breakdown_s"]["bubble"] > 0  # the default shows bubbles,
+    assert report["overlapped_comm_s"]["dp"] > 0  # overlap,
+    assert report["breakdown_s"]["imbalance"] > 0  # and the LM head's imbalance
+    trace = json.loads((tmp_path / "trace.json").read_text())
+    events = trace["traceEvents"]
+    assert any(e["ph"] == "X" for e in events)
+    assert {e["ph"] for e in events} >= {"M", "X", "s", "f"}
+    png = (tmp_path / "timeline.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    width, height = struct.unpack(">II", png[16:24])
+    assert width > 0 and height > 0
+
+
+def test_json_contract(tmp_path):
+    rep = run_json("--no-plot", "--out", tmp_path)
+    for key in REQUIRED:
+        assert key in rep
+    assert set(rep["breakdown_s"]) == set(BREAKDOWN)
+    assert sum(rep["breakdown_s"].values()) == pytest.approx(rep["step_time_s"], rel=1e-9)
+    assert len(rep["peak_memory_gib"]) == rep["config"]["pp"]
+
+
+def test_report_is_deterministic(tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    for d in (a, b):
+        assert cli("run", "--out", d, "--no-plot")[0] == 0
+    assert (a / "report.json").read_bytes() == (b / "report.json").read_bytes()
+    assert (a / "trace.json").read_bytes() == (b / "trace.json").read_bytes()
+
+
+def test_config_file_and_flag_override(tmp_path):
+    cfg = tmp_path / "exp.toml"
+    cfg.write_text('model = "llama3-8b"\ntopology = "h100-ib"\ngpus = 16\ntp = 2\npp = 2\n'
+                   'gbs = 16\nseq = 2048\n')
+    rep = run_json("--config", cfg, "--pp", 4, "--no-plot", "--out", tmp_path / "o")
+    assert rep["config"]["model"] == "llama3-8b"
+    assert rep["config"]["pp"] == 4 and rep["config"]["dp"] == 2
+
+
+def test_seed_70b_command(tmp_path):
+    rep = run_json("--model", "llama3-70b", "--topology", "seed-h100", "--gpus", 64, "--tp", 8,
+                   "--pp", 4, "--dp", 2, "--seq", 8192, "--gbs", 512, "--schedule", "1f1b",
+                   "--no-plot", "--out", tmp_path)
+    assert 0.3 < rep["mfu"] < 0.6
+    assert rep["num_microbatches"] == 256
+
+
+def test_user_errors(tmp_path):
+    assert_user_error("run", "--tp", 3, "--gpus", 8, contains=("tp=3",))
+    assert_user_error("run", "--gpus", 64, "--tp", 8, "--pp", 4, "--schedule", "1f1c",
+                      contains=("unknown schedule '1f1c'", "1f1b"))
+    assert_user_error("run", "--gpus", 64, "--tp", 8, "--pp", 4, "--gbs", 4,
+                      contains=("fewer than pp=4",))
+    assert_user_error("run", "--gpus", 640, "--nodes", 8, contains=("gpus=640 exceeds",))
+    assert_user_error("run", "--network", "flo", contains=("network", "analytic"))
+    assert_user_error("run", "--efficiency", 1.5, contains=("--efficiency",))
+    bad = tmp_path / "bad.toml"
+    bad.write_text("tp = 8\nppp = 2\n")
+    assert_user_error("run", "--config", bad, contains=("unknown key 'ppp'", "did you mean 'pp'"))
+    wrong = tmp_path / "wrong.toml"
+    wrong.write_text('tp = "eight"\n')
+    assert_user_error("run", "--config", wrong, contains=("tp", "'eight'", "int"))
+
+
+def test_bad_5d_inputs():
+    assert_user_error("run", "--model", "mixtral-8x7b", "--gpus", 64, "--ep", 3,
+                      contains=("ep=3",))
+    assert_user_error("run", "--model", "llama3-8b", "--topology", "h100-ib", "--gpus", 64, "--tp", 8,
+                      "--cp", 8, "--seq", 2048, contains=("cp=8", "tokens per CP rank"))
+    assert_user_error("run", "--zero", 4, contains=("ZeRO stage",))
+    assert_user_error("run", "--model", "llama3-8b", "--topology", "h100-ib", "--gpus", 16, "--pp", 3,
+                      "--tp", 1, "--dp", 1, contains=("does not match",))
+    assert_user_error("run", "--pp", 16, "--gpus", 64, "--tp", 4, "--first-stage-layers", 70,
+                      contains=("first_stage_layers=70",))
+
+
+def test_csv_schedule_in_run(tmp_path):
+    csv = tmp_path / "mine.csv"
+    cli("schedule", "zb-h1", "--pp", 2, "--microbatches", 4)  # warm import
+    from simtrain.schedules import schedule_to_csv
+
+    csv.write_text(schedule_to_csv(generate("zb-h1", 2, 4)))
+    code, out, err = cli("run", "--model", "llama3-8b", "--topology", "h100-ib", "--gpus", 16, "--tp", 8,
+                         "--pp", 2, "--gbs", 4, "--seq", 2048, "--schedule", csv, "--no-plot", "--json",
+                         "--out", tmp_path / "o")
+    assert code == 0, err
+    by_csv = json.loads(out)
+    by_name = json.loads(cli("run", "--model", "llama3-8b", "--topology", "h100-ib", "--gpus", 16, "--tp", 8,
+                             "--pp", 2, "--gbs", 4, "--seq", 2048, "--schedule", "zb-h1", "--no-plot", "--json",
+                             "--out", tmp_path / "p")[1])
+    assert by_csv["step_time_s"] == pytest.approx(by_name["step_time_s"], rel=1e-12)

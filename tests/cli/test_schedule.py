@@ -1,0 +1,57 @@
+"""``simtrain schedule``: the Gantt chart, the JSON report, a null closed form, bad CSV files, example
+files by name."""
+
+from __future__ import annotations
+
+import pytest
+
+from helpers import cli, cli_json
+
+
+def test_schedule_command_gantt(tmp_path):
+    png = tmp_path / "z.png"
+    code, out, err = cli("schedule", "zb-h1", "--pp", 4, "--microbatches", 8, "--gantt", png)
+    assert code == 0, err
+    assert "makespan 27" in out and "closed form 27" in out
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_schedule_command_json():
+    rep = cli_json("schedule", "1f1b", "--pp", 4, "--microbatches", 8, "--costs", "1,2,1")
+    for key in ("makespan", "idle_per_rank", "bubble_ratio", "closed_form_makespan",
+                "peak_inflight_microbatches", "actions"):
+        assert key in rep
+    assert rep["makespan"] == pytest.approx((8 + 3) * 4)
+    assert rep["closed_form_makespan"] == pytest.approx((8 + 3) * 4)
+    assert rep["peak_inflight_microbatches"] == [4, 3, 2, 1]
+    assert rep["actions"]["3"][:2] == ["3F0", "3B0"]
+
+
+def test_no_closed_form_is_null():
+    rep = cli_json("schedule", "zb-auto", "--pp", 4, "--microbatches", 8, "--comm", "0.5")
+    assert rep["closed_form_makespan"] is None
+
+
+@pytest.mark.parametrize("rows, needle", [
+    ("0F0,0F1,0B0,0B1\n1F0,1B0,1F1\n", "rank 1 (line 2), cell 3: missing action 1B1"),
+    ("0F0,0F1,0B0,0B1,0B1\n1F0,1B0,1F1,1B1\n", "duplicate"),
+    ("0F0,0B0,0F1,0B1\n1F0,1F1,1B0,1B1\n", "deadlock"),
+    ("0F0,0F1,0B0,0X1\n1F0,1B0,1F1,1B1\n", "cell 3"),
+])
+def test_bad_csv_is_one_clear_error(tmp_path, rows, needle):
+    path = tmp_path / "s.csv"
+    path.write_text(rows)
+    code, out, err = cli("schedule", path, "--pp", 2, "--microbatches", 2)
+    assert code == 2
+    first = err.splitlines()[0]
+    assert first.startswith("simtrain: error: ") and needle in first, err
+    assert "Traceback" not in err
+
+
+def test_example_schedule_files_by_name():
+    names = cli_json("list", "schedules")
+    assert {"hand-4x4", "zb-h1-4x8", "interleaved-4x8-v2"} <= set(names)
+    rep = cli_json("schedule", "zb-h1-4x8", "--pp", 4, "--microbatches", 8)
+    assert rep["makespan"] == 27
+    code, _, err = cli("schedule", "hand-4x4", "--pp", 2, "--microbatches", 4)
+    assert code == 2 and "pp=2" in err

@@ -1,0 +1,104 @@
+"""Clusters: counts and summary, bisection bandwidth, presets, loading from a path, load errors.
+
+Expectations are hand-checkable (see ``helpers.TOPOLOGY``): a DGX-H100-like node (8 GPUs, 8 x 400 Gb/s
+= 50 GB/s NICs) and leaves of 4 nodes, so a leaf has 32 downlinks of 50 GB/s = 1.6 TB/s.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from helpers import NIC_BPS, NVLINK_BPS, make_cluster, node_kinds
+from simtrain.errors import SpecError
+from simtrain.topology.cluster import bisection_bandwidth, list_topologies, load_topology, summary
+from simtrain.topology.routes import Router
+
+
+def test_small_fat_tree_counts():
+    c = make_cluster()  # 8 nodes, 2 leaves, 4 spines
+    assert (c.num_nodes, c.gpus_per_node, c.num_gpus) == (8, 8, 64)
+    s = summary(c)
+    assert s["nodes_by_kind"] == {"gpu": 64, "nvswitch": 8, "nic": 64, "leaf": 2, "spine": 4}
+    assert s["links_by_kind"] == {"nvlink": 64, "pcie": 64, "leaf": 64, "spine": 8}
+    assert c.graph.number_of_edges() == 2 * (64 + 64 + 64 + 8)  # two directed edges per link
+    # uplink per leaf-spine pair: 32 x 50 GB/s / 1 / 4 spines = 400 GB/s
+    assert s["bandwidth_by_tier_Bps"] == {"nvlink": NVLINK_BPS, "pcie": 64e9, "leaf": NIC_BPS,
+                                          "spine": 32 * NIC_BPS / 4}
+    assert s["fabric"]["leaves"] == 2 and s["oversubscription"] == 1.0
+    json.dumps(s)
+
+
+def test_oversubscription_halves_bisection():
+    full, half = make_cluster(), make_cluster(oversubscription=2.0)
+    # halves = nodes 0-3 (leaf 0) and 4-7 (leaf 1): cut = leaf 0 uplinks = 32 x 50 GB/s
+    assert bisection_bandwidth(full) == pytest.approx(32 * NIC_BPS)
+    assert bisection_bandwidth(half) == pytest.approx(bisection_bandwidth(full) / 2)
+
+
+def test_bisection_single_node_is_nvlink_plus_nic_paths():
+    c = make_cluster(nodes=1)
+    # 4 GPUs x 450 GB/s through the NVSwitch + 4 x 50 GB/s through NIC -> leaf -> NIC
+    assert bisection_bandwidth(c) == pytest.approx(4 * NVLINK_BPS + 4 * NIC_BPS)
+
+
+# --- presets -------------------------------------------------------------------------------------
+
+
+def test_presets_listed():
+    names = list_topologies()
+    for name in ("a100-hdr", "h100-ib", "h200-ib", "b200-ib", "h100-rail", "h100-3tier",
+                 "h800-rail", "gb200-nvl72", "h100-ib-2to1", "seed-h100"):
+        assert name in names
+
+
+@pytest.mark.parametrize("name", list_topologies())
+def test_every_preset_loads_with_nodes_override(name):
+    c = load_topology(name)
+    assert c.source == name and c.name == name
+    if c.fabric_kind != "none":
+        assert c.fabric["leaves"] >= 2
+    assert load_topology(name, nodes=1).num_nodes == 1
+    twice = load_topology(name, nodes=2 * c.num_nodes)
+    assert twice.num_gpus == 2 * c.num_gpus
+    assert bisection_bandwidth(c) > 0
+    json.dumps(summary(c))
+
+
+def test_seed_h100_numbers():
+    c = load_topology("seed-h100")
+    r = Router(c)
+    assert c.gpu.name == "seed-h100" and c.num_nodes == 8 and c.gpus_per_node == 8
+    assert r.bandwidth(0, 1) == 450e9 and r.bandwidth(0, 63) == 50e9
+    assert c.oversubscription == 1.0
+
+
+def test_gb200_nvl72_domain():
+    c = load_topology("gb200-nvl72")
+    r = Router(c)
+    assert c.gpus_per_node == 72
+    assert node_kinds(c, r.route(0, 71)) == ["gpu", "nvswitch", "gpu"]
+    assert node_kinds(c, r.route(0, 72))[1] == "nic"
+
+
+def test_load_from_path(tmp_path):
+    path = tmp_path / "mine.toml"
+    path.write_text('gpu = "h100-sxm"\nnodes = 1\n[node]\ngpus = 4\n')
+    c = load_topology(str(path))
+    assert c.name == "mine" and c.num_gpus == 4 and c.fabric_kind == "none"
+
+
+# --- errors --------------------------------------------------------------------------------------
+
+
+def test_unknown_preset_suggests_close_match():
+    with pytest.raises(SpecError, match="h100-ib"):
+        load_topology("h100-i")
+
+
+def test_malformed_toml_names_line(tmp_path):
+    path = tmp_path / "bad.toml"
+    path.write_text('gpu = "h100-sxm"\nnodes = 2\n[node\ngpus = 8\n')
+    with pytest.raises(SpecError, match=r"bad\.toml.*line 3"):
+        load_topology(str(path))

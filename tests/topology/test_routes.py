@@ -1,0 +1,99 @@
+"""Routes: NVLink inside a node, NIC, leaf, spine (and core) across nodes, never through a GPU; ECMP;
+the bottleneck bandwidth and the summed latency of a path."""
+
+from __future__ import annotations
+
+import pytest
+
+from helpers import NIC_BPS, NVLINK_BPS, make_cluster, node_kinds
+from simtrain.topology.cluster import Cluster, summary
+from simtrain.topology.routes import Router
+
+
+def tiers(cluster: Cluster, path) -> list[str]:
+    return [cluster.graph.edges[e]["tier"] for e in zip(path, path[1:])]
+
+
+def test_route_inside_node_is_nvlink_only():
+    c = make_cluster()
+    r = Router(c)
+    path = r.route(1, 6)
+    assert path == ("gpu1", "node0/nvswitch", "gpu6")
+    assert tiers(c, path) == ["nvlink", "nvlink"]
+    assert r.bandwidth(1, 6) == NVLINK_BPS
+    assert r.links(1, 6) == (("gpu1", "node0/nvswitch"), ("node0/nvswitch", "gpu6"))
+
+
+def test_route_between_nodes_same_leaf_and_across_spine():
+    c = make_cluster()
+    r = Router(c)
+    assert node_kinds(c, r.route(0, 9)) == ["gpu", "nic", "leaf", "nic", "gpu"]
+    path = r.route(0, 40)  # node 0 (leaf 0) -> node 5 (leaf 1)
+    assert node_kinds(c, path) == ["gpu", "nic", "leaf", "spine", "leaf", "nic", "gpu"]
+    assert tiers(c, path) == ["pcie", "leaf", "spine", "spine", "leaf", "pcie"]
+    assert path[1] == "node0/nic0" and path[-2] == "node5/nic0"
+
+
+def test_route_never_transits_a_gpu():
+    c = make_cluster()
+    r = Router(c)
+    for a in range(0, 64, 5):
+        for b in range(0, 64, 3):
+            path = r.route(a, b)
+            assert all(c.graph.nodes[n]["kind"] != "gpu" for n in path[1:-1])
+            assert path[0] == c.gpu_id(a) and path[-1] == c.gpu_id(b)
+    assert r.route(3, 3) == ("gpu3",)
+
+
+def test_ecmp_deterministic_and_spread():
+    c = make_cluster()
+    r1, r2 = Router(c), Router(c)
+    spines = set()
+    for a in range(8):
+        for b in range(32, 64):
+            assert r1.route(a, b) == r2.route(a, b)
+            spines.add(r1.route(a, b)[3])
+    assert len(spines) > 1
+
+
+def test_path_bandwidth_is_min_edge_and_latency_sums():
+    c = make_cluster(oversubscription=2.0)
+    r = Router(c)
+    bws = [c.graph.edges[e]["bandwidth_Bps"] for e in r.links(0, 40)]
+    assert r.bandwidth(0, 40) == min(bws) == NIC_BPS
+    # 2 x 0.5 us NIC + 4 cables x 0.05 us + 3 switches x 0.13 us
+    assert r.latency(0, 40) == pytest.approx(1.0e-6 + 4 * 0.05e-6 + 3 * 0.13e-6)
+    assert r.latency(0, 1) == pytest.approx(1.0e-6)  # default nvlink_latency_us
+
+
+def test_narrow_spine_link_is_the_bottleneck():
+    c = make_cluster(oversubscription=4.0, spines=8)  # 1.6 TB/s / 4 / 8 = 50 GB/s per uplink
+    r = Router(c)
+    assert r.bandwidth(0, 40) == pytest.approx(NIC_BPS)
+    c = make_cluster(oversubscription=8.0, spines=8)
+    assert Router(c).bandwidth(0, 40) == pytest.approx(NIC_BPS / 2)
+
+
+def test_three_tier_route_goes_through_core_across_pods():
+    c = make_cluster(nodes=16, tiers=3, leaves_per_pod=2, cores=8)  # 4 leaves, 2 pods
+    r = Router(c)
+    path = r.route(0, 127)
+    assert node_kinds(c, path) == ["gpu", "nic", "leaf", "spine", "core", "spine", "leaf", "nic",
+                                   "gpu"]
+    assert path[3].startswith("pod0/") and path[5].startswith("pod1/")
+    assert "core" not in node_kinds(c, r.route(0, 40))  # leaf 0 -> leaf 1, same pod
+    assert summary(c)["nodes_by_kind"]["core"] == 8
+    assert summary(c)["fabric"]["pods"] == 2
+
+
+def test_rail_optimized_same_rail_one_leaf():
+    c = make_cluster(kind="rail-optimized", nodes_per_leaf=4)  # 2 groups x 8 rails = 16 leaves
+    r = Router(c)
+    assert summary(c)["nodes_by_kind"]["leaf"] == 16
+    same_rail = r.route(3, 8 + 3)  # GPU 3 of nodes 0 and 1: rail 3, same group
+    assert node_kinds(c, same_rail) == ["gpu", "nic", "leaf", "nic", "gpu"]
+    assert c.graph.nodes[same_rail[2]]["rail"] == 3
+    cross = r.route(3, 8 + 4)  # rails 3 and 4: through a spine
+    assert node_kinds(c, cross) == ["gpu", "nic", "leaf", "spine", "leaf", "nic", "gpu"]
+    other_group = r.route(3, 4 * 8 + 3)  # rail 3 of node 4 (second group)
+    assert node_kinds(c, other_group)[3] == "spine"
