@@ -115,11 +115,11 @@ class _Run:
                 f"event budget exhausted: more than max_events={self.max_events} operations ran; "
                 f"raise --max-events or simulate fewer micro-batches (smaller --gbs)")
 
-    def _record(self, op, rank: int, stream: int, name: str, start: float, end: float, flow: int = -1,
+    def _record(self, op, rank: int, stream: int, name: str, start: float, end: float, arrow: int = -1,
                 alloc: float = 0.0, free: float = 0.0, stage: int | None = None) -> None:
         tl = self.tl
         tl.add(rank, stream, op.kind, tl.name_id(name), op.stage if stage is None else stage,
-               op.layer, op.mb, start, end, op.flops, op.nbytes, flow, alloc, free)
+               op.layer, op.mb, start, end, op.flops, op.nbytes, arrow, alloc, free)
 
     def stream_process(self, rank: int, stream: int, op_ids: list[int]):
         env = self.env
@@ -146,9 +146,9 @@ class _Run:
                     yield from self._communicate(op)
                 arrow = self.arrows
                 self.arrows += 1
-                self._record(op, rank, stream, op.name, start, env.now, flow=arrow)
+                self._record(op, rank, stream, op.name, start, env.now, arrow=arrow)
                 self._record(op, op.peer, STREAM["pp_recv"], op.name.replace("send", "recv"), start,
-                             env.now, flow=arrow, stage=op.peer_stage)
+                             env.now, arrow=arrow, stage=op.peer_stage)
                 self._finish(op, start, env.now)
             else:
                 entry = self.arrivals.get(op.key)

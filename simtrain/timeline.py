@@ -12,7 +12,7 @@ import numpy as np
 
 from simtrain.workload.program import KINDS, STREAMS
 
-_INT_COLUMNS = ("rank", "stream", "kind", "name", "stage", "layer", "mb", "flow")
+_INT_COLUMNS = ("rank", "stream", "kind", "name", "stage", "layer", "mb", "arrow")
 _FLOAT_COLUMNS = ("start_s", "end_s", "flops", "bytes", "alloc_bytes", "free_bytes")
 
 
@@ -20,7 +20,7 @@ _FLOAT_COLUMNS = ("start_s", "end_s", "flops", "bytes", "alloc_bytes", "free_byt
 class Span:
     """One operation as it ran. ``layer``, ``stage`` and ``mb`` are -1 where they do not apply.
 
-    ``flow`` links the two ends of a point-to-point transfer (-1 otherwise); ``alloc_bytes`` is
+    ``arrow`` links the two ends of a point-to-point transfer (the trace draws it as a flow arrow) (-1 otherwise); ``alloc_bytes`` is
     memory allocated when the span starts and ``free_bytes`` memory released when it ends.
     """
 
@@ -35,7 +35,7 @@ class Span:
     end_s: float
     flops: float = 0.0
     bytes: float = 0.0
-    flow: int = -1
+    arrow: int = -1
     alloc_bytes: float = 0.0
     free_bytes: float = 0.0
 
@@ -60,10 +60,10 @@ class TimelineBuilder:
         return nid
 
     def add(self, rank: int, stream: int, kind: int, name: int, stage: int, layer: int, mb: int,
-            start_s: float, end_s: float, flops: float = 0.0, nbytes: float = 0.0, flow: int = -1,
+            start_s: float, end_s: float, flops: float = 0.0, nbytes: float = 0.0, arrow: int = -1,
             alloc_bytes: float = 0.0, free_bytes: float = 0.0) -> None:
         """Record a span; stream, kind and name are codes (indices into STREAMS, KINDS, names)."""
-        self.rows.append((rank, stream, kind, name, stage, layer, mb, flow,
+        self.rows.append((rank, stream, kind, name, stage, layer, mb, arrow,
                           start_s, end_s, flops, nbytes, alloc_bytes, free_bytes))
 
     def build(self) -> "Timeline":
@@ -123,7 +123,7 @@ class Timeline:
         return Span(rank=int(c["rank"][i]), stream=STREAMS[c["stream"][i]], kind=KINDS[c["kind"][i]],
                     name=self.names[c["name"][i]], stage=int(c["stage"][i]), layer=int(c["layer"][i]),
                     mb=int(c["mb"][i]), start_s=float(c["start_s"][i]), end_s=float(c["end_s"][i]),
-                    flops=float(c["flops"][i]), bytes=float(c["bytes"][i]), flow=int(c["flow"][i]),
+                    flops=float(c["flops"][i]), bytes=float(c["bytes"][i]), arrow=int(c["arrow"][i]),
                     alloc_bytes=float(c["alloc_bytes"][i]), free_bytes=float(c["free_bytes"][i]))
 
     def spans(self, mask: np.ndarray | None = None) -> list[Span]:

@@ -155,9 +155,9 @@ def flow_time(cluster, groups_phases, check=True):
 # ---- timelines -----------------------------------------------------------------------------------
 
 def add_span(b: TimelineBuilder, rank, stream, kind, name, start, end, *, stage=0, layer=-1, mb=-1,
-             flow=-1, flops=0.0, nbytes=0.0):
+             arrow=-1, flops=0.0, nbytes=0.0):
     b.add(rank, STREAMS.index(stream), KINDS.index(kind), b.name_id(name), stage, layer, mb,
-          start, end, flops=flops, nbytes=nbytes, flow=flow)
+          start, end, flops=flops, nbytes=nbytes, arrow=arrow)
 
 
 def two_rank_timeline():
@@ -170,14 +170,14 @@ def two_rank_timeline():
         add_span(b, 0, "tp", "tp", "attn.allreduce", (mb * 2 + 1.5) * ms, (mb * 2 + 1.8) * ms, mb=mb,
                  nbytes=4e6)
         add_span(b, 0, "pp_send", "pp", "send.act", (mb * 2 + 1.8) * ms, (mb * 2 + 2.2) * ms, mb=mb,
-                 flow=mb, nbytes=8e6)
+                 arrow=mb, nbytes=8e6)
         add_span(b, 1, "pp_recv", "pp", "recv.act", (mb * 2 + 1.8) * ms, (mb * 2 + 2.2) * ms, mb=mb,
-                 stage=1, flow=mb, nbytes=8e6)
+                 stage=1, arrow=mb, nbytes=8e6)
         add_span(b, 1, "compute", "F", "attn.F", (mb * 2 + 2.2) * ms, (mb * 2 + 3.7) * ms, mb=mb,
                  stage=1, layer=1)
     add_span(b, 1, "compute", "I", "attn.I", 6.0 * ms, 8.0 * ms, mb=0, stage=1, layer=1)
-    add_span(b, 1, "pp_send", "pp", "send.grad", 8.0 * ms, 8.4 * ms, mb=0, stage=1, flow=7)
-    add_span(b, 0, "pp_recv", "pp", "recv.grad", 8.0 * ms, 8.4 * ms, mb=0, flow=7)
+    add_span(b, 1, "pp_send", "pp", "send.grad", 8.0 * ms, 8.4 * ms, mb=0, stage=1, arrow=7)
+    add_span(b, 0, "pp_recv", "pp", "recv.grad", 8.0 * ms, 8.4 * ms, mb=0, arrow=7)
     add_span(b, 1, "compute", "W", "attn.W", 8.0 * ms, 9.5 * ms, mb=0, stage=1, layer=1)
     add_span(b, 0, "compute", "B", "attn.B", 8.4 * ms, 11.0 * ms, mb=0, layer=0)
     return b.build()

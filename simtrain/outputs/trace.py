@@ -156,7 +156,7 @@ def _flow_pairs(timeline: Timeline) -> tuple[dict[int, tuple[int, int]], int]:
     The send end is the earliest span with that id on ``pp_send``, the receive end the earliest
     on ``pp_recv``.
     """
-    flow = timeline["flow"]
+    flow = timeline["arrow"]
     has = np.nonzero(flow >= 0)[0]
     send_code, recv_code = STREAMS.index("pp_send"), STREAMS.index("pp_recv")
     sends: dict[int, int] = {}

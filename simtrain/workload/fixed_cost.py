@@ -43,7 +43,7 @@ def schedule_timeline(run: Replay, forward: float, comm: float) -> Timeline:
     unit = stage_weight(schedule)
     tl = TimelineBuilder()
     names = {k: tl.name_id(k) for k in ("F", "I", "W", "B", "send", "recv")}
-    flow = 0
+    arrow = 0  # send -> recv arrows of the trace
     for r, row in enumerate(schedule.actions):
         for a, start, end in zip(row, run.start[r], run.end[r]):
             halves = a.halves()
@@ -57,10 +57,10 @@ def schedule_timeline(run: Replay, forward: float, comm: float) -> Timeline:
                 peer = r if to is None else schedule.stage_to_rank[to]
                 if peer != r:
                     tl.add(r, STREAM["pp_send"], KIND["pp"], names["send"], h.stage, -1, h.mb, end,
-                           end + comm, flow=flow)
+                           end + comm, arrow=arrow)
                     tl.add(peer, STREAM["pp_recv"], KIND["pp"], names["recv"], to, -1, h.mb, end,
-                           end + comm, flow=flow)
-                    flow += 1
+                           end + comm, arrow=arrow)
+                    arrow += 1
     return tl.build()
 
 

@@ -68,7 +68,7 @@ def test_trace_flows_pair_send_and_receive():
 
 def test_trace_unpaired_flow_is_skipped():
     b = TimelineBuilder()
-    add_span(b, 0, "pp_send", "pp", "send", 0.0, 1e-3, flow=3)
+    add_span(b, 0, "pp_send", "pp", "send", 0.0, 1e-3, arrow=3)
     trace = trace_events(b.build())
     assert not [e for e in trace["traceEvents"] if e["ph"] in "sf"]
     assert trace["otherData"]["unpaired_flows"] == 1
