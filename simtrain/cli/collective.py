@@ -19,7 +19,7 @@ import json
 import re
 from typing import Any
 
-from simtrain.network.algorithms import ALGORITHMS, uncontended_time, bandwidths, normalize_op, select_algorithm
+from simtrain.network.algorithms import ALGORITHMS, bandwidths, normalize_op, select_algorithm
 from simtrain.cli.types import positive_int
 from simtrain.errors import SpecError
 from simtrain.network.chains import run_chains
@@ -27,6 +27,7 @@ from simtrain.network.links import summarize_links
 from simtrain.network.planner import Planner
 from simtrain.network.solver import FlowModel
 from simtrain.outputs.tables import fmt_seconds
+from simtrain.outputs.words import counted
 from simtrain.topology.cluster import Cluster, load_topology
 from simtrain.topology.routes import Router
 from simtrain.units import GB, MB, TB, GiB, KB, KiB, MiB, TiB
@@ -64,7 +65,7 @@ def _groups(first: list[int], k: int, num_gpus: int) -> list[tuple[int, ...]]:
 
 def _ranks(op: str, gpus: int | None, ranks: list[int] | None, cluster: Cluster) -> list[int]:
     n = cluster.num_gpus
-    where = f"topology {cluster.name} ({cluster.num_nodes} nodes x {cluster.gpus_per_node} GPUs)"
+    where = f"topology {cluster.name} ({counted(cluster.num_nodes, 'node')} x {cluster.gpus_per_node} GPUs)"
     if (gpus is None) == (ranks is None):
         raise SpecError("give either --gpus N or --ranks a,b,... (not both)")
     if gpus is not None:
@@ -94,12 +95,14 @@ def collective_report(op: str, *, size_bytes: float, gpus: int | None = None,
                       ranks: list[int] | None = None, topology: str | Cluster,
                       nodes: int | None = None, algo: str | None = None,
                       network: str = "analytic", concurrent_groups: int = 1,
-                      nvls: bool = False, top_links: int = 5) -> dict[str, Any]:
+                      nvls: bool | None = None, top_links: int = 5) -> dict[str, Any]:
     """Time ``op`` on ``size_bytes`` over a group (``gpus`` = ranks 0..N-1, or explicit ``ranks``;
     p2p: from the first rank to the last), ``concurrent_groups`` disjoint copies at once (module
-    docstring). Keys: op, size_bytes, time_s (last group done), algbw_Bps, busbw_Bps (None when
-    the time is 0), algorithm, network, ranks, groups, uncontended_time_s (closed form, one group),
-    topology, nodes; flow mode adds flows, recomputes and top_links (most loaded links)."""
+    docstring), priced by the same :class:`~simtrain.network.planner.Planner` as ``simtrain run``.
+    ``nvls`` enables or disables NVLink SHARP (None: as the topology says). Keys: op, size_bytes,
+    time_s (last group done), algbw_Bps, busbw_Bps (None when the time is 0), algorithm, protocol,
+    channels, network, ranks, groups, uncontended_time_s (closed form, one group), topology,
+    nodes; flow mode adds flows, recomputes and top_links (most loaded links)."""
     name = normalize_op(op)
     if network not in COLLECTIVE_NETWORKS:
         raise SpecError(f"--network {network!r}: must be one of {', '.join(COLLECTIVE_NETWORKS)}")
@@ -111,13 +114,15 @@ def collective_report(op: str, *, size_bytes: float, gpus: int | None = None,
     router = Router(cluster)
     group = _ranks(name, gpus, ranks, cluster)
     groups = _groups(group, concurrent_groups, cluster.num_gpus)
+    nvls = cluster.nvls if nvls is None else nvls
     algorithm = select_algorithm(name, group, size_bytes, cluster, router, force=algo, nvls=nvls)
-    one = uncontended_time(name, algorithm, group, size_bytes, router, cluster)
-    report: dict[str, Any] = {"op": name.replace("_", "-"), "size_bytes": size_bytes,
-                              "algorithm": algorithm, "network": network, "ranks": group,
-                              "groups": [list(g) for g in groups], "uncontended_time_s": one,
-                              "topology": cluster.name, "nodes": cluster.num_nodes}
     net = Planner(cluster, router, algo=algorithm, nvls=nvls)
+    one = net.price(name, group, size_bytes)
+    report: dict[str, Any] = {"op": name.replace("_", "-"), "size_bytes": size_bytes,
+                              "algorithm": algorithm, "protocol": one.protocol, "channels": one.channels,
+                              "network": network, "ranks": group, "groups": [list(g) for g in groups],
+                              "uncontended_time_s": one.time_s, "topology": cluster.name,
+                              "nodes": cluster.num_nodes}
     if network == "analytic":  # no contention between groups: the slowest group
         time_s = max(net.collective_time(name, g, size_bytes) for g in groups)
     else:
@@ -165,15 +170,17 @@ def format_report(rep: dict[str, Any]) -> str:
     k = len(rep["groups"])
     head = (f"{rep['op']} of {rep['size_bytes']:,} bytes on {len(rep['ranks'])} GPUs (ranks "
             f"{_fmt_ranks(rep['ranks'])}{f', x {k} concurrent groups' if k > 1 else ''}), "
-            f"topology {rep['topology']} ({rep['nodes']} nodes), network {rep['network']}")
-    rows = [[rep["algorithm"], fmt_seconds(rep["time_s"]), _fmt_bw(rep["algbw_Bps"]),
-             _fmt_bw(rep["busbw_Bps"]), fmt_seconds(rep["uncontended_time_s"])]]
-    out = [head, table(rows, ["algorithm", "time", "algbw GB/s", "busbw GB/s", "uncontended"])]
+            f"topology {rep['topology']} ({counted(rep['nodes'], 'node')}), network {rep['network']}")
+    rows = [[rep["algorithm"], rep["protocol"], str(rep["channels"]), fmt_seconds(rep["time_s"]),
+             _fmt_bw(rep["algbw_Bps"]), _fmt_bw(rep["busbw_Bps"]), fmt_seconds(rep["uncontended_time_s"])]]
+    out = [head, table(rows, ["algorithm", "protocol", "channels", "time", "algbw GB/s", "busbw GB/s",
+                              "uncontended"])]
     if rep.get("top_links"):
-        links = [[r["link"], r["tier"], f"{r['bytes'] / MB:,.1f}", f"{r['bandwidth_Bps'] / GB:,.1f}",
+        links = [[r["link"], r["tier"], f"{r['bytes'] / MB:,.1f}", f"{r['capacity_Bps'] / GB:,.1f}",
                   f"{100 * r['mean_utilisation']:.0f}%", f"{100 * r['peak_utilisation']:.0f}%"]
                  for r in rep["top_links"]]
-        out += ["", table(links, ["most loaded links", "tier", "MB", "GB/s", "mean util", "peak util"])]
+        out += ["", table(links, ["most loaded links", "tier", "MB", "achievable GB/s", "mean util",
+                                  "peak util"])]
     return "\n".join(out)
 
 
@@ -198,7 +205,8 @@ def add_collective_command(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--topology", required=True, help="topology preset or .toml file")
     p.add_argument("--nodes", type=positive_int, help="number of nodes (default: the topology's)")
     p.add_argument("--algo", help=f"force an algorithm: {', '.join(ALGORITHMS)} (default: tuner)")
-    p.add_argument("--nvls", action="store_true", help="allow NVLink SHARP inside an NVSwitch node")
+    p.add_argument("--nvls", action=argparse.BooleanOptionalAction, default=None,
+                   help="enable (--no-nvls: disable) NVLink SHARP on NVSwitch nodes (default: the topology's nvls)")
     p.add_argument("--network", choices=COLLECTIVE_NETWORKS, default="analytic",
                    help="analytic (closed form) or flow (max-min fair flows, shows contention)")
     p.add_argument("--concurrent-groups", type=positive_int, default=1, metavar="K",

@@ -2,17 +2,18 @@
 
 A :class:`CollectiveAlgorithm` says which collectives an algorithm implements, where it can run,
 whether the tuner offers it for a group, how it runs as phases of flows (builders in
-:mod:`simtrain.network.phases`) and, where one exists, its uncontended closed form. Everything
-that asks about algorithms (the tuner, :func:`check_algorithm`, :func:`applicable`,
-:func:`phases`, :func:`uncontended_time`) reads :data:`REGISTRY`, or the registry it is given:
-adding an algorithm is adding one record.
+:mod:`simtrain.network.phases` and :mod:`simtrain.network.trees`) and which family of NCCL's
+tuning model prices its latency and protocols (:mod:`simtrain.network.protocols`; none: Simple,
+with the latency its builder sets). Everything that asks about algorithms (the tuner,
+:func:`check_algorithm`, :func:`applicable`, :func:`phases`, :func:`price`) reads
+:data:`REGISTRY`, or the registry it is given: adding an algorithm is adding one record.
 
-``uncontended_time`` is the uncontended closed form: for ``ring`` the alpha-beta time of
-:func:`~simtrain.network.analytic.alpha_beta_time` with the ring's bottleneck shared by the hops
-crossing it (exactly :class:`~simtrain.network.analytic.AnalyticNetwork`); otherwise, per phase,
-the most loaded link's ``bytes / bandwidth`` plus the phase latency
-(:func:`~simtrain.network.phases.phase_time`). Both fidelities agree when nothing contends (tests
-check 1%). Sizes follow nccl-tests (``doc/PERFORMANCE.md``), as in :mod:`simtrain.network.phases`.
+The price of an algorithm is its closed form on the graph: for each protocol, NCCL's latency plus
+each phase's busiest link (bytes over achievable bandwidth, :func:`~simtrain.network.phases.phase_time`)
+divided by the protocol's bandwidth factor (a tree no faster than NCCL's per-channel cap,
+:func:`~simtrain.network.protocols.tree_cap_Bps`); the protocol with the smallest time wins, as in
+NCCL's ``ncclTopoGetAlgoTime``. The flow network runs the same phases with the bytes scaled by the
+same ratio and the latency after the last phase, so both fidelities agree when nothing contends.
 """
 
 from __future__ import annotations
@@ -23,9 +24,10 @@ from types import MappingProxyType
 from typing import Callable, Mapping, Sequence
 
 from simtrain.errors import SpecError, unknown_name
-from simtrain.network.analytic import AnalyticNetwork, alpha_beta_time
-from simtrain.network.phases import (Phase, direct_phases, hierarchical_phases, node_blocks, nvls_phases,
-                                     phase_time, ring_phases, tree_phases)
+from simtrain.network.channels import channel_count, node_blocks
+from simtrain.network.phases import Phase, direct_phases, group_shape, hierarchical_phases, phase_time, ring_phases
+from simtrain.network.protocols import bandwidth_factor, latency_s, protocols, tree_cap_Bps
+from simtrain.network.trees import nvls_phases, nvls_tree_phases, tree_phases
 from simtrain.topology.cluster import Cluster
 from simtrain.topology.routes import Router
 
@@ -35,8 +37,6 @@ OPS = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all", "p2p", "ring_
 PhaseBuilder = Callable[[str, Sequence[int], float, Router], list[Phase]]
 #: (gpus, the gpus by node, cluster, NVLink SHARP enabled) -> why the algorithm cannot run there
 Placement = Callable[[Sequence[int], list[list[int]], Cluster, bool], str | None]
-#: (op, gpus, bytes, router, cluster) -> uncontended seconds
-ClosedForm = Callable[[str, Sequence[int], float, Router, Cluster], float]
 
 
 def normalize_op(op: str) -> str:
@@ -84,16 +84,7 @@ class CollectiveAlgorithm:
     phases: PhaseBuilder  # how it runs one group, as phases of flows
     placement: Placement = _anywhere  # why it cannot run on a group (None: it can)
     offered: Callable[[list[list[int]]], bool] = _always  # the tuner considers it (GPUs by node)
-    closed_form: ClosedForm | None = None  # uncontended time; None: the sum of its phase_time
-
-
-def _ring_time(op: str, gpus: Sequence[int], nbytes: float, router: Router, cluster: Cluster) -> float:
-    """The ring's alpha-beta time, its bottleneck shared by the hops crossing it: exactly what
-    :class:`~simtrain.network.analytic.AnalyticNetwork` charges."""
-    if len(gpus) <= 1:
-        return 0.0
-    bandwidth, alpha = AnalyticNetwork(cluster, router).ring(tuple(gpus))
-    return alpha_beta_time(op, len(gpus), nbytes, bandwidth, alpha)
+    family: str | None = None  # NCCL tuning family pricing latency and protocols; None: Simple
 
 
 def _hierarchical_placement(gpus: Sequence[int], blocks: list[list[int]], cluster: Cluster,
@@ -106,29 +97,56 @@ def _hierarchical_placement(gpus: Sequence[int], blocks: list[list[int]], cluste
     return None
 
 
+def _nvls_off(name: str, cluster: Cluster, nvls: bool) -> str | None:
+    if not nvls:
+        return (f"algorithm {name!r} is off: topology {cluster.name} has no NVLink SHARP "
+                f"([node] nvls = false); set nvls = true (--nvls) for NVSwitch 3 and later")
+    return None
+
+
 def _nvls_placement(gpus: Sequence[int], blocks: list[list[int]], cluster: Cluster,
                     nvls: bool) -> str | None:
-    """NVLS needs one node's NVSwitch; topology files cannot mark switches as NVLS-capable yet,
-    so ``nvls=True`` (``--nvls``) enables it."""
+    """NVLS needs NVLink SHARP enabled and all the group's GPUs on one NVSwitch node."""
     if len(gpus) <= 1:
         return None
-    if not nvls:
-        return ("algorithm 'nvls' is off: topology files cannot enable NVLink SHARP yet; "
-                "pass nvls=True (--nvls)")
     if len(blocks) != 1 or f"node{cluster.node_of(gpus[0])}/nvswitch" not in cluster.graph:
         return "algorithm 'nvls' needs all GPUs of the group on one node with an NVSwitch"
-    return None
+    return _nvls_off("nvls", cluster, nvls)
+
+
+def _nvls_tree_placement(gpus: Sequence[int], blocks: list[list[int]], cluster: Cluster,
+                         nvls: bool) -> str | None:
+    """NVLS tree needs NVLink SHARP enabled and >= 2 GPUs of the group on each of >= 2 NVSwitch
+    nodes."""
+    if len(gpus) <= 1:
+        return None
+    if len(blocks) < 2 or min(len(b) for b in blocks) < 2 or any(
+            f"node{cluster.node_of(b[0])}/nvswitch" not in cluster.graph for b in blocks):
+        return ("algorithm 'nvls_tree' needs >= 2 GPUs of the group on each of >= 2 nodes with an "
+                f"NVSwitch (this group has {[len(b) for b in blocks]} per node)")
+    return _nvls_off("nvls_tree", cluster, nvls)
+
+
+def _across_nodes(blocks: list[list[int]]) -> bool:
+    """NCCL offers its trees across nodes only."""
+    return len(blocks) >= 2
+
+
+def _never(blocks: list[list[int]]) -> bool:
+    """NCCL's tuner has no such algorithm: it runs only where forced (``--collective-algo``)."""
+    return False
 
 
 #: The algorithms by name, in the tuner's tie-break order.
 REGISTRY: Mapping[str, CollectiveAlgorithm] = MappingProxyType({a.name: a for a in (
-    CollectiveAlgorithm("ring", ("all_reduce", "reduce_scatter", "all_gather", "ring_shift"), ring_phases,
-                        closed_form=_ring_time),
-    CollectiveAlgorithm("tree", ("all_reduce",), tree_phases,
-                        offered=lambda blocks: len(blocks) >= 2),  # NCCL offers it across nodes only
-    CollectiveAlgorithm("hierarchical", ("all_reduce",), hierarchical_phases, placement=_hierarchical_placement),
-    CollectiveAlgorithm("nvls", ("all_reduce",), nvls_phases, placement=_nvls_placement),
-    CollectiveAlgorithm("direct", ("all_to_all", "p2p"), direct_phases),
+    CollectiveAlgorithm("ring", ("all_reduce", "reduce_scatter", "all_gather"), ring_phases, family="ring"),
+    CollectiveAlgorithm("tree", ("all_reduce",), tree_phases, offered=_across_nodes, family="tree"),
+    CollectiveAlgorithm("nvls", ("all_reduce",), nvls_phases, placement=_nvls_placement, family="nvls"),
+    CollectiveAlgorithm("nvls_tree", ("all_reduce",), nvls_tree_phases, placement=_nvls_tree_placement,
+                        family="nvls_tree"),
+    CollectiveAlgorithm("hierarchical", ("all_reduce",), hierarchical_phases, placement=_hierarchical_placement,
+                        offered=_never),
+    CollectiveAlgorithm("direct", ("all_to_all", "p2p", "ring_shift"), direct_phases),
 )})
 #: The algorithm names, in the tuner's tie-break order.
 ALGORITHMS = tuple(REGISTRY)
@@ -157,49 +175,113 @@ def applicable(algo: str, op: str, gpus: Sequence[int], cluster: Cluster, nvls: 
     return record.placement(gpus, node_blocks(gpus, cluster), cluster, nvls)
 
 
-def phases(op: str, gpus: Sequence[int], nbytes: float, router: Router, algo: str = "ring",
-           registry: Mapping[str, CollectiveAlgorithm] = REGISTRY) -> list[Phase]:
-    """The phases of ``algo`` doing ``op`` on ``gpus`` (run one after another); SpecError when
-    ``algo`` cannot run there (the ``nvls`` switch is not checked here)."""
+# ---- prices ---------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Price:
+    """An algorithm's uncontended time on one group with its best protocol; the phases of one
+    byte (:func:`unit_phases`) scaled by ``bytes_factor`` per byte, ``latency_s`` after the last."""
+
+    algorithm: str
+    protocol: str
+    time_s: float
+    bytes_factor: float = 1.0
+    latency_s: float = 0.0
+    channels: int = 1
+
+
+def unit_phases(op: str, algo: str, gpus: Sequence[int], router: Router,
+                registry: Mapping[str, CollectiveAlgorithm] = REGISTRY) -> list[Phase]:
+    """The phases of ``algo`` doing ``op`` on ``gpus`` for one byte (every builder is linear in
+    the bytes); SpecError when ``algo`` cannot run there (the NVLS switch is not checked)."""
     op, gpus = normalize_op(op), tuple(gpus)
     why = applicable(algo, op, gpus, router.cluster, True, registry)
     if why is not None:
         raise SpecError(why)
-    return registry[algo].phases(op, gpus, float(nbytes), router)
+    return registry[algo].phases(op, gpus, 1.0, router)
+
+
+def price(op: str, algo: str, gpus: Sequence[int], nbytes: float, router: Router,
+          registry: Mapping[str, CollectiveAlgorithm] = REGISTRY, unit: list[Phase] | None = None) -> Price:
+    """The uncontended price of ``algo`` (module docstring); ``unit``: its :func:`unit_phases`
+    when already built."""
+    op, gpus = normalize_op(op), tuple(gpus)
+    unit = unit_phases(op, algo, gpus, router, registry) if unit is None else unit
+    family = find_algorithm(algo, registry).family
+    if not unit or nbytes <= 0:
+        return Price(algo, "Simple", 0.0)
+    cluster = router.cluster
+    seconds = sum(phase_time(p, cluster) - p.latency_s for p in unit)  # per byte
+    fixed = sum(p.latency_s for p in unit)
+    if family is None:
+        return Price(algo, "Simple", nbytes * seconds + fixed)
+    shape = group_shape(gpus, router, channel_count(node_blocks(gpus, cluster), router))
+    best = None
+    for proto in protocols(family, shape):
+        moving = nbytes * seconds / bandwidth_factor(family, op, proto, shape, nbytes)
+        if family == "tree":
+            moving = max(moving, nbytes / tree_cap_Bps(proto, shape))
+        lat = latency_s(family, op, proto, shape)
+        cand = Price(algo, proto, lat + moving, moving / (nbytes * seconds), lat, shape.channels)
+        if best is None or cand.time_s < best.time_s:
+            best = cand
+    return best
+
+
+def scaled_phases(unit: list[Phase], nbytes: float, cost: Price) -> list[Phase]:
+    """The phases of ``nbytes`` as the flow network runs them: each unit phase's bytes times
+    ``nbytes x cost.bytes_factor``, its own latency, NCCL's latency after the last one."""
+    last = len(unit) - 1
+    return [p.scaled(nbytes * cost.bytes_factor, p.latency_s + (cost.latency_s if i == last else 0.0))
+            for i, p in enumerate(unit)]
+
+
+def phases(op: str, gpus: Sequence[int], nbytes: float, router: Router, algo: str = "ring",
+           registry: Mapping[str, CollectiveAlgorithm] = REGISTRY) -> list[Phase]:
+    """The phases of ``algo`` doing ``op`` on ``gpus`` as the flow network runs them (its best
+    protocol applied); SpecError when ``algo`` cannot run there (the NVLS switch is not checked)."""
+    unit = unit_phases(op, algo, gpus, router, registry)
+    return scaled_phases(unit, float(nbytes), price(op, algo, gpus, nbytes, router, registry, unit))
 
 
 def uncontended_time(op: str, algo: str, gpus: Sequence[int], nbytes: float, router: Router,
-                  cluster: Cluster, registry: Mapping[str, CollectiveAlgorithm] = REGISTRY) -> float:
-    """The uncontended closed-form time of ``algo`` (see the module docstring)."""
+                     cluster: Cluster, registry: Mapping[str, CollectiveAlgorithm] = REGISTRY) -> float:
+    """The uncontended time of ``algo`` with its best protocol (module docstring)."""
+    return price(op, algo, gpus, nbytes, router, registry).time_s
+
+
+def candidates(op: str, gpus: Sequence[int], cluster: Cluster, nvls: bool,
+               registry: Mapping[str, CollectiveAlgorithm] = REGISTRY) -> list[str]:
+    """The algorithms the tuner weighs for ``op`` on ``gpus``: applicable and offered."""
     op, gpus = normalize_op(op), tuple(gpus)
-    closed_form = find_algorithm(algo, registry).closed_form
-    if closed_form is not None:
-        return closed_form(op, gpus, nbytes, router, cluster)
-    return float(sum(phase_time(p, cluster) for p in phases(op, gpus, nbytes, router, algo, registry)))
+    blocks = node_blocks(gpus, cluster)
+    return [a.name for a in registry.values()
+            if applicable(a.name, op, gpus, cluster, nvls, registry) is None and a.offered(blocks)]
+
+
+def forced(op: str, gpus: Sequence[int], cluster: Cluster, force: str, nvls: bool, strict: bool,
+           registry: Mapping[str, CollectiveAlgorithm] = REGISTRY) -> str | None:
+    """``force`` when it can run ``op`` on ``gpus``; otherwise SpecError when ``strict``, else None
+    (the tuner decides). Unknown names always raise SpecError."""
+    check_algorithm(force, registry)
+    why = applicable(force, op, gpus, cluster, nvls, registry)
+    if why is None:
+        return force
+    if strict:
+        raise SpecError(why)
+    return None
 
 
 def select_algorithm(op: str, gpus: Sequence[int], nbytes: float, cluster: Cluster,
                      router: Router, force: str | None = None, nvls: bool = False,
                      strict: bool = True, registry: Mapping[str, CollectiveAlgorithm] = REGISTRY) -> str:
     """The algorithm NCCL's tuner would pick (``src/graph/tuning.cc``: the smallest predicted
-    time): among the records of ``registry`` that are :func:`applicable` and offered for the
-    group, the one with the smallest :func:`uncontended_time`, ties in registry order. So tree
-    (offered across >= 2 nodes, as NCCL) wins small all-reduces across nodes (2 log2 n
-    latencies instead of 2(n-1)), ring or hierarchical large ones. ``force``
-    (``--collective-algo``) names the algorithm: unknown names raise SpecError; one that cannot
-    run here raises SpecError when ``strict``, else the tuner decides."""
+    time): among the :func:`candidates`, the one with the smallest :func:`price`, ties in
+    registry order. ``force`` (``--collective-algo``) names the algorithm (:func:`forced`)."""
     op, gpus = normalize_op(op), tuple(gpus)
-    if force is not None:
-        check_algorithm(force, registry)
-        why = applicable(force, op, gpus, cluster, nvls, registry)
-        if why is None:
-            return force
-        if strict:
-            raise SpecError(why)
-    blocks = node_blocks(gpus, cluster)
-    cands = [a.name for a in registry.values()
-             if applicable(a.name, op, gpus, cluster, nvls, registry) is None and a.offered(blocks)]
+    if force is not None and (chosen := forced(op, gpus, cluster, force, nvls, strict, registry)):
+        return chosen
+    cands = candidates(op, gpus, cluster, nvls, registry)
     if len(cands) == 1 or len(gpus) <= 1 or nbytes <= 0:
         return cands[0]
-    times = [uncontended_time(op, a, gpus, nbytes, router, cluster, registry) for a in cands]
+    times = [price(op, a, gpus, nbytes, router, registry).time_s for a in cands]
     return cands[times.index(min(times))]

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from typing import Any, Callable, Iterator
 
-from simtrain.network.links import link_report
-from simtrain.network.phases import Phase
+from simtrain.network.links import Link, link_report
+from simtrain.network.phases import Phase, phase_load
 from simtrain.network.planner import Planner
 from simtrain.network.protocol import LinkSeries, Step, op_parts
 from simtrain.network.solver import FlowModel
@@ -27,11 +27,12 @@ from simtrain.workload.program import Op, Program
 
 class FlowNetwork:
     """The flow fidelity's :class:`~simtrain.network.protocol.NetworkModel`. ``algo`` forces a
-    collective algorithm where it applies (elsewhere the tuner decides); ``nvls`` enables NVLink
-    SHARP. Each :meth:`prepare` starts a fresh flow model, kept in :attr:`model` after the run."""
+    collective algorithm where it applies (elsewhere the tuner decides); ``nvls`` enables or
+    disables NVLink SHARP (None: as the topology says). Each :meth:`prepare` starts a fresh flow
+    model, kept in :attr:`model` after the run."""
 
     def __init__(self, cluster: Cluster, router: Router | None = None, *, algo: str | None = None,
-                 nvls: bool = False) -> None:
+                 nvls: bool | None = None) -> None:
         self.cluster = cluster
         self.planner = Planner(cluster, router, algo=algo, nvls=nvls)
         self.model = FlowModel(cluster)
@@ -44,6 +45,7 @@ class FlowNetwork:
         self._next_token = 0
         self._interacting_cache: dict[tuple, tuple] = {}
         self._steps: dict[tuple, list[tuple[Phase, float | None]]] = {}  # (part, group set, bytes)
+        self._runs: dict[tuple, int] = {}  # (part, group set, bytes) -> transfers run
         self._private = self._private_sets()
 
     def fixed_duration(self, op: Op) -> None:
@@ -54,6 +56,8 @@ class FlowNetwork:
         token of its transfer on the flow model."""
         parts, size = op_parts(op)
         for part in parts:
+            key = (part, op.group_set, size)
+            self._runs[key] = self._runs.get(key, 0) + 1
             for phase, alone in self._phase_steps(op, part, size):
                 if alone is not None:
                     self.model.account_isolated(self._clock(), phase.flows)
@@ -82,7 +86,24 @@ class FlowNetwork:
                                  f"{usage.bytes_added} bytes sent")
 
     def link_report(self, step_s: float) -> tuple[dict[str, Any], LinkSeries]:
-        return link_report(self.cluster, self.model.usage, step_s)
+        """The links the flows used, and in ``utilisation_by_link`` also those of the groups a
+        folded op stands for without running them (:meth:`_represented_bytes`)."""
+        return link_report(self.cluster, self.model.usage, step_s, self._represented_bytes())
+
+    def _represented_bytes(self) -> dict[Link, float]:
+        """Bytes per link of the groups left out of the flows (:meth:`_interacting`): each
+        carries what its own plan puts on its links, once per transfer of its op."""
+        extra: dict[Link, float] = {}
+        for (part, gs, size), runs in self._runs.items():
+            groups = self._program.group_sets[gs]
+            ran = set(self._groups(part, groups, size))
+            for group in groups:
+                if group in ran:
+                    continue
+                for phase in self.planner.phases(part, group, size):
+                    for link, nbytes in phase_load(phase).items():
+                        extra[link] = extra.get(link, 0.0) + nbytes * runs
+        return extra
 
     # ---- plans ----------------------------------------------------------------------------
     def _phase_steps(self, op: Op, part: str, size: float) -> list[tuple[Phase, float | None]]:
@@ -165,5 +186,5 @@ class FlowNetwork:
                 return None
             seen.update(path)
             if nbytes > 0 and path:
-                longest = max(longest, nbytes / min(graph.edges[e]["bandwidth_Bps"] for e in path))
+                longest = max(longest, nbytes / min(graph.edges[e]["capacity_Bps"] for e in path))
         return longest + phase.latency_s

@@ -90,14 +90,16 @@ class LinkUsage:
         return out
 
 
-def link_report(cluster: Cluster, usage: LinkUsage, step_s: float,
+def link_report(cluster: Cluster, usage: LinkUsage, step_s: float, represented: dict[Link, float] | None = None,
                 top: int = 10) -> tuple[dict[str, Any], dict[str, list[tuple[float, float]]]]:
     """The ``links`` section of a run's report: per directed link that carried traffic, its
-    bytes, busy time and mean utilisation over the step; the ``top`` most utilised listed first,
-    and their utilisation over time for the trace's counter tracks."""
+    bytes, busy time and mean utilisation over the step (of its achievable bandwidth,
+    ``capacity_Bps``); the ``top`` most utilised listed first, and their utilisation over time
+    for the trace's counter tracks. ``utilisation_by_link`` (and ``links_used``) also count the
+    ``represented`` bytes per link: traffic of ranks a folded run stands for but does not run."""
     rows = []
     for (u, v), st in usage.stats().items():
-        bw = cluster.graph.edges[u, v]["bandwidth_Bps"]
+        bw = cluster.graph.edges[u, v]["capacity_Bps"]
         rows.append({"link": f"{u}->{v}", "tier": cluster.graph.edges[u, v]["tier"], "bytes": st["bytes"],
                      "busy_s": st["busy_s"], "utilisation": st["bytes"] / (bw * step_s) if step_s > 0 else 0.0,
                      "peak_utilisation": st["peak_utilisation"], "_edge": (u, v), "_bw": bw})
@@ -109,24 +111,31 @@ def link_report(cluster: Cluster, usage: LinkUsage, step_s: float,
     by_tier: dict[str, float] = {}
     for r in rows:
         by_tier[r["tier"]] = by_tier.get(r["tier"], 0.0) + r["bytes"]
-    everything = {r["link"]: r["utilisation"] for r in sorted(rows, key=lambda r: r["link"])}
-    return {"top": rows[:top], "links_used": len(rows), "bytes_by_tier": by_tier,
+    util = {r["link"]: r["utilisation"] for r in rows}
+    for (u, v), nbytes in (represented or {}).items():
+        name = f"{u}->{v}"
+        util[name] = util.get(name, 0.0) + (nbytes / (cluster.graph.edges[u, v]["capacity_Bps"] * step_s)
+                                            if step_s > 0 else 0.0)
+    everything = dict(sorted(util.items()))
+    return {"top": rows[:top], "links_used": len(everything), "bytes_by_tier": by_tier,
             "utilisation_by_link": everything}, series
 
 
 def summarize_links(usage: LinkUsage, cluster: Cluster, elapsed_s: float,
                     top: int = 5) -> list[dict[str, Any]]:
-    """The ``top`` links by time at full bandwidth (bytes / bandwidth), ties by name: bytes,
-    busy_s, peak and mean utilisation over ``elapsed_s``."""
+    """The ``top`` links by time at full achievable bandwidth (bytes / ``capacity_Bps``), ties by
+    name: line rate, achievable bandwidth, bytes, busy_s, peak and mean utilisation over
+    ``elapsed_s``."""
     rows = []
     for (u, v), st in usage.stats().items():
-        cap = cluster.graph.edges[u, v]["bandwidth_Bps"]
+        cap = cluster.graph.edges[u, v]["capacity_Bps"]
         rows.append((-st["bytes"] / cap, u, v, cap, st))
     rows.sort()
     out = []
     for neg, u, v, cap, st in rows[:top]:
         out.append({"link": f"{u} -> {v}", "tier": cluster.graph.edges[u, v]["tier"],
-                    "bandwidth_Bps": cap, "bytes": st["bytes"], "busy_s": st["busy_s"],
+                    "bandwidth_Bps": cluster.graph.edges[u, v]["bandwidth_Bps"], "capacity_Bps": cap,
+                    "bytes": st["bytes"], "busy_s": st["busy_s"],
                     "peak_utilisation": st["peak_utilisation"],
                     "mean_utilisation": (-neg / elapsed_s) if elapsed_s > 0 else 0.0})
     return out

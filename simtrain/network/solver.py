@@ -5,7 +5,8 @@ flows waited on as one unit (one phase of a collective, one point-to-point send)
 ``latency_s`` after its last flow delivered its last byte: the model handles latency itself, so
 :meth:`FlowModel.advance` returns transfers that are fully done, latency included.
 
-Rates are max-min fair over all active flows and the links' ``bandwidth_Bps``, computed by
+Rates are max-min fair over all active flows and the links' achievable bandwidth (``capacity_Bps``:
+the line rate times the link kind's efficiency, :mod:`simtrain.topology.spec`), computed by
 progressive filling (water-filling): raise every unfrozen flow's rate together until some link
 saturates, freeze the flows crossing it, repeat (Bertsekas and Gallager, "Data Networks", 2nd ed.
 1992, section 6.5.2). Rates are recomputed whenever a flow starts or ends, lazily (once per instant
@@ -204,7 +205,7 @@ class FlowModel:
         g = cluster.graph
         self.edges: list[Link] = sorted(g.edges())
         self.index = {e: i for i, e in enumerate(self.edges)}
-        self.capacity = np.array([g.edges[e]["bandwidth_Bps"] for e in self.edges], dtype=float)
+        self.capacity = np.array([g.edges[e]["capacity_Bps"] for e in self.edges], dtype=float)
         self.link_rate = np.zeros(len(self.edges))  # current sum of flow rates per link
         self.usage = LinkUsage(self.edges, self.index, self.capacity, record)
         self.flows = FlowTable(len(self.edges))

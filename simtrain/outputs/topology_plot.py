@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from simtrain.errors import SpecError
 from simtrain.outputs.files import atomic_open
+from simtrain.outputs.words import counted
 
 if TYPE_CHECKING:
     from simtrain.topology.cluster import Cluster
@@ -57,8 +58,11 @@ def draw_topology(cluster: "Cluster", path: str | Path,
                   link_utilisation: dict[tuple[str, str], float] | None = None) -> None:
     """Render ``cluster`` to ``path`` (``.png`` or ``.svg``).
 
-    ``link_utilisation`` maps directed edges ``(u, v)`` to a utilisation in [0, 1]; a physical
-    link takes the larger of its two directions; links missing from the map are drawn grey.
+    ``link_utilisation`` maps directed edges ``(u, v)`` to a utilisation in [0, 1] of the link's
+    achievable bandwidth; a physical link takes the larger of its two directions; links missing
+    from the map are drawn grey. A flow run's report gives every link any rank used, those of the
+    ranks a folded run's representatives stand for included
+    (:meth:`simtrain.network.flow.FlowNetwork.link_report`), so grey links carried nothing.
     """
     path = Path(path)
     fmt = path.suffix.lower().lstrip(".")
@@ -118,9 +122,9 @@ def draw_topology(cluster: "Cluster", path: str | Path,
     ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=len(handles),
               fontsize=7, frameon=False)
     if link_utilisation is not None:
-        fig.colorbar(ScalarMappable(norm=norm, cmap=cmap), ax=ax, label="link utilisation",
+        fig.colorbar(ScalarMappable(norm=norm, cmap=cmap), ax=ax, label="link utilisation (all ranks)",
                      fraction=0.03, pad=0.01)
-    ax.set_title(f"{cluster.name}: {cluster.num_nodes} nodes x {cluster.gpus_per_node} "
+    ax.set_title(f"{cluster.name}: {counted(cluster.num_nodes, 'node')} x {cluster.gpus_per_node} "
                  f"{cluster.gpu.name}, fabric {cluster.fabric_kind}", fontsize=10)
     ax.autoscale_view()
     ax.margins(0.02, 0.08)

@@ -14,6 +14,9 @@ simtrain everything is SI (bytes/s, s)::
     nvswitch = true                   # false: no NVLink; GPUs talk over PCIe/NIC only
     nvlink_GBps = 450                 # per GPU per direction; default: the GPU spec's NVLink
     nvlink_latency_us = 1.0           # GPU -> NVSwitch -> GPU
+    nvlink_efficiency = 0.822         # achievable / line rate (default: H100, nccl-tests issue 212)
+    nvls = false                      # NVLink SHARP (NVSwitch 3+): in-switch all-reduce
+    nvls_efficiency = 0.683           # NVLS multimem rate / NVLink line rate (nccl issue 1455)
     nics = 8                          # per node; default gpus (0 without fabric); divides gpus;
                                       # NIC i serves GPUs [i*gpus/nics, (i+1)*gpus/nics) over PCIe
     nic_gbps = 400                    # per NIC per direction (required when nics > 0)
@@ -23,21 +26,24 @@ simtrain everything is SI (bytes/s, s)::
     [fabric]                          # absent = kind "none"
     kind = "fat-tree"                 # "fat-tree" | "rail-optimized" | "none" (one node)
     tiers = 2                         # 2 (leaf-spine) or 3 (leaf-spine-core)
-    nodes_per_leaf = 4                # nodes <= nodes_per_leaf, or a multiple of it
+    nodes_per_leaf = 4                # nodes per leaf; the last leaf may be partly filled
     spines = 8                        # spines (per pod with 3 tiers); the ECMP width
     oversubscription = 1.0            # leaf downlink : uplink capacity, >= 1
-    leaves_per_pod = 4                # tiers = 3 only; leaves <= leaves_per_pod or a multiple
+    leaves_per_pod = 4                # tiers = 3 only; the last pod may be partly filled
     cores = 8                         # tiers = 3 only; a multiple of spines
     core_oversubscription = 1.0       # tiers = 3 only; spine downlink : uplink capacity
     switch_latency_us = 0.13          # per leaf/spine/core traversal
     link_latency_us = 0.05            # per cable
+    nic_efficiency = 0.96             # achievable / line rate of NICs and fabric links
+    switch_ports = 64                 # optional: the switches' radix, bounds the node count
 
 Graph (``networkx.DiGraph``, two directed edges per physical link). Nodes carry ``kind`` (gpu,
 nvswitch, nic, leaf, spine, core) and ``latency_s`` (switch traversal); GPUs are named ``gpu{g}``
 with ``index`` g (global, node-major: GPU g is on node g // gpus_per_node) and ``node``; the others
 ``node{n}/nvswitch``, ``node{n}/nic{k}``, ``leaf{l}``, ``spine{s}`` (``pod{p}/spine{s}`` with 3
 tiers), ``core{c}``. Edges carry ``bandwidth_Bps``, ``latency_s`` and ``tier`` (nvlink, pcie, leaf =
-nic<->leaf, spine = leaf<->spine, core = spine<->core). Leaf uplinks = downlinks / oversubscription,
+nic<->leaf, spine = leaf<->spine, core = spine<->core) and ``capacity_Bps`` (the achievable rate:
+``bandwidth_Bps`` x the tier's efficiency). Leaf uplinks = downlinks / oversubscription,
 one aggregated edge per leaf-spine pair; the builder rules and their sources are in
 :mod:`simtrain.topology.build`, routes between GPUs in :mod:`simtrain.topology.routes`.
 """
@@ -54,7 +60,8 @@ from simtrain.presets import preset_dir
 from simtrain.errors import SpecError, unknown_name
 from simtrain.specs.gpu import GpuSpec
 from simtrain.specs.strict import parse_toml, read_toml
-from simtrain.topology.build import TopologySpec, build_graph, check_graph, parse_spec
+from simtrain.topology.build import build_graph, check_graph
+from simtrain.topology.spec import TopologySpec, parse_spec
 
 NODE_KINDS = ("gpu", "nvswitch", "nic", "leaf", "spine", "core")
 TIERS = ("nvlink", "pcie", "leaf", "spine", "core")
@@ -95,6 +102,11 @@ class Cluster:
         return self._check(g) // self.gpus_per_node
 
     @property
+    def nvls(self) -> bool:
+        """Whether the nodes' NVSwitches reduce in the switch (NVLink SHARP)."""
+        return self.spec is not None and self.spec.node.nvswitch and self.spec.node.nvls
+
+    @property
     def fabric(self) -> dict[str, Any]:
         """The resolved fabric parameters (JSON-ready)."""
         out: dict[str, Any] = {"kind": self.fabric_kind}
@@ -103,7 +115,7 @@ class Cluster:
         fb, nd = self.spec.fabric, self.spec.node
         out.update(tiers=fb.tiers, nodes_per_leaf=fb.nodes_per_leaf, leaves=self.spec.num_leaves,
                    spines=fb.spines, oversubscription=fb.oversubscription,
-                   nics_per_node=nd.nics, nic_Bps=nd.nic_Bps)
+                   nics_per_node=nd.nics, nic_Bps=nd.nic_Bps, nic_efficiency=fb.nic_efficiency)
         if fb.tiers == 3:
             out.update(pods=self.spec.num_pods, leaves_per_pod=fb.leaves_per_pod, cores=fb.cores,
                        core_oversubscription=fb.core_oversubscription)
@@ -119,16 +131,20 @@ def list_topologies() -> list[str]:
     return sorted(p.name[:-5] for p in _preset_dir().iterdir() if p.name.endswith(".toml"))
 
 
+def preset_table(name: str) -> dict[str, Any]:
+    """The parsed table of preset ``name`` (SpecError naming the presets when there is none)."""
+    names = list_topologies()
+    if name not in names:
+        raise unknown_name("topology", name, names)
+    return parse_toml(_preset_dir().joinpath(f"{name}.toml").read_text(encoding="utf-8"), name)
+
+
 def load_topology(name_or_path: str, nodes: int | None = None,
                   gpu: GpuSpec | None = None) -> Cluster:
     """A preset by name, or a ``.toml`` file; ``nodes`` and ``gpu`` override the file's."""
     if name_or_path.endswith(".toml") or "/" in name_or_path or "\\" in name_or_path:
         return build_topology(read_toml(name_or_path), str(name_or_path), nodes, gpu)
-    names = list_topologies()
-    if name_or_path not in names:
-        raise unknown_name("topology", name_or_path, names)
-    text = _preset_dir().joinpath(f"{name_or_path}.toml").read_text(encoding="utf-8")
-    return build_topology(parse_toml(text, name_or_path), name_or_path, nodes, gpu)
+    return build_topology(preset_table(name_or_path), name_or_path, nodes, gpu)
 
 
 def build_topology(data: dict[str, Any], source: str, nodes: int | None = None,
@@ -163,14 +179,17 @@ def bisection_bandwidth(cluster: Cluster) -> float:
 
 
 def summary(cluster: Cluster) -> dict[str, Any]:
-    """A JSON-ready description: counts by kind, per-link bandwidth by tier, bisection."""
+    """A JSON-ready description: counts by kind, per-link line rate and efficiency (achievable /
+    line rate) by tier, bisection (line rates), NVLink SHARP."""
     g = cluster.graph
     kinds = Counter(kind for _, kind in g.nodes(data="kind"))
     links: Counter[str] = Counter()
     bws: dict[str, set[float]] = {}
+    efficiency: dict[str, float] = {}
     for _, _, d in g.edges(data=True):
         links[d["tier"]] += 1
         bws.setdefault(d["tier"], set()).add(d["bandwidth_Bps"])
+        efficiency[d["tier"]] = d["capacity_Bps"] / d["bandwidth_Bps"]
     bw_by_tier: dict[str, Any] = {}
     for tier in TIERS:
         if tier in bws:
@@ -187,6 +206,8 @@ def summary(cluster: Cluster) -> dict[str, Any]:
         "nodes_by_kind": {k: kinds[k] for k in NODE_KINDS if kinds[k]},
         "links_by_kind": {t: links[t] // 2 for t in TIERS if links[t]},
         "bandwidth_by_tier_Bps": bw_by_tier,
+        "efficiency_by_tier": {t: efficiency[t] for t in TIERS if t in efficiency},
+        "nvls": cluster.nvls,
         "bisection_bandwidth_Bps": bisection_bandwidth(cluster),
         "oversubscription": cluster.oversubscription,
         "fabric": cluster.fabric,

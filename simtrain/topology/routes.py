@@ -1,5 +1,5 @@
-"""Routes between GPUs on a cluster graph: deterministic shortest-hop paths with ECMP, and their
-bottleneck bandwidth and latency."""
+"""Routes between GPUs on a cluster graph: deterministic shortest-hop paths with ECMP, their
+bottleneck (achievable) bandwidth and latency, and which NIC serves a GPU."""
 
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ from simtrain.topology.cluster import Cluster
 class Router:
     """Deterministic shortest-hop routes between GPUs, never transiting a third GPU.
 
-    Among equal-hop routes the widest (largest bottleneck) win (NVLink before a shared PCIe NIC);
+    Among equal-hop routes the widest (largest achievable bottleneck, ``capacity_Bps``) win
+    (NVLink before a shared PCIe NIC);
     among those, ECMP picks ``sorted(paths)[crc32(f"{src}-{dst}") % len(paths)]``. A route from a
     GPU to itself is ``(gpu,)``. The middle of a route (between the GPUs' NVSwitch/NIC neighbours)
     is computed between the switches the NICs hang off and cached per switch pair, so a
@@ -38,9 +39,28 @@ class Router:
         return tuple(zip(path, path[1:]))
 
     def bandwidth(self, src_gpu: int, dst_gpu: int) -> float:
-        """Bottleneck bandwidth of the route, bytes/s (inf from a GPU to itself)."""
+        """Achievable bottleneck bandwidth of the route (its smallest ``capacity_Bps``), bytes/s
+        (inf from a GPU to itself)."""
         edges = self._static()[0]
         return min((edges[e][0] for e in self.links(src_gpu, dst_gpu)), default=float("inf"))
+
+    def fabric_latency(self, src_gpu: int, dst_gpu: int) -> float:
+        """The part of :meth:`latency` spent beyond the NICs: cables and switches of the fabric
+        (what NCCL's tuning model adds per inter-node step as the network's latency), s."""
+        g = self.cluster.graph
+        path = self.route(src_gpu, dst_gpu)
+        fabric = ("leaf", "spine", "core")
+        return (sum(g.edges[e]["latency_s"] for e in zip(path, path[1:]) if g.edges[e]["tier"] in fabric)
+                + sum(g.nodes[n]["latency_s"] for n in path[1:-1] if g.nodes[n]["kind"] in fabric))
+
+    def nic_of(self, gpu: int) -> str | None:
+        """The NIC serving GPU ``gpu`` (its graph node), None when its node has no NIC."""
+        nics = self._cache.setdefault("nics", {})
+        if gpu not in nics:
+            g = self.cluster.graph
+            nics[gpu] = next((n for n in g.successors(self.cluster.gpu_id(gpu))
+                              if g.nodes[n]["kind"] == "nic"), None)
+        return nics[gpu]
 
     def latency(self, src_gpu: int, dst_gpu: int) -> float:
         """Sum of the route's edge latencies and the traversal latency of its switches, s."""
@@ -54,7 +74,7 @@ class Router:
         if st is None:
             g = self.cluster.graph
             kind = dict(g.nodes(data="kind"))
-            edges = {(u, v): (d["bandwidth_Bps"], d["latency_s"]) for u, v, d in g.edges(data=True)}
+            edges = {(u, v): (d["capacity_Bps"], d["latency_s"]) for u, v, d in g.edges(data=True)}
             node_lat = dict(g.nodes(data="latency_s", default=0.0))
             nbrs = {n: tuple(sorted(v for v in g.successors(n) if kind[v] != "gpu")) for n in g}
             adj = {n: nb for n, nb in nbrs.items() if kind[n] != "gpu"}

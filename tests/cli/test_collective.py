@@ -14,17 +14,38 @@ from simtrain.network.algorithms import bandwidths, bus_factor
 from simtrain.topology.cluster import load_topology
 
 
-def test_busbw_of_an_uncontended_ring_in_one_node_is_the_link_bandwidth():
+def test_busbw_of_an_uncontended_ring_approaches_the_achievable_link_bandwidth():
     c = nvlink_node(bw_GBps=450, latency_us=0.0)
-    rep = collective_report("all-reduce", size_bytes=2**30, gpus=8, topology=c, network="flow",
+    rep = collective_report("all-reduce", size_bytes=2**34, gpus=8, topology=c, network="flow",
                             algo="ring")
-    assert rep["busbw_Bps"] == pytest.approx(450 * GB, rel=1e-9)
-    assert rep["algbw_Bps"] == pytest.approx(450 * GB * 8 / 14, rel=1e-9)
+    assert rep["busbw_Bps"] == pytest.approx(450 * GB * 0.822, rel=0.001)  # NCCL's latency: 56 us of 95 ms
+    assert rep["algbw_Bps"] == pytest.approx(rep["busbw_Bps"] * 8 / 14, rel=1e-9)
+    assert (rep["protocol"], rep["channels"]) == ("Simple", 1)
     for op in ("all-gather", "reduce-scatter"):
-        rep = collective_report(op, size_bytes=2**30, gpus=8, topology=c)
-        assert rep["busbw_Bps"] == pytest.approx(450 * GB, rel=1e-9)
+        rep = collective_report(op, size_bytes=2**34, gpus=8, topology=c)
+        assert rep["busbw_Bps"] == pytest.approx(450 * GB * 0.822, rel=0.001)
     assert bus_factor("all_to_all", 8) == 7 / 8 and bus_factor("p2p", 2) == 1.0
     assert bandwidths("all_reduce", 4, 1e9, 1.0) == (1e9, 1.5e9)
+
+
+def test_acceptance_busbw_of_h100_collectives():
+    """8 H100s: ring 340-400 GB/s, NVLS 440-500 GB/s (NCCL maintainers: ~370 and ~480,
+    NVIDIA/nccl-tests issue 212); all-gather over 2 nodes >= 300 GB/s (one channel per NIC); a
+    2-node all-reduce within 15% of the cited measurements: ~396 GB/s with NCCL_ALGO=RING
+    (nccl-tests issue 319), 470 GB/s by default, NVLS tree (nccl-tests issue 309)."""
+    ring = cli_json("collective", "all-reduce", "--size", "1G", "--gpus", 8, "--topology", "h100-ib", "--algo", "ring")
+    assert 340e9 <= ring["busbw_Bps"] <= 400e9
+    nvls = cli_json("collective", "all-reduce", "--size", "1G", "--gpus", 8, "--topology", "h100-ib")
+    assert nvls["algorithm"] == "nvls" and 440e9 <= nvls["busbw_Bps"] <= 500e9
+    off = cli_json("collective", "all-reduce", "--size", "1G", "--gpus", 8, "--topology", "h100-ib", "--no-nvls")
+    assert off["algorithm"] == "ring" and off["busbw_Bps"] == ring["busbw_Bps"]
+    gather = cli_json("collective", "all-gather", "--size", "1G", "--gpus", 16, "--topology", "h100-ib")
+    assert gather["channels"] == 8 and gather["busbw_Bps"] >= 300e9
+    two_ring = cli_json("collective", "all-reduce", "--size", "16G", "--gpus", 16, "--topology", "h100-ib",
+                        "--algo", "ring")
+    assert two_ring["busbw_Bps"] == pytest.approx(396e9, rel=0.15)
+    two = cli_json("collective", "all-reduce", "--size", "16G", "--gpus", 16, "--topology", "h100-ib")
+    assert two["algorithm"] == "nvls_tree" and two["busbw_Bps"] == pytest.approx(470e9, rel=0.15)
 
 
 def test_parse_size():
@@ -98,7 +119,7 @@ def _cli(*argv: str) -> tuple[int, str]:
 def test_collective_cli():
     code, out = _cli("collective", "all-reduce", "--size", "256M", "--gpus", "8",
                      "--topology", "h100-ib")
-    assert code == 0 and "ring" in out and "busbw GB/s" in out
+    assert code == 0 and "nvls" in out and "busbw GB/s" in out and "Simple" in out
     code, out = _cli("collective", "all-reduce", "--size", "64M", "--ranks", "0,8,16,24",
                      "--topology", "h100-ib", "--network", "flow", "--concurrent-groups", "2",
                      "--json")
@@ -117,7 +138,7 @@ def test_collective_command(tmp_path):
     rep = cli_json("collective", "all-reduce", "--size", "1G", "--gpus", 8, "--topology", "h100-ib")
     for key in ("time_s", "algbw_Bps", "busbw_Bps", "algorithm"):
         assert key in rep
-    assert rep["busbw_Bps"] == pytest.approx(450e9, rel=0.01)  # an uncontended NVLink ring
+    assert rep["time_s"] == rep["uncontended_time_s"]
     flow = cli_json("collective", "all-reduce", "--size", "1G", "--gpus", 8, "--topology", "h100-ib",
                     "--network", "flow")
     assert flow["time_s"] == pytest.approx(rep["time_s"], rel=0.01)
@@ -128,4 +149,6 @@ def test_collective_errors():
                       "--algo", "rng", contains=("rng", "ring"))
     assert_user_error("collective", "all-reduce", "--size", "1G", "--ranks", "0,999", "--topology",
                       "h100-ib", contains=("999",))
-    assert_user_error("run", "--collective-algo", "tree", contains=("--network flow",))
+    assert_user_error("collective", "all-reduce", "--size", "1G", "--gpus", 8, "--topology", "a100-hdr",
+                      "--algo", "nvls", contains=("nvls", "off", "nvls = true"))
+    assert_user_error("run", "--collective-algo", "tre", contains=("tre", "tree"))

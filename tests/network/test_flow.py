@@ -1,5 +1,6 @@
 """The flow network inside the engine: agreement with analytic when uncontended, contention between PP
-sends and DP reductions on a shared NIC, oversubscription, the private-links shortcut."""
+sends and DP reductions on a shared NIC, oversubscription, the private-links shortcut, link
+utilisation of every rank a folded run stands for."""
 
 from __future__ import annotations
 
@@ -125,3 +126,29 @@ def test_private_links_shortcut_changes_nothing(settings, monkeypatch):
     assert fast["step_time_s"] == pytest.approx(slow["step_time_s"], rel=1e-12)
     assert fast["links"]["utilisation_by_link"] == pytest.approx(slow["links"]["utilisation_by_link"], rel=1e-9)
     assert fast["breakdown_s"] == pytest.approx(slow["breakdown_s"], rel=1e-9, abs=1e-12)
+
+
+def test_link_utilisation_covers_the_groups_a_folded_op_stands_for():
+    """Two TP groups in two nodes: only the first runs as flows (the second shares no link), yet
+    the report's utilisation lists the second's NVLink links too, loaded alike."""
+    c = cluster()
+    net = FlowNetwork(c, Router(c), algo="ring")
+    groups = (tuple(range(8)), tuple(range(8, 16)))
+    engine.run(one_op_program("all_reduce", groups, 256e6), net)
+    links, _ = net.link_report(1.0)
+    util = links["utilisation_by_link"]
+    assert util["gpu1->node0/nvswitch"] > 0
+    assert util["gpu9->node1/nvswitch"] == pytest.approx(util["gpu1->node0/nvswitch"], rel=1e-12)
+    assert not any(row["link"].startswith("gpu9") for row in links["top"])  # not simulated
+    assert links["links_used"] == len(util)
+
+
+def test_a_folded_flow_run_reports_the_links_of_every_rank():
+    """The default scenario simulates one representative per pipeline stage, yet its report's
+    utilisation names the NVLink links of all 64 GPUs (what the topology drawing colours)."""
+    from simtrain import api
+
+    report = api.simulate(api.resolve({"network": "flow"})).report
+    assert report["simulated_ranks"] < 64
+    util = report["links"]["utilisation_by_link"]
+    assert all(f"gpu{g}->node{g // 8}/nvswitch" in util for g in range(64))

@@ -8,11 +8,17 @@ import random
 import numpy as np
 import pytest
 
-from helpers import GB, nvlink_node
+from helpers import GB
 from simtrain.network.chains import run_transfers
 from simtrain.network.solver import FlowModel, max_min_rates
-from simtrain.topology.cluster import load_topology
+from simtrain.topology.cluster import build_topology, load_topology
 from simtrain.topology.routes import Router
+
+
+def nvlink_node():
+    """One node of 8 GPUs on an NVSwitch, 100 GB/s links that reach their line rate."""
+    return build_topology({"gpu": "h100-sxm", "nodes": 1,
+                           "node": {"gpus": 8, "nvlink_GBps": 100, "nvlink_efficiency": 1.0}}, "node")
 
 
 SW = "node0/nvswitch"

@@ -1,4 +1,5 @@
-"""Clusters: counts and summary, bisection bandwidth, presets, loading from a path, load errors.
+"""Clusters: counts and summary, bisection bandwidth, presets, loading from a path, load errors, the
+A100 cluster of Megatron-LM's published 2,240- and 2,520-GPU runs.
 
 Expectations are hand-checkable (see ``helpers.TOPOLOGY``): a DGX-H100-like node (8 GPUs, 8 x 400 Gb/s
 = 50 GB/s NICs) and leaves of 4 nodes, so a leaf has 32 downlinks of 50 GB/s = 1.6 TB/s.
@@ -27,6 +28,8 @@ def test_small_fat_tree_counts():
     assert s["bandwidth_by_tier_Bps"] == {"nvlink": NVLINK_BPS, "pcie": 64e9, "leaf": NIC_BPS,
                                           "spine": 32 * NIC_BPS / 4}
     assert s["fabric"]["leaves"] == 2 and s["oversubscription"] == 1.0
+    assert s["efficiency_by_tier"] == {"nvlink": 0.822, "pcie": 1.0, "leaf": 0.96, "spine": 0.96}
+    assert s["nvls"] is False and s["fabric"]["nic_efficiency"] == 0.96
     json.dumps(s)
 
 
@@ -60,6 +63,7 @@ def test_every_preset_loads_with_nodes_override(name):
     if c.fabric_kind != "none":
         assert c.fabric["leaves"] >= 2
     assert load_topology(name, nodes=1).num_nodes == 1
+    assert load_topology(name, nodes=c.num_nodes + 1).num_nodes == c.num_nodes + 1  # a partly filled leaf
     twice = load_topology(name, nodes=2 * c.num_nodes)
     assert twice.num_gpus == 2 * c.num_gpus
     assert bisection_bandwidth(c) > 0
@@ -102,3 +106,30 @@ def test_malformed_toml_names_line(tmp_path):
     path.write_text('gpu = "h100-sxm"\nnodes = 2\n[node\ngpus = 8\n')
     with pytest.raises(SpecError, match=r"bad\.toml.*line 3"):
         load_topology(str(path))
+
+
+# Megatron-LM's GPT 530B (Korthikanti et al. 2022, table 3; Narayanan et al., SC21, table 1: 529.6B)
+GPT_530B = {"model_type": "gpt2", "n_embd": 20480, "n_layer": 105, "n_head": 128, "vocab_size": 51200,
+            "n_positions": 2048, "n_inner": 81920, "activation_function": "gelu_new"}
+
+
+def test_megatrons_a100_runs_fit_the_a100_cluster(tmp_path):
+    """TP8 x PP35 (interleaved, 3 chunks) of GPT 530B with DP 8 on 2,240 GPUs (Korthikanti et al.)
+    and DP 9 on 2,520 GPUs (SC21) take 280 and 315 DGX A100 nodes: both resolve, and the larger
+    lowers to a program."""
+    from simtrain import api
+    from simtrain.topology.mesh import build_mesh
+    from simtrain.workload.lower import lower
+
+    path = tmp_path / "gpt-530b.json"
+    path.write_text(json.dumps(GPT_530B))
+    layout = dict(model=str(path), topology="a100-hdr", tp=8, pp=35, vpp=3, mbs=1, seq=2048, sp=False,
+                  schedule="interleaved-1f1b", recompute="full")
+    korthikanti = api.resolve({**layout, "gpus": 2240, "gbs": 2240})
+    sc21 = api.resolve({**layout, "gpus": 2520, "gbs": 2520})
+    assert (korthikanti.cluster.num_nodes, korthikanti.parallel.dp) == (280, 8)
+    assert (sc21.cluster.num_nodes, sc21.parallel.dp) == (315, 9)
+    par = sc21.parallel
+    mesh = build_mesh(par.tp, par.cp, par.dp, par.pp, gpus_per_node=8)
+    program = lower(sc21.model, par, sc21.gpu, api.build_schedule(sc21), mesh)
+    assert len(program.ranks) == 35 and program.group_sets

@@ -1,0 +1,108 @@
+"""NCCL's channels: how a collective spreads over a node's NICs, rail by rail.
+
+NCCL runs a ring or tree collective as ``C`` channels, each a ring (tree) of its own carrying
+``1/C`` of the bytes (``src/graph/search.cc``, ``connect.cc``): across nodes, one channel per NIC
+the group's GPUs use, so every NIC carries its share, and each channel enters and leaves a node
+through a NIC of the same rail, so a rail-optimized fabric keeps it on one leaf (NVIDIA, "Doubling
+all2all Performance with NCCL 2.12", 2022, on rails and PXN). Inside one node all channels share
+each GPU's NVLink port, so their traffic is the ring's own.
+
+The channel count of a group is the smallest number of distinct NICs its GPUs use on any of its
+nodes (:func:`channel_count`). Channel ``c`` visits each node's members in their order, rotated to
+start at position ``floor(c k / C) - i`` on the group's ``i``-th node (``k`` members): it leaves
+node ``i`` from the member just before its entry, which has the same position, hence the same
+NIC rail, as its entry on node ``i+1``. Every NIC of every node is entered by one channel and left
+by one; only the hop closing the ring (last node to first) may change rails.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from simtrain.topology.cluster import Cluster
+from simtrain.topology.routes import Router
+
+Hop = tuple[int, int, float]  # (source GPU, destination GPU, share of the per-rank volume)
+
+
+def node_blocks(gpus: Sequence[int], cluster: Cluster) -> list[list[int]]:
+    """The group's GPUs by node, nodes in order of first appearance, GPUs in group order."""
+    blocks: dict[int, list[int]] = {}
+    for g in gpus:
+        blocks.setdefault(cluster.node_of(g), []).append(g)
+    return list(blocks.values())
+
+
+def channel_count(blocks: list[list[int]], router: Router) -> int:
+    """Channels across nodes: the fewest distinct NICs the group's GPUs use on one of its nodes
+    (1 inside a node, or where a node has no NIC)."""
+    if len(blocks) < 2:
+        return 1
+    return max(1, min(len({router.nic_of(g) for g in block} - {None}) for block in blocks))
+
+
+def channel_order(block: list[int], channel: int, channels: int, node_index: int) -> list[int]:
+    """The members of one node in the order channel ``channel`` visits them (module docstring)."""
+    k = len(block)
+    start = (channel * k // channels - node_index) % k
+    return block[start:] + block[:start]
+
+
+def merge(hops: list[Hop]) -> list[Hop]:
+    """Hops with the same source and destination as one, their shares summed (first-seen order)."""
+    out: dict[tuple[int, int], float] = {}
+    for a, b, share in hops:
+        out[(a, b)] = out.get((a, b), 0.0) + share
+    return [(a, b, s) for (a, b), s in out.items()]
+
+
+def ring_hops(gpus: Sequence[int], router: Router) -> list[Hop]:
+    """The hops of a ring collective on ``gpus`` over all its channels: inside one node the ring
+    ``g[i] -> g[i+1]`` (share 1 each); across nodes each channel's ring (module docstring), every
+    hop with share ``1/C``, hops shared by several channels merged."""
+    n = len(gpus)
+    blocks = node_blocks(gpus, router.cluster)
+    if len(blocks) == 1:
+        return [(gpus[i], gpus[(i + 1) % n], 1.0) for i in range(n)]
+    channels = channel_count(blocks, router)
+    hops: list[Hop] = []
+    for c in range(channels):
+        ring = [g for i, block in enumerate(blocks) for g in channel_order(block, c, channels, i)]
+        hops += [(ring[i], ring[(i + 1) % n], 1 / channels) for i in range(n)]
+    return merge(hops)
+
+
+def heads(block: list[int], channels: int) -> list[int]:
+    """The member of one node that carries each channel across nodes (its NIC is the channel's):
+    position ``floor(c k / C)`` for channel ``c``, the same position on every node."""
+    return [block[c * len(block) // channels] for c in range(channels)]
+
+
+def nic_index(router: Router, gpu: int) -> int | None:
+    """The rail of GPU ``gpu``: the index of its NIC within its node, None without a NIC."""
+    nic = router.nic_of(gpu)
+    return None if nic is None else router.cluster.graph.nodes[nic]["index"]
+
+
+def rail_members(gpus: Sequence[int], router: Router) -> dict[tuple[int, int], int]:
+    """The first member of the group on each (node, rail), for :func:`pxn_relay`."""
+    out: dict[tuple[int, int], int] = {}
+    for g in gpus:
+        rail = nic_index(router, g)
+        if rail is not None:
+            out.setdefault((router.cluster.node_of(g), rail), g)
+    return out
+
+
+def pxn_relay(src: int, dst: int, rails: dict[tuple[int, int], int], router: Router) -> int | None:
+    """The GPU that relays a cross-rail send from ``src`` to ``dst`` on a rail-optimized fabric
+    (NCCL's PXN, ``NCCL_P2P_PXN_LEVEL``, NCCL 2.12): the group's member on ``src``'s node served
+    by a NIC of ``dst``'s rail (``rails`` from :func:`rail_members`); None when the send needs no
+    relay (same node, same rail, another kind of fabric) or no member sits on that rail."""
+    cluster = router.cluster
+    if cluster.fabric_kind != "rail-optimized" or cluster.node_of(src) == cluster.node_of(dst):
+        return None
+    rail = nic_index(router, dst)
+    if rail is None or nic_index(router, src) == rail:
+        return None
+    return rails.get((cluster.node_of(src), rail))
