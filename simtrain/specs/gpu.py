@@ -1,8 +1,14 @@
 """GPU specifications and presets.
 
-Peak numbers are NVIDIA's datasheet values for dense (non-sparse) math. ``efficiency`` is the
-fraction of peak a large BF16 GEMM reaches; the default 0.6 is the constant of the course notes'
-``parallel_plan.py`` (a typical Megatron-LM GEMM efficiency on H100) and can be overridden per run.
+Peak numbers are NVIDIA's datasheet values for dense (non-sparse) math. HBM capacities are in GiB
+everywhere: the total memory ``nvidia-smi`` reports (A100-SXM4-80GB 81920 MiB, H100 SXM
+81559 MiB, H200 SXM 143771 MiB, B200 183359 MiB), which is what a training job can address.
+``arch`` names the architecture whose measured kernel efficiencies the cost model uses
+(:mod:`simtrain.specs.arch`); ``sm_count`` is the number of streaming multiprocessors whose waves
+quantise a GEMM's tiles. ``efficiency`` is unset for the presets of real GPUs (every GEMM then
+runs at the efficiency its shape gets); a number makes every GEMM and attention core run at that
+flat fraction of peak, as the course notes' ``parallel_plan.py`` (0.6, the ``seed-h100`` preset)
+and ``--efficiency`` do.
 """
 
 from __future__ import annotations
@@ -10,19 +16,18 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from simtrain.errors import SpecError, unknown_name
+from simtrain.specs.arch import ARCHS, get_arch
 from simtrain.specs.strict import Table
-from simtrain.units import GB, GiB, TFLOPS
-
-DEFAULT_EFFICIENCY = 0.6
+from simtrain.units import GB, MiB, TFLOPS, GiB
 
 
 @dataclass(frozen=True)
 class GpuSpec:
-    """One GPU model: peak math, memory and NVLink, and the GEMM efficiency the cost model uses.
+    """One GPU model: peak math, memory and NVLink, its architecture and SM count.
 
     >>> gpu = get_gpu("h100-sxm")
-    >>> gpu.effective_flops / TFLOPS, gpu.usable_memory_bytes / GiB
-    (593.64, 80.0)
+    >>> round(gpu.effective_flops / TFLOPS, 1), round(gpu.usable_memory_bytes / GiB, 2)
+    (794.8, 79.65)
     """
 
     name: str
@@ -31,14 +36,17 @@ class GpuSpec:
     hbm_bytes: float  # HBM capacity, bytes
     hbm_bandwidth_Bps: float  # HBM bandwidth, bytes/s
     nvlink_Bps: float  # NVLink bandwidth per GPU and direction, bytes/s
-    efficiency: float = DEFAULT_EFFICIENCY  # fraction of peak a large GEMM reaches
+    arch: str = "hopper"  # architecture: its kernel efficiencies (simtrain.specs.arch)
+    sm_count: int = 132  # streaming multiprocessors
+    efficiency: float | None = None  # flat fraction of peak for every GEMM; None = by shape
     memory_reserved_fraction: float = 0.0  # capacity kept back for fragmentation and buffers
 
     def __post_init__(self) -> None:
-        for field in ("peak_bf16_flops", "hbm_bytes", "hbm_bandwidth_Bps", "nvlink_Bps"):
+        for field in ("peak_bf16_flops", "hbm_bytes", "hbm_bandwidth_Bps", "nvlink_Bps", "sm_count"):
             if not getattr(self, field) > 0:
                 raise SpecError(f"gpu {self.name}: {field} = {getattr(self, field)!r}: must be > 0")
-        if not 0 < self.efficiency <= 1:
+        get_arch(self.arch)
+        if self.efficiency is not None and not 0 < self.efficiency <= 1:
             raise SpecError(f"gpu {self.name}: efficiency = {self.efficiency!r}: must be in (0, 1]")
         if not 0 <= self.memory_reserved_fraction < 1:
             raise SpecError(f"gpu {self.name}: memory_reserved_fraction = "
@@ -51,27 +59,32 @@ class GpuSpec:
 
     @property
     def effective_flops(self) -> float:
-        """Sustained BF16 FLOP/s of a large GEMM."""
-        return self.peak_bf16_flops * self.efficiency
+        """Sustained BF16 FLOP/s of a large GEMM: the flat efficiency, or the architecture's
+        measured best (the closed-form model's ``P e``)."""
+        fraction = self.efficiency if self.efficiency is not None else get_arch(self.arch).mamf["bf16"][0]
+        return self.peak_bf16_flops * fraction
 
     def with_efficiency(self, efficiency: float) -> "GpuSpec":
         return replace(self, efficiency=efficiency)
 
 
 GPU_PRESETS: dict[str, GpuSpec] = {
-    # A100 SXM4 80GB datasheet: 312 TFLOPS BF16, 2,039 GB/s, NVLink 3 600 GB/s (both directions).
-    "a100-80g": GpuSpec("a100-80g", 312 * TFLOPS, None, 80 * GiB, 2039 * GB, 300 * GB),
-    # H100 SXM5 datasheet: 989 TFLOPS BF16, 1,979 FP8, 3.35 TB/s, NVLink 4 900 GB/s.
-    "h100-sxm": GpuSpec("h100-sxm", 989.4 * TFLOPS, 1978.9 * TFLOPS, 80 * GiB, 3350 * GB, 450 * GB),
+    # A100 SXM4 80GB datasheet: 312 TFLOPS BF16, 2,039 GB/s, NVLink 3 600 GB/s (both directions);
+    # 108 SMs (NVIDIA A100 Tensor Core GPU Architecture whitepaper).
+    "a100-80g": GpuSpec("a100-80g", 312 * TFLOPS, None, 81920 * MiB, 2039 * GB, 300 * GB,
+                        arch="ampere", sm_count=108),
+    # H100 SXM5 datasheet: 989 TFLOPS BF16, 1,979 FP8, 3.35 TB/s, NVLink 4 900 GB/s; 132 SMs.
+    "h100-sxm": GpuSpec("h100-sxm", 989.4 * TFLOPS, 1978.9 * TFLOPS, 81559 * MiB, 3350 * GB, 450 * GB),
     # H800 SXM: H100 compute with NVLink cut to 400 GB/s (DeepSeek-V3 report, section 3.1).
-    "h800": GpuSpec("h800", 989.4 * TFLOPS, 1978.9 * TFLOPS, 80 * GiB, 3350 * GB, 200 * GB),
+    "h800": GpuSpec("h800", 989.4 * TFLOPS, 1978.9 * TFLOPS, 81559 * MiB, 3350 * GB, 200 * GB),
     # H200 SXM datasheet: H100 compute, 141 GB HBM3e at 4.8 TB/s.
-    "h200": GpuSpec("h200", 989.4 * TFLOPS, 1978.9 * TFLOPS, 141 * GB, 4800 * GB, 450 * GB),
+    "h200": GpuSpec("h200", 989.4 * TFLOPS, 1978.9 * TFLOPS, 143771 * MiB, 4800 * GB, 450 * GB),
     # HGX B200 datasheet (per GPU): 2.25 PFLOPS BF16, 4.5 PFLOPS FP8 dense, 180 GB at 8 TB/s,
-    # NVLink 5 1.8 TB/s.
-    "b200": GpuSpec("b200", 2250 * TFLOPS, 4500 * TFLOPS, 180 * GB, 8000 * GB, 900 * GB),
+    # NVLink 5 1.8 TB/s; 148 SMs.
+    "b200": GpuSpec("b200", 2250 * TFLOPS, 4500 * TFLOPS, 183359 * MiB, 8000 * GB, 900 * GB,
+                    arch="blackwell", sm_count=148),
     # The course notes' parallel_plan.py constants: PEAK 989e12, EFF 0.6, 80e9 bytes with 10%
-    # reserved, NVLINK 450e9.
+    # reserved, NVLINK 450e9 (their MEM is 80e9 bytes, not a datasheet capacity).
     "seed-h100": GpuSpec("seed-h100", 989 * TFLOPS, None, 80 * GB, 3350 * GB, 450 * GB,
                          efficiency=0.6, memory_reserved_fraction=0.1),
 }
@@ -88,8 +101,8 @@ def get_gpu(name: str) -> GpuSpec:
 def gpu_from_table(table: Table) -> GpuSpec:
     """A GPU from a TOML table; ``base`` names a preset whose fields the table overrides.
 
-    Keys (units in the names): base, name, peak_bf16_tflops, peak_fp8_tflops, hbm_gb,
-    hbm_bandwidth_GBps, nvlink_GBps, efficiency, memory_reserved_fraction.
+    Keys (units in the names): base, name, arch, sm_count, peak_bf16_tflops, peak_fp8_tflops,
+    hbm_gib, hbm_bandwidth_GBps, nvlink_GBps, efficiency, memory_reserved_fraction.
     """
     base_name = table.get("base", str, None)
     base = get_gpu(base_name) if base_name else None
@@ -107,10 +120,12 @@ def gpu_from_table(table: Table) -> GpuSpec:
         peak_bf16_flops=num("peak_bf16_tflops", base and base.peak_bf16_flops, TFLOPS),
         peak_fp8_flops=(table.get("peak_fp8_tflops", float, positive=True) * TFLOPS
                         if table.has("peak_fp8_tflops") else (base.peak_fp8_flops if base else None)),
-        hbm_bytes=num("hbm_gb", base and base.hbm_bytes, GB),
+        hbm_bytes=num("hbm_gib", base and base.hbm_bytes, GiB),
         hbm_bandwidth_Bps=num("hbm_bandwidth_GBps", base and base.hbm_bandwidth_Bps, GB),
         nvlink_Bps=num("nvlink_GBps", base and base.nvlink_Bps, GB),
-        efficiency=table.get("efficiency", float, base.efficiency if base else DEFAULT_EFFICIENCY),
+        arch=table.get("arch", str, base.arch if base else "hopper", choices=tuple(ARCHS)),
+        sm_count=table.get("sm_count", int, base.sm_count if base else 132, positive=True),
+        efficiency=table.get("efficiency", float, base.efficiency if base else None),
         memory_reserved_fraction=table.get("memory_reserved_fraction", float,
                                            base.memory_reserved_fraction if base else 0.0),
     )

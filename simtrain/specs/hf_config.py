@@ -21,7 +21,7 @@ def hf_config_fields(data: dict, source: str, name: str | None = None) -> dict[s
     """The :class:`~simtrain.specs.model.ModelSpec` fields of a Hugging Face ``config.json``
     given as a dict; ``source`` names it in messages.
 
-    Keys the count does not depend on (dropout, rope, token ids, ...) are ignored; ``null`` for an
+    Keys the model does not depend on (rope, token ids, ...) are ignored; ``null`` for an
     optional key means the default of the family's ``Configuration`` class.
     """
     if not isinstance(data, dict):
@@ -51,12 +51,14 @@ def hf_config_fields(data: dict, source: str, name: str | None = None) -> dict[s
         h = req("n_embd")
         v.update(hidden=h, layers=req("n_layer"), heads=req("n_head"), vocab=req("vocab_size"),
                  ffn=opt("n_inner", 4 * h), learned_pos=req("n_positions"), gated_mlp=False,
-                 bias=True, norm="layer", tied_embeddings=opt("tie_word_embeddings", True, bool))
+                 bias=True, norm="layer", tied_embeddings=opt("tie_word_embeddings", True, bool),
+                 dropout=opt("resid_pdrop", 0.1, float))
     else:
         v.update(hidden=req("hidden_size"), layers=req("num_hidden_layers"),
                  heads=req("num_attention_heads"), vocab=req("vocab_size"),
                  ffn=req("intermediate_size"),
-                 tied_embeddings=opt("tie_word_embeddings", False, bool))
+                 tied_embeddings=opt("tie_word_embeddings", False, bool),
+                 dropout=max(opt("attention_dropout", 0.0, float), opt("hidden_dropout", 0.0, float)))
     if mt == "gpt_neox":  # rotary position embedding; biases on every linear layer
         v.update(gated_mlp=False, bias=True, norm="layer")
     elif mt != "gpt2":

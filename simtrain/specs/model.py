@@ -60,6 +60,7 @@ class ModelSpec:
     qk_nope_head_dim: int = 0  # MLA per-head query/key features without rotary
     qk_rope_head_dim: int = 0  # MLA per-head query/key features with rotary (key part shared)
     v_head_dim: int = 0  # MLA per-head value features
+    dropout: float = 0.0  # hidden and attention dropout probability (GPT-2/3: 0.1); adds masks
 
     def __post_init__(self) -> None:
         _check_and_complete(self)
@@ -217,6 +218,8 @@ def _check_and_complete(spec: ModelSpec) -> None:
                 "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
         check_value(f"{where}: {key}", getattr(spec, key), int, min_value=0)
     check_value(f"{where}: norm", spec.norm, str, choices=NORMS)
+    if not 0 <= spec.dropout < 1:
+        raise SpecError(f"{where}: dropout = {spec.dropout!r}: must be in [0, 1)")
 
     def bad(key: str, why: str) -> SpecError:
         return SpecError(f"{where}: {key} = {getattr(spec, key)!r}: {why}")
@@ -259,7 +262,7 @@ def _check_and_complete(spec: ModelSpec) -> None:
 
 
 def _kind(annotation: Any) -> type:
-    return {"str": str, "bool": bool, "int": int}[str(annotation)]
+    return {"str": str, "bool": bool, "int": int, "float": float}[str(annotation)]
 
 
 # ----- native TOML ------------------------------------------------------------------------------
@@ -276,7 +279,7 @@ def model_from_table(table: Table, default_name: str) -> ModelSpec:
             values[f.name] = table.get(f.name, kind, f.default, choices=NORMS)
         else:
             values[f.name] = table.get(f.name, kind, f.default,
-                                       min_value=0 if kind is int else None)
+                                       min_value=0 if kind in (int, float) else None)
     table.done()
     try:
         return ModelSpec(**values)

@@ -1,9 +1,12 @@
 """The parallel layout of a run: degrees, batch shape, ZeRO, recompute, schedule, rank order.
 
 Constraints follow Megatron-LM's argument checks (``megatron/training/arguments.py``): TP must
-divide the attention heads and the KV heads, PP x VPP must divide the layers, the global batch must
-split into whole micro-batches per data-parallel replica, EP must divide the experts and be folded
-from the DP x CP ranks.
+divide the attention heads and the KV heads, the global batch must split into whole micro-batches
+per data-parallel replica, EP must divide the experts and be folded from the DP x CP ranks. Layers
+that PP x VPP does not divide are split unevenly (:func:`simtrain.workload.stages.auto_split`).
+The precision of a run is Megatron-LM's for bf16 training: gradients accumulated and reduced in
+fp32 (``--grad-dtype bf16`` is Megatron's opt-in ``--grad-reduce-in-bf16``), FP8 linear layers
+with ``--fp8`` (TransformerEngine, Hopper and later).
 """
 
 from __future__ import annotations
@@ -19,6 +22,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
 MIN_CP_TOKENS = 512  # shortest sequence slice per CP rank the simulator accepts
 RECOMPUTE_POLICIES = ("none", "selective", "full", "auto")
+ATTENTION_KERNELS = ("flash", "eager")  # fused attention, or the unfused core of 2021-22 stacks
+GRAD_DTYPES = ("fp32", "bf16")
 
 
 @dataclass(frozen=True)
@@ -50,6 +55,11 @@ class ParallelSpec:
     first_stage_layers: int | None = None
     last_stage_layers: int | None = None  # layers of the last chunk of the chain; None = even split
     balance_stages: bool = False  # choose first/last chunk layers to equalise the chunks' times
+    attention: str = "flash"  # attention core: flash (fused kernel) or eager (unfused, s x s scores)
+    grad_dtype: str = "fp32"  # gradient accumulation and data-parallel reduction: fp32 or bf16
+    fp8: bool = False  # linear-layer GEMMs in FP8 (needs a GPU with FP8 tensor cores)
+    overlap_grad_reduce: bool = True  # reduce each gradient bucket during the backward, not after it
+    overlap_p2p_comm: bool = True  # pipeline sends run beside the compute; False: the sender waits
 
     @property
     def world(self) -> int:
@@ -140,10 +150,16 @@ def validate_parallel(par: ParallelSpec, model: "ModelSpec", num_gpus: int | Non
         raise SpecError(f"tp={par.tp} does not divide the {model.kv_heads} KV heads of {model.name} "
                         f"(valid tp: divisors of {model.kv_heads})")
     uneven = par.first_stage_layers is not None or par.last_stage_layers is not None or par.balance_stages
-    if not uneven and model.layers % (par.pp * par.vpp):
-        raise SpecError(f"pp*vpp={par.pp * par.vpp} (pp={par.pp}, vpp={par.vpp}) does not divide "
-                        f"the {model.layers} layers of {model.name}; give --first-stage-layers/"
-                        f"--last-stage-layers or --balance-stages for uneven stages")
+    if par.pp * par.vpp > model.layers:
+        raise SpecError(f"pp*vpp={par.pp * par.vpp} (pp={par.pp}, vpp={par.vpp}) exceeds the "
+                        f"{model.layers} layers of {model.name}: every pipeline chunk needs a layer")
+    if par.attention not in ATTENTION_KERNELS:
+        raise SpecError(f"attention={par.attention!r}: must be one of {', '.join(ATTENTION_KERNELS)}")
+    if par.attention == "eager" and par.cp > 1:
+        raise SpecError(f"attention=eager with cp={par.cp}: context parallelism needs the fused "
+                        f"attention kernel (attention=flash)")
+    if par.grad_dtype not in GRAD_DTYPES:
+        raise SpecError(f"grad_dtype={par.grad_dtype!r}: must be one of {', '.join(GRAD_DTYPES)}")
     for key in ("first_stage_layers", "last_stage_layers"):
         value = getattr(par, key)
         if value is not None and (not isinstance(value, int) or value < 1):

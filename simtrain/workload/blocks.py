@@ -46,9 +46,9 @@ class Blocks:
         set a recompute rebuilt."""
         m, sh = self.em.model, self.em.shape
         rc = self.recomputed(stage, layer)
-        free = costs.layer_activation_bytes(m, sh, full_recompute=rc)
+        free = costs.layer_activation_bytes(m, sh, full_recompute=rc, selective=self.selective)
         if rc:
-            free += costs.layer_activation_bytes(m, sh, full_recompute=False)
+            free += costs.layer_activation_bytes(m, sh, full_recompute=False, selective=self.selective)
         return free
 
     def tp(self, rank: int, op_name: str | None, stage: int, layer: int, mb: int, last: int | None) -> int | None:
@@ -77,9 +77,10 @@ class Blocks:
         em = self.em
         if kind == "F":
             self.dp.layer_started(self.dp.gather_layer(rank, stage, layer, mb))
-            alloc = costs.layer_activation_bytes(em.model, em.shape, full_recompute=self.recomputed(stage, layer))
+            alloc = costs.layer_activation_bytes(em.model, em.shape, full_recompute=self.recomputed(stage, layer),
+                                                 selective=self.selective)
         else:  # the recompute rebuilds the full activation set
-            alloc = costs.layer_activation_bytes(em.model, em.shape, full_recompute=False)
+            alloc = costs.layer_activation_bytes(em.model, em.shape, full_recompute=False, selective=self.selective)
         last = self.tp(rank, self.pre, stage, layer, mb, last)
         first, op = self._attention(rank, kind, "F", stage, layer, mb, last, alloc=alloc)
         self.dp.first_use(stage, layer, first)
@@ -87,7 +88,7 @@ class Blocks:
         if em.model.is_moe_layer(layer):
             return self._moe(rank, kind, "F", stage, layer, mb, last)
         last = self.tp(rank, self.pre, stage, layer, mb, last)
-        op = em.compute(rank, kind, f"mlp.{kind}", stage, layer, mb, em.mlp_cost("F", layer), last)
+        op = em.compute(rank, kind, f"mlp.{kind}", stage, layer, mb, em.cost(costs.mlp_cost, "F"), last)
         return self.tp(rank, self.post, stage, layer, mb, op.id)
 
     def backward_layer(self, rank: int, stage: int, layer: int, mb: int, last: int | None,
@@ -103,7 +104,7 @@ class Blocks:
             last = self._moe(rank, kind, kind, stage, layer, mb, last)
         else:
             last = self.tp(rank, self.pre, stage, layer, mb, last)
-            op = em.compute(rank, kind, f"mlp.{kind}", stage, layer, mb, em.mlp_cost(kind, layer), last)
+            op = em.compute(rank, kind, f"mlp.{kind}", stage, layer, mb, em.cost(costs.mlp_cost, kind), last)
             self.dp.grad_done(stage, layer, op, kind)
             last = self.tp(rank, self.post, stage, layer, mb, op.id)
         last = self.tp(rank, self.pre, stage, layer, mb, last)
@@ -118,7 +119,7 @@ class Blocks:
         if em.model.is_moe_layer(layer):
             last = self._moe(rank, "W", "W", stage, layer, mb, last)
         else:
-            op = em.compute(rank, "W", "mlp.W", stage, layer, mb, em.mlp_cost("W", layer), last)
+            op = em.compute(rank, "W", "mlp.W", stage, layer, mb, em.cost(costs.mlp_cost, "W"), last)
             self.dp.grad_done(stage, layer, op, "W")
             last = op.id
         op = em.compute(rank, "W", "attn.W", stage, layer, mb, em.cost(costs.attention_cost, "W"), last, free=free)
@@ -142,13 +143,12 @@ class Blocks:
                             em.cost(costs.attention_cost, pass_kind, self.selective), last,
                             alloc=alloc, free=free)
             return op, op
-        qkv, core, out = em.cost(costs.attention_parts, pass_kind, self.selective)
+        first_cost, _, last_cost = em.cost(costs.attention_parts, pass_kind, self.selective)
         backward = pass_kind in ("I", "B")
-        first_cost, last_cost = (out, qkv) if backward else (qkv, out)
         names = ("proj_out", "proj_qkv") if backward else ("proj_qkv", "proj_out")
         first = em.compute(rank, kind, f"attn.{names[0]}.{kind}", stage, layer, mb, first_cost, last, alloc=alloc)
         step_bytes = costs.cp_kv_bytes(em.model, em.shape) * (2 if backward else 1)
-        chunk_cost = core.scaled(1.0 / cp)
+        chunk_cost = em.cost(costs.cp_step_core, pass_kind, self.selective)
         prev = first.id
         transfer = None
         for i in range(cp):
@@ -168,7 +168,7 @@ class Blocks:
         over the expert-TP group first and scattered back after the backward."""
         em, dp = self.em, self.dp
         etp = self.par.expert_tp
-        c = em.cost(costs.moe_costs, pass_kind, etp, self.load_factor.get(layer, 1.0))
+        c = em.cost(costs.moe_costs, pass_kind, etp, self.par.ep, self.load_factor.get(layer, 1.0))
         if pass_kind == "W":
             op = em.compute(rank, "W", "moe.experts.W", stage, layer, mb, c.experts, last)
             dp.grad_done(stage, layer, op, "W")

@@ -3,13 +3,17 @@ parameter gathers and reductions, and the static memory of a pipeline rank.
 
 * Megatron-LM (``megatron/core/distributed/param_and_grad_buffer.py``): gradients are reduced per
   bucket of consecutive layers in backward order, launched when the bucket's last weight gradient
-  is done, over the data-parallel group including CP ranks; all-reduce without ZeRO,
+  is done (``--overlap-grad-reduce``; without it, all after the step's backward), over the
+  data-parallel group including CP ranks; all-reduce without ZeRO,
   reduce-scatter with it. With ZeRO 1 or 2 the updated parameters are all-gathered per bucket
   before their first forward of the step (steady state of ``--overlap-param-gather``).
 * Routed experts are reduced over the expert data-parallel group instead, sharded over
   ``ep`` x ``etp`` (Megatron's MoE parallel folding).
 * ZeRO-3 / PyTorch FSDP: every layer's parameter shards are all-gathered before each pass that
   uses them, prefetched one layer ahead.
+* Gradients are reduced in their accumulation precision: fp32 by default, as Megatron-LM does for
+  bf16 training (``--grad-dtype bf16``: its ``--grad-reduce-in-bf16``); parameters are gathered
+  in bf16.
 * Static memory per parameter under ZeRO: :func:`simtrain.costs.static_bytes` (Rajbhandari et
   al. 2020).
 """
@@ -19,12 +23,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from simtrain import costs
+from simtrain.costs.shape import GRAD_BYTES
 from simtrain.schedules.ir import Schedule
 from simtrain.specs.model import ModelSpec
 from simtrain.specs.parallel import ParallelSpec
 from simtrain.workload.emit import Emitter
 from simtrain.workload.options import WorkloadOptions
-from simtrain.workload.program import Op
+from simtrain.workload.program import STREAM, Op
 
 EMBEDDING = -1  # layer index of the input embedding
 LM_HEAD = -2  # layer index of the LM head and final norm
@@ -114,7 +119,8 @@ class ParamLayout:
                 for group, params in self.layer_shards(layer):
                     by_group[group] += params
         zero, sizes = self.par.zero, group_sizes(self.par)
-        static = sum(costs.static_bytes(p, zero, sizes[g]) for g, p in by_group.items())
+        grad = GRAD_BYTES[self.par.grad_dtype]
+        static = sum(costs.static_bytes(p, zero, sizes[g], grad) for g, p in by_group.items())
         updated = sum(p / (sizes[g] if zero >= 1 else 1) for g, p in by_group.items())
         return static, updated
 
@@ -191,15 +197,19 @@ class DataParallelOps:
         self.pending_gathers = []
 
     def reduce(self, rank: int) -> list[int]:
-        """One gradient reduction per bucket, in the order the buckets' gradients complete;
-        returns their op ids."""
+        """One gradient reduction per bucket, in the order the buckets' gradients complete (or,
+        without ``overlap_grad_reduce``, all after the rank's last backward op); returns their op
+        ids."""
         reductions = []
         grad_ops = self.grad_ops
         ordered = sorted(self.buckets, key=lambda b: max(grad_ops.get((b.stage, layer), -1) for layer in b.layers))
         op_name = "reduce_scatter" if self.zero >= 1 else "all_reduce"
+        compute = self.em.prog.order.get((rank, STREAM["compute"]), [])
+        after_backward = [compute[-1]] if compute and not self.layout.par.overlap_grad_reduce else []
         for bucket in ordered:
             deps = sorted({grad_ops[(bucket.stage, layer)] for layer in bucket.layers
-                           if (bucket.stage, layer) in grad_ops})
+                           if (bucket.stage, layer) in grad_ops} | set(after_backward))
             reductions.append(self.em.collective(rank, "dp", bucket.group, op_name,
-                                                 costs.BYTES_GRAD * bucket.params, bucket.stage, -1, -1, deps).id)
+                                                 self.em.shape.grad_bytes * bucket.params, bucket.stage, -1, -1,
+                                                 deps).id)
         return reductions

@@ -1,7 +1,7 @@
 """Op emission: appends the ops of a lowering to one :class:`~simtrain.workload.program.Program`.
 
-Compute ops are timed by the cost model once per distinct cost; collectives are keyed so that the
-members of one group meet in the engine. With folding (the default) one representative rank per
+Compute ops are timed by the kernel model (or a calibration) once per distinct cost; collectives are
+keyed so that the members of one group meet in the engine. With folding (the default) one representative rank per
 pipeline rank is simulated: the ranks that share its pipeline position run identical programs,
 and each collective it joins costs as much as the slowest of the groups it stands for.
 """
@@ -12,7 +12,8 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from simtrain import costs
-from simtrain.costs import Shape
+from simtrain.costs import KernelTimer, Shape
+from simtrain.costs.calibration import Calibration
 from simtrain.specs.gpu import GpuSpec
 from simtrain.specs.model import ModelSpec
 from simtrain.specs.parallel import ParallelSpec
@@ -25,14 +26,16 @@ T = TypeVar("T")
 class Emitter:
     """The program being built, with the caches and counters its ops need."""
 
-    def __init__(self, model: ModelSpec, par: ParallelSpec, gpu: GpuSpec, mesh: DeviceMesh, fold: bool):
+    def __init__(self, model: ModelSpec, par: ParallelSpec, gpu: GpuSpec, mesh: DeviceMesh, fold: bool,
+                 calibration: Calibration | None = None):
         self.model, self.gpu, self.mesh, self.fold = model, gpu, mesh, fold
         self.shape = Shape.of(par)
+        self.timer = KernelTimer(gpu, calibration)
         self.prog = Program()
         self.pp_groups = mesh.groups("pp")
         self._counters: dict[tuple[int, int], int] = {}  # (rank, stream) -> collectives so far
         self._group_cache: dict[tuple, tuple[tuple[int, ...], ...]] = {}
-        self._time_cache: dict[tuple[float, float], float] = {}
+        self._time_cache: dict[costs.OpCost, float] = {}
         self._memo: dict[tuple, object] = {}  # cost function and arguments -> its value
 
     # ---- groups ------------------------------------------------------------------------------
@@ -71,19 +74,10 @@ class Emitter:
             value = self._memo[key] = fn(self.model, self.shape, *args)
         return value  # type: ignore[return-value]
 
-    def mlp_cost(self, kind: str, layer: int) -> costs.OpCost:
-        """The MLP cost depends on the layer only through whether it is an MoE layer."""
-        key = ("mlp", kind, self.model.is_moe_layer(layer))
-        value = self._memo.get(key)
-        if value is None:
-            value = self._memo[key] = costs.mlp_cost(self.model, self.shape, kind, layer)
-        return value  # type: ignore[return-value]
-
     def _time(self, cost: costs.OpCost) -> float:
-        key = (cost.flops, cost.bytes)
-        t = self._time_cache.get(key)
+        t = self._time_cache.get(cost)
         if t is None:
-            t = self._time_cache[key] = cost.time_s(self.gpu)
+            t = self._time_cache[cost] = self.timer.time(cost)
         return t
 
     # ---- ops ---------------------------------------------------------------------------------

@@ -3,8 +3,13 @@
 The driver walks each simulated rank's schedule actions in order and emits, per action, the
 embedding, the layers of the stage's chunk (:mod:`simtrain.workload.blocks`) and the LM head, then
 the PP transfer to the neighbouring stage of the micro-batch's chain: the last forward op of a
-stage sends the activation to the next stage, the last backward op sends the gradient back; sends
-are asynchronous and the receiver's first op of the action waits for the transfer. Data-parallel
+stage sends the activation to the next stage, the last backward op sends the gradient back. The
+receiver's first op of the action waits for the transfer; sends are asynchronous, or, without
+``overlap_p2p_comm``, the sender's next action waits for its send (Megatron-LM's default
+``batch_isend_irecv`` followed by a wait, ``megatron/core/pipeline_parallel/p2p_communication.py``).
+Without sequence parallelism each TP rank sends its slice of the activation and the receiver
+all-gathers the slices over the TP group (Narayanan et al. 2021, section 4.1, the scatter/gather
+optimisation). Data-parallel
 gathers and reductions come from :mod:`simtrain.workload.data_parallel`; the optimizer step
 follows the last reduction.
 
@@ -38,7 +43,7 @@ class _Lowering:
     def __init__(self, model: ModelSpec, par: ParallelSpec, gpu: GpuSpec, schedule: Schedule,
                  mesh: DeviceMesh, opts: WorkloadOptions):
         self.model, self.sched, self.mesh, self.opts = model, schedule, mesh, opts
-        self.em = Emitter(model, par, gpu, mesh, opts.fold)
+        self.em = Emitter(model, par, gpu, mesh, opts.fold, opts.calibration)
         self.prog = self.em.prog
         self.chunks = split_layers(model, par, gpu, schedule.chain_length, opts)
         self.dp = DataParallelOps(self.em, ParamLayout(model, par, schedule, self.chunks), opts)
@@ -47,6 +52,10 @@ class _Lowering:
         self.blocks = Blocks(self.em, self.dp, par, schedule, self.chunks, opts.tp_comm,
                              dict(zip(moe_layers, factors)))
         self.sends: dict[tuple, int] = {}  # (stage, mb, "act"|"grad") -> p2p op id
+        self.last_send: dict[int, int] = {}  # rank -> its latest p2p send (blocking sends wait for it)
+        self.blocking_p2p = not par.overlap_p2p_comm
+        # without sequence parallelism each TP rank sends its slice; the receiver all-gathers them
+        self.gather_received = par.tp > 1 and not par.sequence_parallel and opts.tp_comm
         self.needs: list[tuple[int, tuple]] = []  # (op id, send key)
 
     def build(self) -> Program:
@@ -66,7 +75,9 @@ class _Lowering:
             prog.static_bytes[rank], updated = dp.layout.static_of_pipeline_rank(prog.pipeline_rank_of[rank])
             if self.opts.optimizer:
                 em.emit(rank, "compute", "opt", "optimizer", -1, -1, -1, reductions,
-                        costs.optimizer_cost(updated, 1))
+                        costs.optimizer_cost(updated, 1, em.shape.grad_bytes))
+        prog.layers_per_chunk = [len(c) for c in self.chunks]
+        prog.kernel_sources = dict(em.timer.counts)
         for op_id, key in self.needs:
             src = self.sends.get(key)
             if src is None:
@@ -95,8 +106,12 @@ class _Lowering:
         logits = costs.logits_bytes(self.model, self.em.shape)
         prev_stage, next_stage = self.sched.stage_neighbours(a.stage)
         start = len(self.prog.ops)
+        previous_send = self.last_send.get(rank)
         dp.begin_pass()
         last = None
+        receives = prev_stage is not None if a.kind == "F" else (next_stage is not None and a.kind in ("B", "I"))
+        if receives and self.gather_received:
+            last = blocks.tp(rank, "all_gather", a.stage, -1, a.mb, None)
         if a.kind == "F":
             if embed:
                 last = self._end_op(rank, a, "embed", a.kind, costs.embedding_cost, last).id
@@ -130,6 +145,9 @@ class _Lowering:
                 dp.grad_done(a.stage, EMBEDDING, self._end_op(rank, a, "embed", "W", costs.embedding_cost, last), "W")
         else:
             raise ValueError(f"unexpected action kind {a.kind!r}")
+        first = self._first_non_dp(start)
+        if self.blocking_p2p and first is not None and previous_send is not None:
+            self.prog.ops[first].deps.append(previous_send)
 
     def _end_op(self, rank: int, a: Action, name: str, kind: str, cost_fn: Callable[..., costs.OpCost],
                 last: int | None, **kw) -> Op:
@@ -140,13 +158,14 @@ class _Lowering:
     def _needs_from(self, first_op: int, key: tuple | None) -> None:
         """The action's first compute or TP op waits for the transfer ``key`` (none at the chain's
         ends); parameter gathers before it do not."""
-        if key is None:
-            return
+        first = self._first_non_dp(first_op) if key is not None else None
+        if first is not None:
+            self.needs.append((first, key))
+
+    def _first_non_dp(self, first_op: int) -> int | None:
+        """The first op from ``first_op`` on that is not a data-parallel gather."""
         dp = STREAM["dp"]
-        for i in range(first_op, len(self.prog.ops)):
-            if self.prog.ops[i].stream != dp:
-                self.needs.append((i, key))
-                return
+        return next((i for i in range(first_op, len(self.prog.ops)) if self.prog.ops[i].stream != dp), None)
 
     def _send(self, rank: int, stage: int, to_stage: int, mb: int, what: str, after: int) -> None:
         """The PP transfer of ``what`` (act or grad) of micro-batch ``mb`` from schedule stage
@@ -159,6 +178,7 @@ class _Lowering:
         op = self.em.emit(rank, "pp_send", "pp", f"pp.send.{what}", stage, -1, mb, [after], nbytes=nbytes,
                           comm="p2p", group_set=self.prog.group_set_id(pairs), peer=peer, peer_stage=to_stage)
         self.sends[(stage, mb, what)] = op.id
+        self.last_send[rank] = op.id
 
 
 def lower(model: ModelSpec, par: ParallelSpec, gpu: GpuSpec, schedule: Schedule, mesh: DeviceMesh,

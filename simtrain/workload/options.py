@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from simtrain.costs.calibration import Calibration
 from simtrain.workload.moe_routing import Routing
 
 
@@ -19,3 +20,4 @@ class WorkloadOptions:
     dp_comm: bool = True  # data-parallel gradient reduction and parameter gather
     tp_comm: bool = True  # tensor-parallel collectives
     routing: Routing = Routing()  # MoE token routing (uniform unless skewed)
+    calibration: Calibration | None = None  # measured kernel times replacing the model where given

@@ -87,6 +87,8 @@ class Program:
     rank_weight: dict[int, int] = field(default_factory=dict)  # simulated rank -> ranks it stands for
     pipeline_rank_of: dict[int, int] = field(default_factory=dict)  # simulated rank -> its pipeline rank
     static_bytes: dict[int, float] = field(default_factory=dict)  # simulated rank -> static memory
+    layers_per_chunk: list[int] = field(default_factory=list)  # layers of each pipeline chunk, in order
+    kernel_sources: dict[str, int] = field(default_factory=dict)  # measured/interpolated/model -> distinct kernels
     _group_ids: dict = field(default_factory=dict, repr=False)
 
     def add(self, op: Op) -> Op:

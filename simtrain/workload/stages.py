@@ -1,14 +1,23 @@
 """How the layers split into pipeline chunks, and what each layer and chunk costs per pass.
 
-Megatron-LM splits layers evenly unless ``--decoder-first-pipeline-num-layers`` /
-``--decoder-last-pipeline-num-layers`` move some off the end stages, which also carry the
-embedding and the LM head with its loss (the course notes' advice: put fewer layers there).
+Layers that divide evenly by the chunks split evenly. Otherwise they split the way torchtitan
+does (``torchtitan/distributed/pipeline_parallel.py``, ``generate_llm_fqn_per_model_part`` with
+``input_weight = output_weight = 1``; Megatron-LM's ``--account-for-embedding-in-pipeline-split``
+and ``--account-for-loss-in-pipeline-split`` count them the same way): the embedding and the LM
+head with its loss each count as one layer, the ``L + 2`` layer-equivalents are spread as evenly
+as possible (the first chunks take one more where they do not divide), so the end chunks carry
+one layer less. Llama 3 405B's 126 layers on 16 chunks become 7 + 14 x 8 + 7, as Llama 3 ran
+them (arXiv:2407.21783, section 3.3.2). Megatron-LM's ``--decoder-first-pipeline-num-layers`` /
+``--decoder-last-pipeline-num-layers`` (``--first-stage-layers``/``--last-stage-layers``)
+override this, and ``--balance-stages`` picks the end chunks' sizes by their costs.
 """
 
 from __future__ import annotations
 
+from itertools import groupby
+
 from simtrain import costs
-from simtrain.costs import Shape
+from simtrain.costs import KernelTimer, Shape
 from simtrain.errors import SpecError
 from simtrain.specs.gpu import GpuSpec
 from simtrain.specs.model import ModelSpec
@@ -16,20 +25,58 @@ from simtrain.specs.parallel import ParallelSpec
 from simtrain.workload.options import WorkloadOptions
 
 
+def auto_split(layers: int, chunks: int) -> list[int]:
+    """Layers per chunk: even when ``chunks`` divides ``layers``, else torchtitan's split with
+    the embedding and the LM head counted as one layer each (see the module docstring).
+
+    >>> auto_split(126, 16)[:2], auto_split(126, 16)[-2:], len(auto_split(126, 16))
+    ([7, 8], [8, 7], 16)
+    """
+    if layers % chunks == 0:
+        return [layers // chunks] * chunks
+    per, extra = divmod(layers + 2, chunks)
+    sizes = [per + (1 if i < extra else 0) for i in range(chunks)]
+    sizes[0] -= 1
+    sizes[-1] -= 1
+    if min(sizes) >= 1:
+        return sizes
+    per, extra = divmod(layers, chunks)  # too few layers to lighten the ends: middle chunks take the rest
+    order = sorted(range(chunks), key=lambda i: (i in (0, chunks - 1), i))
+    plus = set(order[:extra])
+    return [per + (1 if i in plus else 0) for i in range(chunks)]
+
+
+def describe_split(sizes: list[int]) -> str:
+    """Layers per chunk in words, runs of equal chunks folded: ``7 + 14 x 8 + 7``.
+
+    >>> describe_split(auto_split(126, 16))
+    '7 + 14 x 8 + 7'
+    """
+    parts = []
+    for size, run in groupby(sizes):
+        count = len(list(run))
+        parts.append(f"{count} x {size}" if count > 1 else str(size))
+    return " + ".join(parts)
+
+
+def _ranges(sizes: list[int]) -> list[range]:
+    out, start = [], 0
+    for size in sizes:
+        out.append(range(start, start + size))
+        start += size
+    return out
+
+
 def chunk_layers(model: ModelSpec, chunks: int, first: int | None = None,
                  last: int | None = None) -> list[range]:
     """Layers of each model chunk: ``first`` and ``last`` layers on the end chunks when given,
     the rest split evenly (Megatron-LM's ``--decoder-first-pipeline-num-layers`` and
-    ``--decoder-last-pipeline-num-layers``)."""
+    ``--decoder-last-pipeline-num-layers``); neither given: :func:`auto_split`."""
     L = model.layers
     if chunks == 1:
         return [range(L)]
     if first is None and last is None:
-        if L % chunks:
-            raise SpecError(f"the {L} layers of {model.name} do not split evenly into {chunks} "
-                            f"pipeline chunks")
-        per = L // chunks
-        return [range(c * per, (c + 1) * per) for c in range(chunks)]
+        return _ranges(auto_split(L, chunks))
     middle_chunks = chunks - 2
     if first is None or last is None:
         rest = L - (first or 0) - (last or 0)
@@ -49,9 +96,7 @@ def chunk_layers(model: ModelSpec, chunks: int, first: int | None = None,
     if rest < middle_chunks or rest % middle_chunks:
         raise SpecError(f"first_stage_layers={first}, last_stage_layers={last}: the remaining {rest} "
                         f"layers do not split evenly over the {middle_chunks} middle chunks")
-    per = rest // middle_chunks
-    bounds = [0, first] + [first + per * (i + 1) for i in range(middle_chunks)]
-    return [range(bounds[i], bounds[i + 1]) for i in range(len(bounds) - 1)] + [range(L - last, L)]
+    return _ranges([first] + [rest // middle_chunks] * middle_chunks + [last])
 
 
 def balanced_split(model: ModelSpec, chunks: int, layer_s: list[float], first_extra_s: float,
@@ -79,32 +124,43 @@ def balanced_split(model: ModelSpec, chunks: int, layer_s: list[float], first_ex
     return best[2], best[3]
 
 
-def layer_pass_times(model: ModelSpec, par: ParallelSpec, gpu: GpuSpec) -> list[tuple[float, float, float]]:
-    """(F, I, W) compute time of each layer for one micro-batch on one rank (communication excluded)."""
+def layer_pass_times(model: ModelSpec, par: ParallelSpec, gpu: GpuSpec,
+                     opts: WorkloadOptions | None = None) -> list[tuple[float, float, float]]:
+    """(F, I, W) compute time of each layer for one micro-batch on one rank (communication
+    excluded; MoE layers at uniform routing)."""
     sh = Shape.of(par)
+    timer = KernelTimer(gpu, (opts or WorkloadOptions()).calibration)
+    selective = par.recompute == "selective"
 
     def t(kind: str, layer: int) -> float:
-        return (costs.attention_cost(model, sh, kind).time_s(gpu)
-                + costs.mlp_cost(model, sh, kind, layer).time_s(gpu))
+        mlp = (costs.moe_cost(model, sh, kind, par.expert_tp, par.ep) if model.is_moe_layer(layer)
+               else costs.mlp_cost(model, sh, kind))
+        return timer.time(costs.attention_cost(model, sh, kind, selective)) + timer.time(mlp)
 
-    return [(t("F", i), t("I", i), t("W", i)) for i in range(model.layers)]
+    per_kind = {(kind, model.is_moe_layer(i)): None for kind in "FIW" for i in range(model.layers)}
+    for kind, moe in per_kind:
+        first = next(i for i in range(model.layers) if model.is_moe_layer(i) == moe)
+        per_kind[(kind, moe)] = t(kind, first)
+    return [tuple(per_kind[(k, model.is_moe_layer(i))] for k in "FIW") for i in range(model.layers)]  # type: ignore[misc]
 
 
-def end_pass_times(model: ModelSpec, par: ParallelSpec, gpu: GpuSpec, embedding: bool = True,
-                   lm_head: bool = True) -> tuple[tuple[float, float, float], tuple[float, float, float]]:
+def end_pass_times(model: ModelSpec, par: ParallelSpec, gpu: GpuSpec, opts: WorkloadOptions | None = None,
+                   ) -> tuple[tuple[float, float, float], tuple[float, float, float]]:
     """(F, I, W) of the embedding (first chunk) and of the LM head and loss (last chunk)."""
+    opts = opts or WorkloadOptions()
     sh = Shape.of(par)
-    emb = tuple(costs.embedding_cost(model, sh, k).time_s(gpu) if embedding else 0.0 for k in "FIW")
-    head = tuple(costs.lm_head_cost(model, sh, k).time_s(gpu) if lm_head else 0.0 for k in "FIW")
+    timer = KernelTimer(gpu, opts.calibration)
+    emb = tuple(timer.time(costs.embedding_cost(model, sh, k)) if opts.embedding else 0.0 for k in "FIW")
+    head = tuple(timer.time(costs.lm_head_cost(model, sh, k)) if opts.lm_head else 0.0 for k in "FIW")
     return emb, head  # type: ignore[return-value]
 
 
 def chunk_pass_times(model: ModelSpec, par: ParallelSpec, gpu: GpuSpec, chunks: list[range],
-                     embedding: bool = True, lm_head: bool = True) -> list[tuple[float, float, float]]:
+                     opts: WorkloadOptions | None = None) -> list[tuple[float, float, float]]:
     """(F, I, W) compute time of each model chunk for one micro-batch, communication excluded:
     the per-stage costs a cost-aware scheduler (zb-auto) plans with."""
-    layers = layer_pass_times(model, par, gpu)
-    emb, head = end_pass_times(model, par, gpu, embedding, lm_head)
+    layers = layer_pass_times(model, par, gpu, opts)
+    emb, head = end_pass_times(model, par, gpu, opts)
     out = []
     for i, chunk in enumerate(chunks):
         f, i_, w = (sum(layers[j][k] for j in chunk) for k in range(3))
@@ -119,11 +175,11 @@ def chunk_pass_times(model: ModelSpec, par: ParallelSpec, gpu: GpuSpec, chunks: 
 def split_layers(model: ModelSpec, par: ParallelSpec, gpu: GpuSpec, chunks: int,
                  opts: WorkloadOptions | None = None) -> list[range]:
     """The layers of each of ``chunks`` model chunks under ``par``: balanced when asked
-    (``balance_stages``), else the given first/last chunk sizes, else an even split."""
+    (``balance_stages``), else the given first/last chunk sizes, else :func:`auto_split`."""
     opts = opts or WorkloadOptions()
     if par.balance_stages and chunks > 1:
-        per_layer = [f + i + w for f, i, w in layer_pass_times(model, par, gpu)]
-        emb, head = end_pass_times(model, par, gpu, opts.embedding, opts.lm_head)
+        per_layer = [f + i + w for f, i, w in layer_pass_times(model, par, gpu, opts)]
+        emb, head = end_pass_times(model, par, gpu, opts)
         first, last = balanced_split(model, chunks, per_layer, sum(emb), sum(head))
         return chunk_layers(model, chunks, first, last)
     return chunk_layers(model, chunks, par.first_stage_layers, par.last_stage_layers)

@@ -12,11 +12,11 @@ from simtrain.workload.moe_routing import Routing, load_factors
 
 def test_cp_ring_exposed_with_short_chunks_hidden_with_long():
     # TP=8 fills a node, so the CP ring crosses nodes at 50 GB/s
-    short = simulate_settings(model="llama3-8b", topology="h100-ib", gpus=64, tp=8, cp=8, seq=8192, gbs=1)
-    long = simulate_settings(model="llama3-8b", topology="h100-ib", gpus=64, tp=8, cp=8, seq=131072, gbs=1,
+    short = simulate_settings(model="llama3-8b", topology="h100-ib", gpus=64, tp=8, cp=8, pp=1, seq=8192, gbs=1)
+    long = simulate_settings(model="llama3-8b", topology="h100-ib", gpus=64, tp=8, cp=8, pp=1, seq=131072, gbs=1,
                              recompute="full")
     s, l_ = short.report, long.report
-    assert s["exposed_comm_s"]["cp"] > 0.5 * (s["exposed_comm_s"]["cp"] + s["overlapped_comm_s"]["cp"])
+    assert s["exposed_comm_s"]["cp"] > 0.3 * (s["exposed_comm_s"]["cp"] + s["overlapped_comm_s"]["cp"])
     assert l_["exposed_comm_s"]["cp"] < 0.05 * (l_["exposed_comm_s"]["cp"] + l_["overlapped_comm_s"]["cp"])
     tl = short.timeline
     assert len(tl.spans(tl.mask(stream="cp"))) > 0  # the ring is on the timeline
@@ -28,15 +28,16 @@ def test_moe_layer_time_follows_the_busiest_expert():
     skewed = simulate_settings(**base, routing_skew=1.0, routing_seed=3)
     factors = load_factors(8, 8, 32, Routing(skew=1.0, seed=3))
 
-    def expert_time(res, layer):
+    def expert(res, layer):
         tl = res.timeline
         names = [tl.names.index(n) for n in ("moe.experts.F",) if n in tl.names]
         m = np.isin(tl["name"], names) & (tl["layer"] == layer) & (tl["mb"] == 0)
-        return float((tl["end_s"] - tl["start_s"])[m][0])
+        return float((tl["end_s"] - tl["start_s"])[m][0]), float(tl["flops"][m][0])
 
-    for layer in (0, 5):
-        ratio = expert_time(skewed, layer) / expert_time(uniform, layer)
-        assert ratio == pytest.approx(factors[layer], rel=1e-6)
+    for layer in (0, 5):  # the busiest rank's grouped GEMMs run factor times the mean tokens
+        (t_skew, f_skew), (t_uni, f_uni) = expert(skewed, layer), expert(uniform, layer)
+        assert f_skew / f_uni == pytest.approx(factors[layer], rel=1e-3)  # whole tokens per expert
+        assert t_skew / t_uni == pytest.approx(factors[layer], rel=0.1)  # waves and launches aside
 
     def dispatch_bytes(res, layer):
         tl = res.timeline

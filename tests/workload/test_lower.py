@@ -45,3 +45,26 @@ def test_every_schedule_runs_on_real_costs(tmp_path, schedule, extra):
     rep = json.loads(out)
     assert rep["breakdown_s"]["imbalance"] > 0  # the LM head makes the last stage heavier
     assert sum(rep["breakdown_s"].values()) == pytest.approx(rep["step_time_s"], rel=1e-9)
+
+
+def test_blocking_sends_and_the_scatter_gather_of_received_activations():
+    """Without sequence parallelism each TP rank sends its slice and the receiving stage
+    all-gathers them; without --overlap-p2p-comm a rank's next action waits for its send."""
+    from helpers import simulate_settings
+
+    base = dict(model="llama3-8b", topology="h100-ib", gpus=32, tp=4, pp=4, seq=2048, gbs=16, sp=False)
+    res = simulate_settings(**base)
+    tl = res.timeline
+    gathers = [s for s in tl.spans(tl.mask(rank=res.timeline.ranks[1], stream="tp")) if s.layer == -1]
+    assert gathers and all("all_gather" in s.name for s in gathers)  # one per received micro-batch
+    blocking = simulate_settings(**base, overlap_p2p_comm=False)
+    assert blocking.report["step_time_s"] > res.report["step_time_s"]
+
+
+def test_folded_equals_unfolded_with_blocking_sends_and_late_reductions():
+    from helpers import simulate_settings
+
+    s = dict(model="llama3-8b", topology="h100-ib", gpus=32, tp=2, pp=4, seq=2048, gbs=32, sp=False,
+             overlap_p2p_comm=False, overlap_grad_reduce=False, schedule="interleaved-1f1b", vpp=2)
+    folded, unfolded = simulate_settings(**s).report, simulate_settings(**s, fold=False).report
+    assert folded["step_time_s"] == pytest.approx(unfolded["step_time_s"], rel=1e-12)

@@ -1,0 +1,66 @@
+"""``simtrain calibrate``: measure the kernels of a layout on the local GPU into a calibration file.
+
+The flags describe the scenario as for ``simtrain run`` (model, tp, cp, ep, mbs, seq, attention,
+fp8, ...); every distinct kernel one step of that layout runs on one rank is timed with PyTorch
+(:class:`~simtrain.costs.measure.TorchTimer`) and written as CSV (``--out``). A later
+``simtrain run --calibration FILE`` takes these times instead of the kernel model's.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from simtrain.cli.run import add_run_flags, run_args
+from simtrain.costs.kernels import Kernel
+from simtrain.errors import SpecError
+
+DEFAULT_OUT = "calibration.csv"
+
+
+def calibrate(settings: dict[str, Any], out: str | Path, time_of: Callable[[Kernel], float]) -> tuple[int, str]:
+    """Time the kernels of the scenario ``settings`` with ``time_of`` and write the table to
+    ``out``; returns (kernels measured, the table's comment)."""
+    from simtrain import api
+    from simtrain.costs.calibration import measured
+    from simtrain.costs.measure import layout_kernels
+    from simtrain.outputs.files import atomic_open
+
+    sc = api.resolve(settings)
+    par = sc.parallel
+    table = measured(layout_kernels(sc.model, par), time_of)
+    comment = (f"simtrain calibration: {sc.model.name}, TP={par.tp} CP={par.cp} EP={par.ep} mbs {par.mbs} "
+               f"seq {par.seq}, attention {par.attention}{', fp8' if par.fp8 else ''}; "
+               f"timed on {getattr(time_of, 'device', 'a stand-in timer')}")
+    try:
+        with atomic_open(out) as fh:
+            fh.write(table.to_csv(comment))
+    except OSError as exc:
+        raise SpecError(f"--out {out}: cannot write ({exc.strerror})") from None
+    return len(table.entries), comment
+
+
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    from simtrain.costs.measure import TorchTimer
+
+    run = run_args(args, output_defaults={"out": DEFAULT_OUT})
+    timer = TorchTimer(device=args.device, warmup=args.warmup, repeat=args.repeat)
+    count, comment = calibrate(run.settings, run.outputs["out"], timer)
+    print(f"{comment}\nwrote {run.outputs['out']} ({count} kernels)")
+    return 0
+
+
+def add_command(sub: Any) -> None:
+    """Register ``simtrain calibrate`` on the main parser's subcommands."""
+    p = sub.add_parser("calibrate", help="measure a layout's kernels with PyTorch on the local GPU",
+                       description="Time every distinct kernel one step of the layout runs (GEMMs, "
+                       "attention, elementwise) with PyTorch on the local GPU and write them as a "
+                       "calibration CSV for simtrain run --calibration. Needs the calibrate extra: "
+                       "pip install 'simtrain[calibrate]'.")
+    add_run_flags(p, helps={"out": f"calibration CSV to write (default {DEFAULT_OUT})"})
+    p.add_argument("--device", default="cuda", help="PyTorch device to measure on (default cuda)")
+    p.add_argument("--warmup", type=int, default=3, metavar="N", help="untimed runs per kernel (default 3)")
+    p.add_argument("--repeat", type=int, default=10, metavar="N", help="timed runs per kernel (default 10)")
+    p.set_defaults(func=cmd_calibrate)

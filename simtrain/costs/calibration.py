@@ -1,0 +1,183 @@
+"""Calibration tables: kernel times measured on a real GPU, used in place of the kernel model.
+
+The file is CSV with a header line ``kind,shape,dtype,time_us`` (lines starting with ``#`` are
+comments). ``shape`` is ``x``-separated integers whose meaning depends on ``kind``:
+
+* ``gemm``: ``batch x m x n x k`` (C[m, n] = A[m, k] B[k, n], ``batch`` times);
+* ``attention_forward`` / ``attention_backward``: ``batch x sq x skv x d_qk x d_v x causal``
+  (``batch`` = sequences x heads, ``causal`` 0 or 1);
+* ``elementwise``: ``bytes`` moved by one kernel (read plus written).
+
+A kernel whose shape is in the table takes the measured time. A kernel that differs from
+measured shapes in one dimension only, lying between two of them, takes the model's time scaled
+by the measured/model ratio interpolated linearly in the logarithm of that dimension. Any other
+kernel falls back to the model (:class:`simtrain.costs.timing.KernelTimer` counts each case).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from simtrain.costs.kernels import DTYPES, Attention, Elementwise, Gemm, Kernel
+from simtrain.errors import SpecError
+from simtrain.units import US
+
+HEADER = ("kind", "shape", "dtype", "time_us")
+KINDS = {"gemm": 4, "attention_forward": 6, "attention_backward": 6, "elementwise": 1}  # shape fields
+_VARYING = {"gemm": 4, "attention_forward": 3, "attention_backward": 3, "elementwise": 1}  # leading dims that may vary
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One measured kernel."""
+
+    kind: str
+    shape: tuple[int, ...]
+    dtype: str
+    time_s: float
+
+    def line(self) -> str:
+        return f"{self.kind},{'x'.join(map(str, self.shape))},{self.dtype},{self.time_s / US!r}"
+
+
+def kernel_key(kernel: Kernel) -> tuple[str, tuple[int, ...], str, int]:
+    """(kind, shape, dtype, launches) of ``kernel`` in the table's terms; an elementwise kernel
+    with several launches is looked up per launch."""
+    if isinstance(kernel, Gemm):
+        return "gemm", (kernel.batch, kernel.m, kernel.n, kernel.k), kernel.dtype, 1
+    if isinstance(kernel, Attention):
+        kind = "attention_backward" if kernel.backward else "attention_forward"
+        shape = (kernel.batch, kernel.sq, kernel.skv, kernel.d_qk, kernel.d_v, int(kernel.causal))
+        return kind, shape, "bf16", 1
+    assert isinstance(kernel, Elementwise)
+    launches = max(1, kernel.launches)
+    return "elementwise", (max(1, round(kernel.nbytes / launches)),), "bf16", launches
+
+
+def example_kernel(kind: str, shape: tuple[int, ...], dtype: str) -> Kernel:
+    """A kernel with the table's kind, shape and dtype (the inverse of :func:`kernel_key`)."""
+    if kind == "gemm":
+        b, m, n, k = shape
+        return Gemm("measured", m, n, k, batch=b, dtype=dtype)
+    if kind.startswith("attention"):
+        b, sq, skv, dqk, dv, causal = shape
+        return Attention("measured", b, sq, skv, dqk, dv, bool(causal), kind == "attention_backward")
+    return Elementwise("measured", float(shape[0]))
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """Measured kernel times of one GPU, indexed for lookup."""
+
+    entries: tuple[Entry, ...]
+    source: str = ""  # the file it came from
+    _index: dict = field(init=False, default_factory=dict, compare=False, repr=False, hash=False)
+
+    def __post_init__(self) -> None:
+        for e in self.entries:
+            self._index.setdefault((e.kind, e.dtype), {})[e.shape] = e.time_s
+
+    def lookup(self, kernel: Kernel, model: Callable[[Kernel], float]) -> tuple[float, str] | None:
+        """(time, "measured" | "interpolated") of ``kernel``, or None outside the measurements;
+        ``model`` gives the model's time of a kernel (for the interpolated ratio)."""
+        kind, shape, dtype, launches = kernel_key(kernel)
+        table = self._index.get((kind, dtype))
+        if not table:
+            return None
+        exact = table.get(shape)
+        if exact is not None:
+            return exact * launches, "measured"
+        ratio = self._interpolated_ratio(kind, shape, dtype, table, model)
+        if ratio is None:
+            return None
+        return model(kernel) * ratio, "interpolated"
+
+    @staticmethod
+    def _interpolated_ratio(kind: str, shape: tuple[int, ...], dtype: str, table: dict,
+                            model: Callable[[Kernel], float]) -> float | None:
+        for axis in range(_VARYING[kind]):
+            below = above = None
+            for other in table:
+                if any(o != s for i, (o, s) in enumerate(zip(other, shape)) if i != axis):
+                    continue
+                if other[axis] < shape[axis] and (below is None or other[axis] > below[axis]):
+                    below = other
+                elif other[axis] > shape[axis] and (above is None or other[axis] < above[axis]):
+                    above = other
+            if below is None or above is None:
+                continue
+            r0, r1 = (table[s] / model(example_kernel(kind, s, dtype)) for s in (below, above))
+            w = math.log(shape[axis] / below[axis]) / math.log(above[axis] / below[axis])
+            return r0 + (r1 - r0) * w
+        return None
+
+    def to_csv(self, comment: str = "") -> str:
+        """The table as CSV text (``comment`` lines first, each prefixed with ``#``)."""
+        lines = [f"# {line}" for line in comment.splitlines()]
+        lines.append(",".join(HEADER))
+        lines += [e.line() for e in self.entries]
+        return "\n".join(lines) + "\n"
+
+
+def measured(kernels: Iterable[Kernel], time_of: Callable[[Kernel], float]) -> Calibration:
+    """A calibration of the distinct kernels of ``kernels`` (per launch), timed by ``time_of``."""
+    entries: dict[tuple, Entry] = {}
+    for k in kernels:
+        kind, shape, dtype, launches = kernel_key(k)
+        key = (kind, shape, dtype)
+        if key not in entries:
+            one = example_kernel(kind, shape, dtype) if launches > 1 else k
+            entries[key] = Entry(kind, shape, dtype, time_of(one))
+    return Calibration(tuple(entries[key] for key in sorted(entries)))
+
+
+def parse_calibration(text: str, source: str) -> Calibration:
+    """A calibration from CSV text; every problem names ``source`` and the line."""
+    entries = []
+    header_seen = False
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        cells = [c.strip() for c in line.split(",")]
+        where = f"{source}, line {number}"
+        if not header_seen:
+            if tuple(cells) != HEADER:
+                raise SpecError(f"{where}: expected the header {','.join(HEADER)!r}, got {line!r}")
+            header_seen = True
+            continue
+        if len(cells) != len(HEADER):
+            raise SpecError(f"{where}: expected {len(HEADER)} fields ({','.join(HEADER)}), got {len(cells)}")
+        kind, shape_text, dtype, time_text = cells
+        if kind not in KINDS:
+            raise SpecError(f"{where}: kind = {kind!r}: must be one of {', '.join(KINDS)}")
+        if dtype not in DTYPES:
+            raise SpecError(f"{where}: dtype = {dtype!r}: must be one of {', '.join(DTYPES)}")
+        try:
+            shape = tuple(int(x) for x in shape_text.split("x"))
+            time_us = float(time_text)
+        except ValueError:
+            raise SpecError(f"{where}: shape {shape_text!r} or time_us {time_text!r} is not a number") from None
+        if len(shape) != KINDS[kind] or min(shape) < (0 if kind.startswith("attention") else 1):
+            raise SpecError(f"{where}: shape {shape_text!r}: {kind} takes {KINDS[kind]} positive integers")
+        if not (time_us > 0 and math.isfinite(time_us)):
+            raise SpecError(f"{where}: time_us = {time_text}: must be a positive number")
+        entries.append(Entry(kind, shape, dtype, time_us * US))
+    if not entries:
+        raise SpecError(f"{source}: no measured kernels (expected the header {','.join(HEADER)!r} and rows)")
+    return Calibration(tuple(entries), source=source)
+
+
+def read_calibration(path: str | Path) -> Calibration:
+    """Read a calibration CSV file (``--calibration``)."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise SpecError(f"--calibration {path}: file not found") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SpecError(f"--calibration {path}: cannot read ({exc.__class__.__name__}: {exc})") from None
+    return parse_calibration(text, str(path))

@@ -1,0 +1,123 @@
+"""The MLP block (dense) and the MoE block: norm, GEMMs, activation, residual; router and experts.
+
+Dense MLP (Megatron-LM's ``megatron/core/transformer/mlp.py``): ``fc1`` h -> f / t (2 f / t
+when gated: gate and up in one GEMM), the activation, ``fc2`` f / t -> h.
+
+MoE (Megatron-LM's ``megatron/core/transformer/moe``): the router GEMM h -> experts over the
+rank's tokens and its softmax/top-k; the token dispatcher's permutation of the routed tokens into
+expert order and back (a gather and a scatter of ``h`` wide rows); the routed experts as one
+grouped GEMM per linear layer over the rank's local experts (``num_experts / ep``) at the real
+tokens per expert: the busiest EP rank receives ``tokens x top_k x load_factor`` rows, spread
+over its local experts; the experts' ffn split over the expert-TP group. Shared experts
+(DeepSeek-V3, arXiv:2412.19437, section 2.1.2) run as a dense MLP over all the rank's tokens,
+split over the TP group.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from simtrain.costs.elementwise import A, activation, bias_grads, norm, residual
+from simtrain.costs.kernels import Elementwise, Kernel, OpCost
+from simtrain.costs.shape import Shape, linear
+from simtrain.specs.model import ModelSpec
+from simtrain.units import BYTES_FP32
+
+
+def _mlp_kernels(model: ModelSpec, shape: Shape, kind: str, name: str, width: int, split: int,
+                 tokens: int | None = None, batch: int = 1, ends: bool = True) -> tuple[Kernel, ...]:
+    """An MLP ``h -> width -> h`` with its ffn split ``split`` ways, in pass ``kind``; ``ends``
+    adds the block's norm and residual (a dense block) and the bias gradients."""
+    h = model.hidden
+    f = width // split
+    up = f * (2 if model.gated_mlp else 1)
+    passes = ("I", "W") if kind == "B" else (kind,)
+    out: list[Kernel] = []
+    for p in passes:
+        fc1 = linear(f"{name}.fc1", shape, h, up, p, tokens, batch)
+        fc2 = linear(f"{name}.fc2", shape, f, h, p, tokens, batch)
+        act = activation(model, shape, f * batch, p, tokens)
+        if p == "F":
+            out += [*(norm(name, model, shape, "F") if ends else ()), *fc1, *act, *fc2,
+                    *(residual(name, model, shape, "F") if ends else ())]
+        elif p == "I":
+            out += [*(residual(name, model, shape, "I") if ends else ()), *fc2, *act, *fc1,
+                    *(norm(name, model, shape, "I") if ends else ())]
+        else:
+            out += [*fc2, *fc1, *(bias_grads(name, model, shape, (up, h)) if ends else ())]
+    return tuple(out)
+
+
+def mlp_cost(model: ModelSpec, shape: Shape, kind: str) -> OpCost:
+    """The dense MLP block of pass ``kind`` (F, I, W or B = I + W) on one rank."""
+    return OpCost(_mlp_kernels(model, shape, kind, "mlp", model.ffn, shape.tp))
+
+
+@dataclass(frozen=True)
+class MoeCosts:
+    """The work of one MoE block for one pass on one rank."""
+
+    router: OpCost  # the block's norm, the gate over the rank's tokens and its top-k
+    experts: OpCost  # the routed experts of the busiest EP rank, with the token permutation
+    shared: OpCost | None  # the shared experts; None without them
+    all_to_all_bytes: float  # dispatch (= combine) volume of the busiest EP rank
+
+
+def moe_tokens(shape: Shape, expert_tp: int) -> float:
+    """Tokens entering one rank's MoE block: with sequence parallelism they stay split across
+    the TP ranks (expert TP 1), with expert TP > 1 they are gathered over the expert-TP group
+    first (Megatron-LM's all-to-all token dispatcher, ``megatron/core/transformer/moe``)."""
+    tokens = shape.tokens / shape.tp if shape.sp else shape.tokens
+    if expert_tp > 1:
+        tokens = shape.tokens
+    return tokens
+
+
+def moe_costs(model: ModelSpec, shape: Shape, kind: str, expert_tp: int, ep: int = 1,
+              load_factor: float = 1.0) -> MoeCosts:
+    """Router, routed experts, shared experts and all-to-all volume of one MoE block in pass
+    ``kind`` (F, I, W or B) with ``ep`` expert-parallel ranks.
+
+    Each token goes to ``top_k`` routed experts; the busiest EP rank receives (dispatch) and
+    sends back (combine) ``load_factor`` times the mean volume
+    (:func:`simtrain.workload.moe_routing.load_factors`), and a direct all-to-all lasts as long as
+    its busiest rank's transfers.
+    """
+    tokens = moe_tokens(shape, expert_tp)
+    routed = tokens * model.top_k * load_factor
+    local = model.num_experts // ep
+    per_expert = max(1, math.ceil(routed / local))
+    passes = ("I", "W") if kind == "B" else (kind,)
+    n_tokens = max(1, math.ceil(tokens))
+    router: list[Kernel] = []
+    experts: list[Kernel] = []
+    for p in passes:
+        gate = linear("moe.router", shape, model.hidden, model.num_experts, p, n_tokens)
+        scores = Elementwise("moe.topk" if p == "F" else "moe.topk.bwd", 2 * BYTES_FP32 * tokens * model.num_experts)
+        perm = Elementwise("moe.permute" if p == "F" else "moe.permute.bwd", 2 * 2 * A * routed * model.hidden,
+                           launches=2)
+        if p == "F":
+            router += [*norm("moe", model, shape, "F"), *gate, scores]
+        elif p == "I":
+            router += [scores, *gate, *norm("moe", model, shape, "I")]
+        else:
+            router += gate
+        experts += ([perm] if p != "W" else [])
+        experts += _mlp_kernels(model, shape, p, "moe.expert", model.moe_ffn, expert_tp, per_expert, local,
+                                ends=False)
+    if kind == "F":
+        experts += residual("moe", model, shape, "F")
+    shared = None
+    if model.shared_experts:
+        shared = OpCost(_mlp_kernels(model, shape, kind, "moe.shared", model.shared_experts * model.moe_ffn,
+                                     shape.tp, ends=False))
+    a2a = A * tokens * model.top_k * model.hidden * load_factor
+    return MoeCosts(router=OpCost(tuple(router)), experts=OpCost(tuple(experts)), shared=shared,
+                    all_to_all_bytes=a2a)
+
+
+def moe_cost(model: ModelSpec, shape: Shape, kind: str, expert_tp: int, ep: int = 1) -> OpCost:
+    """All the compute of one MoE block in pass ``kind`` at uniform routing."""
+    c = moe_costs(model, shape, kind, expert_tp, ep)
+    return c.router + c.experts + (c.shared or OpCost())

@@ -1,0 +1,51 @@
+"""MLP and MoE blocks: hand-computed FLOPs, grouped expert GEMMs at the real tokens per expert."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from helpers import tiny_model
+from simtrain.costs.kernels import Gemm
+from simtrain.costs.mlp import moe_cost, moe_costs, mlp_cost
+from simtrain.costs.shape import Shape
+from simtrain.specs.model import load_model
+
+
+def test_dense_mlp_hand_flops():
+    m = tiny_model(layers=2)  # h = 1024, f = 4096, two matrices
+    sh = Shape(tokens=1024, seq=1024, tp=1, sp=False)
+    assert mlp_cost(m, sh, "F").flops == 2 * 1024 * 2 * 1024 * 4096
+    assert mlp_cost(m, sh, "B").flops == 2 * mlp_cost(m, sh, "F").flops
+    gated = load_model("llama3-8b")
+    fc1 = next(k for k in mlp_cost(gated, Shape(tokens=512, seq=512, tp=2, sp=True), "F").kernels if k.name == "mlp.fc1")
+    assert (fc1.m, fc1.n, fc1.k) == (512, 2 * 14336 // 2, 4096)  # gate and up in one GEMM
+
+
+def test_moe_costs_hand_computed():
+    m = load_model("mixtral-8x7b")  # top 2 of 8 experts, no shared experts
+    sh = Shape(tokens=4096, seq=4096, tp=2, sp=True)
+    f = moe_costs(m, sh, "F", expert_tp=1, ep=1, load_factor=1.5)
+    tokens = 4096 / 2  # sequence parallelism keeps the tokens split over the TP ranks
+    assert f.all_to_all_bytes == pytest.approx(2 * tokens * 2 * m.hidden * 1.5)
+    per_expert = math.ceil(tokens * 2 * 1.5 / 8)
+    assert f.experts.of_kind("gemm").flops == pytest.approx(2 * per_expert * 8 * m.expert_params())
+    assert f.router.of_kind("gemm").flops == pytest.approx(2 * tokens * m.hidden * 8)
+    assert f.shared is None
+    i, b = moe_costs(m, sh, "I", 1), moe_costs(m, sh, "B", 1)
+    assert b.experts.of_kind("gemm").flops == pytest.approx(2 * i.experts.of_kind("gemm").flops)
+    gathered = moe_costs(m, sh, "F", expert_tp=2)  # expert TP gathers the tokens first
+    assert gathered.all_to_all_bytes == pytest.approx(2 * 4096 * 2 * m.hidden)
+    expert_ep = moe_costs(m, sh, "F", expert_tp=1, ep=8)  # one local expert holds all the rank's share
+    up = next(k for k in expert_ep.experts.kernels if k.name == "moe.expert.fc1")
+    assert isinstance(up, Gemm) and (up.batch, up.m) == (1, math.ceil(tokens * 2 / 1))
+
+
+def test_shared_experts_run_over_every_token():
+    ds = load_model("deepseek-v3")
+    sh = Shape(tokens=4096, seq=4096, tp=4, sp=True)
+    c = moe_costs(ds, sh, "F", expert_tp=1, ep=8)
+    assert c.shared is not None
+    assert c.shared.of_kind("gemm").flops == pytest.approx(2 * 4096 * ds.shared_expert_params() / 4)
+    assert moe_cost(ds, sh, "F", 1, 8).flops == pytest.approx(c.router.flops + c.experts.flops + c.shared.flops)

@@ -1,0 +1,116 @@
+"""Kernel times: shape matters (tile and wave quantisation, K), memory-bound kernels add time, the
+flat efficiency, FP8, the sustained clock, and the MAMF measurement reproduced."""
+
+from __future__ import annotations
+
+import pytest
+
+from simtrain.costs import KernelTimer, Shape, attention_cost, mlp_cost
+from simtrain.costs.kernels import Attention, Elementwise, Gemm, OpCost
+from simtrain.costs.timing import calibrated_peak, wave_utilisation
+from simtrain.errors import SpecError
+from simtrain.specs.arch import get_arch
+from simtrain.specs.gpu import get_gpu
+from simtrain.specs.model import load_model
+from simtrain.units import US
+
+H100, A100 = get_gpu("h100-sxm"), get_gpu("a100-80g")
+
+
+def efficiency(timer: KernelTimer, g: Gemm) -> float:
+    return g.flops / timer.kernel_time(g) / timer.gpu.peak_bf16_flops
+
+
+def test_tp8_on_a_small_model_loses_gemm_efficiency():
+    """Llama 3 8B's QKV GEMM at TP=8 is 768 wide: 96 tiles on 132 SMs fill 73% of one wave, and
+    its per-GEMM time is far more than an eighth of TP=1's."""
+    m = load_model("llama3-8b")
+    timer = KernelTimer(H100)
+
+    def qkv(tp: int) -> Gemm:
+        sh = Shape(tokens=4096, seq=4096, tp=tp, sp=True)
+        return next(k for k in attention_cost(m, sh, "F").kernels if k.name == "attn.qkv")
+
+    one, eight = qkv(1), qkv(8)
+    assert timer.kernel_time(eight) / timer.kernel_time(one) > 1.3 / 8
+    assert efficiency(timer, eight) < 0.75 * efficiency(timer, one)
+    short_k = Gemm("proj", 4096, 4096, 512)  # TP=8's output projection: K = q / 8
+    assert efficiency(KernelTimer(A100), short_k) < 0.85 * efficiency(KernelTimer(A100), Gemm("p", 4096, 4096, 4096))
+
+
+def test_memory_bound_kernels_add_time():
+    """An op's time is the sum of its kernels' times: a norm or an activation does not hide
+    under the GEMM next to it, as the max() of a roofline over the whole op would."""
+    timer = KernelTimer(H100)
+    gemm = Gemm("fc1", 4096, 4096, 4096)
+    act = Elementwise("act", 2 * 2 * 4096 * 4096.0)
+    both = OpCost((gemm, act))
+    assert timer.time(both) == pytest.approx(timer.kernel_time(gemm) + timer.kernel_time(act))
+    roofline = max(both.flops / (H100.peak_bf16_flops * 0.8), both.bytes / H100.hbm_bandwidth_Bps)
+    assert timer.time(both) > roofline
+    m = load_model("llama3-8b")
+    sh = Shape(tokens=8192, seq=8192, tp=1, sp=False)
+    block = mlp_cost(m, sh, "F")
+    elementwise = timer.time(block.of_kind("elementwise"))
+    assert elementwise > 0.02 * timer.time(block)
+    assert timer.time(block) == pytest.approx(timer.time(block.of_kind("gemm")) + elementwise)
+    bandwidth = H100.hbm_bandwidth_Bps * get_arch("hopper").elementwise_efficiency
+    assert timer.kernel_time(act) == pytest.approx(act.bytes / bandwidth + 1 * US)
+
+
+def test_wave_quantisation_by_hand():
+    # NVIDIA's guide: 1792 x 1792 in 256 x 128 tiles is 98 tiles, one wave on 108 SMs
+    assert wave_utilisation(1792, 1792, 1, 108, ((256, 128),)) == pytest.approx(98 / 108)
+    assert wave_utilisation(1792, 1792, 1, 108, ((256, 128), (128, 128))) == pytest.approx(98 / 108)
+    assert wave_utilisation(4096, 768, 1, 132, ((128, 256),)) == pytest.approx(4096 * 768 / (132 * 128 * 256))
+
+
+def test_the_model_reproduces_the_mamf_measurement():
+    arch = get_arch("hopper")
+    fraction, (m, n, k) = arch.mamf["bf16"]
+    timer = KernelTimer(H100)
+    g = Gemm("mamf", m, n, k)
+    assert timer.kernel_time(g) - arch.launch_s == pytest.approx(g.flops / (fraction * H100.peak_bf16_flops))
+    assert 0 < calibrated_peak(get_arch("ampere"), "bf16", 108, A100.peak_bf16_flops, A100.hbm_bandwidth_Bps) <= 1
+    ampere = get_arch("ampere")  # A100: the math at its sustained clock, C stored after it
+    fa, (am, an, ak) = ampere.mamf["bf16"]
+    ga = Gemm("mamf", am, an, ak)
+    measured = ga.flops / (fa * A100.peak_bf16_flops)
+    epilogue = am * an * 2 / (A100.hbm_bandwidth_Bps * ampere.hbm_efficiency)
+    expected = (measured - epilogue) / ampere.sustained_clock + epilogue
+    assert KernelTimer(A100).kernel_time(ga) - ampere.launch_s == pytest.approx(expected, rel=1e-9)
+
+
+def test_flat_efficiency_ignores_the_shape():
+    flat = KernelTimer(H100.with_efficiency(0.5))
+    for g in (Gemm("a", 4096, 768, 4096), Gemm("b", 8192, 8192, 8192)):
+        assert flat.kernel_time(g) == pytest.approx(g.flops / (0.5 * H100.peak_bf16_flops) + 1 * US)
+    core = Attention("c", 16, 2048, 2048, 128, 128, True, False)
+    assert flat.kernel_time(core) == pytest.approx(core.flops / (0.5 * H100.peak_bf16_flops) + 1 * US)
+
+
+def test_fused_attention_efficiency_rises_with_the_keys():
+    timer = KernelTimer(H100)
+    short = Attention("c", 64, 512, 512, 128, 128, True, False)
+    long = Attention("c", 4, 8192, 8192, 128, 128, True, False)
+    assert timer.attention_efficiency(short) < timer.attention_efficiency(long) < get_arch("hopper").attention_forward
+    assert timer.attention_efficiency(Attention("c", 4, 8192, 8192, 128, 128, True, True)) < \
+        timer.attention_efficiency(long)
+
+
+def test_fp8_gemms_on_hopper_only():
+    g8, g16 = Gemm("fc", 8192, 8192, 8192, dtype="fp8"), Gemm("fc", 8192, 8192, 8192)
+    timer = KernelTimer(H100)
+    assert timer.kernel_time(g8) < 0.7 * timer.kernel_time(g16)
+    with pytest.raises(SpecError, match="no FP8 tensor cores"):
+        KernelTimer(A100).kernel_time(g8)
+
+
+def test_fp8_runs_shorten_a_hopper_step_and_are_refused_on_ampere():
+    from helpers import simulate_settings
+
+    base = dict(model="llama3-8b", topology="h100-ib", gpus=8, tp=8, pp=1, seq=8192, gbs=8)
+    bf16, fp8 = simulate_settings(**base), simulate_settings(**base, fp8=True)
+    assert fp8.report["step_time_s"] < 0.95 * bf16.report["step_time_s"]
+    with pytest.raises(SpecError, match="--fp8: gpu a100-80g has no FP8 tensor cores"):
+        simulate_settings(**{**base, "topology": "a100-hdr"}, fp8=True)
