@@ -12,8 +12,8 @@ from simtrain.metrics import BREAKDOWN, StepMetrics
 
 #: What makes each category differ, by direction (simulated above / below analytic).
 CAUSES = {
-    "compute": ("the simulation adds the embedding, memory-bound work (roofline time of each block) "
-                "and the optimizer step",
+    "compute": ("the simulation adds the memory-bound kernels (norms, activations, residual adds, loss), "
+                "the fused attention backward's extra products, the embedding and the optimizer step",
                 "the closed form spreads the LM head over all stages' average; the simulation books "
                 "it on the last stage as imbalance"),
     "recompute": ("the simulation recomputes whole layers with their TP collectives",
@@ -21,13 +21,18 @@ CAUSES = {
     "imbalance": ("the last stage's LM head and loss, and the first stage's embedding, make stages "
                   "uneven on the simulated timeline",
                   "the closed form charges the whole LM head to every micro-batch of the slowest stage"),
-    "tp": ("each simulated TP collective also pays 2(t-1) per-hop latencies and blocks the next block",
-           "the simulation's ring bandwidth on the topology graph is higher than the closed form's"),
+    "tp": ("each simulated TP collective also pays NCCL's latency (a base and one per ring step) and "
+           "blocks the next block",
+           "the simulation's collectives (NVLink SHARP, channels over every NIC) are faster than the "
+           "closed form's ring bandwidth"),
     "cp": ("simulated ring steps are exposed when a chunk's attention is shorter than one K/V "
            "transfer; the closed form hides the ring behind the whole attention time at once",
            "the simulation hides ring transfers behind attention chunk by chunk"),
-    "ep": ("the simulation's all-to-all waits for the busiest expert rank",
-           "the simulation overlaps all-to-all with shared experts"),
+    "ep": ("the simulation's all-to-all waits for the busiest expert rank (routing skew) and pays "
+           "NCCL's latency per peer",
+           "the simulation sends to the EP peers of the same node over NVLink and overlaps the "
+           "all-to-all with the shared experts; the closed form charges the whole volume at the "
+           "group's slowest bandwidth"),
     "pp": ("stage-to-stage transfers the receiver waits for are exposed on the simulated timeline",
            "the closed form charges half of every transfer; in the simulation most sends overlap "
            "with compute (only transfers a stage waits for count)"),

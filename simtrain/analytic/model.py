@@ -32,8 +32,10 @@ Time of one micro-batch on the slowest (last) stage, then the step:
   forward, one third of forward + backward); the stage average is ``(L f_layer + f_head) / p``;
 * TP, not overlapped: ``l x 4 x 2 (t-1)/t x 2 s b h / B_tp`` (two all-reduces, or RS + AG,
   forward and two backward per layer);
-* CP ring, overlapped with attention, exposed part only:
-  ``max(0, l x 3 (c-1) x 2 s b kv x 2 / B_cp - l x 6 seq h sec)``;
+* CP ring attention (Liu et al. 2023, "Ring Attention", arXiv:2310.01889; Megatron-LM's context
+  parallelism, ``cp_comm_type=p2p``): each of the ``c-1`` ring steps passes a K and a V block of
+  ``s b kv x 2`` bytes, once forward and twice backward (K/V and their gradients), overlapped with
+  attention, exposed part only: ``max(0, l x 3 (c-1) x 2 s b kv x 2 / B_cp - l x 6 seq h sec)``;
 * PP p2p, half hidden: ``2 s b h 2 / t / B_pp x 0.5`` (activation forward, gradient backward);
 * DP (over DP x CP), 80% hidden behind the backward, once per step:
   ``2 (dc-1)/(dc) x 2 psi / B_dp x 0.2`` (gradient reduce-scatter + parameter all-gather);
@@ -41,9 +43,12 @@ Time of one micro-batch on the slowest (last) stage, then the step:
   (:meth:`simtrain.schedules.record.ScheduleRecord.bubble`).
 
 The step splits into the simulator's categories (:data:`simtrain.metrics.BREAKDOWN`):
-compute ``m x avg``, recompute, imbalance ``m (slow - recompute - avg)``, tp, cp, pp, bubble, dp;
-ep is 0 (the notes' script covers dense models). MFU counts ``(L f_layer + f_head) gbs seq``,
-recompute excluded; HFU adds the recomputed forwards.
+compute ``m x avg``, recompute, imbalance ``m (slow - recompute - avg)``, tp, cp, ep, pp, bubble,
+dp. MoE models (:mod:`simtrain.analytic.moe`): ``N`` in ``f_layer`` is the active parameter count
+(top-k routed and shared experts), each micro-batch adds its exposed EP all-to-all, the model
+states and the DP term split into dense parameters over DP x CP and routed experts over the
+expert data-parallel group, and the TP term counts the MoE block's collectives. MFU counts
+``(L f_layer + f_head) gbs seq``, recompute excluded; HFU adds the recomputed forwards.
 
 Bandwidth rule (the script's ``bandwidth(inner, size)``): a group whose span (inner stride x size,
 in the rank order of the layout, innermost first, default tp-cp-ep-dp-pp) fits in one node uses
@@ -58,6 +63,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from simtrain.analytic import moe
 from simtrain.errors import SpecError
 from simtrain.specs.order import parse_order
 from simtrain.metrics import BREAKDOWN, StepMetrics, step_metrics
@@ -81,23 +87,25 @@ TP_HIDDEN, PP_HIDDEN, DP_HIDDEN = 0.0, 0.5, 0.8  # fraction of each kind hidden 
 # ---- bandwidths ---------------------------------------------------------------------------------
 
 def cluster_bandwidths(cluster: Cluster) -> tuple[float, float]:
-    """(intra-node, scale-out) bandwidth per GPU and direction, bytes/s.
+    """(intra-node, scale-out) achievable bandwidth per GPU and direction, bytes/s.
 
-    Intra-node: the node's NVLink (``[node] nvlink_GBps``); a node without NVSwitch uses the
-    scale-out value. Scale-out: one GPU's share of the node's NICs, ``nics x nic / gpus``, capped
-    by its PCIe link (seed-h100: 8 x 50e9 / 8 = 50e9, PCIe 64e9). Read from ``cluster.spec``,
-    or from the graph's edge tiers when a cluster has no spec.
+    Intra-node: the node's NVLink (``[node] nvlink_GBps`` x ``nvlink_efficiency``); a node without
+    NVSwitch uses the scale-out value. Scale-out: one GPU's share of the node's NICs, ``nics x nic
+    x nic_efficiency / gpus``, capped by its PCIe link (seed-h100, efficiencies 1: 8 x 50e9 / 8 =
+    50e9, PCIe 64e9). Read from ``cluster.spec``, or from the graph's edge tiers
+    (``capacity_Bps``) when a cluster has no spec.
     """
     g = cluster.gpus_per_node
     if cluster.spec is not None:
         nd = cluster.spec.node
-        out = min(nd.pcie_Bps, nd.nic_Bps * nd.nics / g) if nd.nics else 0.0
-        intra = nd.nvlink_Bps if nd.nvswitch else out
+        nic_Bps = nd.nic_Bps * cluster.spec.fabric.nic_efficiency
+        out = min(nd.pcie_Bps, nic_Bps * nd.nics / g) if nd.nics else 0.0
+        intra = nd.nvlink_Bps * nd.nvlink_efficiency if nd.nvswitch else out
         return intra, out
     edges = cluster.graph.edges(data=True)
-    nvlink = [d["bandwidth_Bps"] for _, _, d in edges if d.get("tier") == "nvlink"]
-    pcie = [d["bandwidth_Bps"] for _, _, d in edges if d.get("tier") == "pcie"]
-    nic = [d["bandwidth_Bps"] for u, _, d in edges if d.get("tier") == "leaf"
+    nvlink = [d["capacity_Bps"] for _, _, d in edges if d.get("tier") == "nvlink"]
+    pcie = [d["capacity_Bps"] for _, _, d in edges if d.get("tier") == "pcie"]
+    nic = [d["capacity_Bps"] for u, _, d in edges if d.get("tier") == "leaf"
            and cluster.graph.nodes[u].get("kind") == "nic"]
     nics = sum(1 for _, k in cluster.graph.nodes(data="kind") if k == "nic") / cluster.num_nodes
     out = min(min(pcie), min(nic) * nics / g) if nic and pcie else 0.0
@@ -181,7 +189,8 @@ class _Outcome:
 
 
 def _label(model: ModelSpec, par: ParallelSpec) -> str:
-    return (f"{model.name} tp={par.tp} cp={par.cp} pp={par.pp} dp={par.dp} "
+    ep = f" ep={par.ep} etp={par.expert_tp}" if par.ep > 1 or par.expert_tp != par.tp else ""
+    return (f"{model.name} tp={par.tp} cp={par.cp} pp={par.pp} dp={par.dp}{ep} "
             f"(tp*cp*pp={par.tp * par.cp * par.pp}, {par.world} GPUs, seq={par.seq}, "
             f"gbs={par.gbs}, mbs={par.mbs})")
 
@@ -200,9 +209,6 @@ def _recompute_request(par: ParallelSpec, layers: int) -> int | None:
 
 def _evaluate(model: ModelSpec, cluster: Cluster, par: ParallelSpec, gpu: GpuSpec | None,
               schedule: str | None, min_cp_chunk: int, n_params: float | None) -> _Outcome:
-    if model.is_moe:
-        raise SpecError(f"{model.name}: the analytic model (course notes, parallel_plan.py) covers "
-                        f"dense models only; {model.name} has {model.num_experts} experts")
     sched = schedule if schedule is not None else par.schedule
     rec = REGISTRY.closed_form(sched)
     gpu = gpu if gpu is not None else cluster.gpu
@@ -226,6 +232,13 @@ def _evaluate(model: ModelSpec, cluster: Cluster, par: ParallelSpec, gpu: GpuSpe
                     f"min_cp_chunk={min_cp_chunk}")
     if par.gbs % (d * b):
         return fail(f"gbs={par.gbs} is not divisible by dp*mbs={d * b}")
+    if model.is_moe and (model.num_experts % par.ep or par.world % (par.expert_tp * par.ep * p)):
+        return fail(f"ep={par.ep} must divide the {model.num_experts} experts and etp*ep*pp="
+                    f"{par.expert_tp * par.ep * p} the {par.world} GPUs")
+    if not model.is_moe and (par.ep > 1 or par.expert_tp != t):
+        return fail(f"ep={par.ep}, etp={par.expert_tp}: expert parallelism needs an MoE model")
+    if model.is_moe and n_params is not None:
+        raise SpecError(f"{what}: n_params replaces N of dense models only")
     m = par.gbs // (d * b)
     s, layers = par.seq // c, model.layers // p
 
@@ -234,7 +247,9 @@ def _evaluate(model: ModelSpec, cluster: Cluster, par: ParallelSpec, gpu: GpuSpe
     n_embed = model.params_total - model.params_nonembedding  # 2 V h for an untied model
     usable = gpu.usable_memory_bytes
     psi = n_total / (t * p)
-    states = (4 * psi + 12 * psi / (d * c)) * rec.static_copies
+    lay = moe.expert_layout(model, par, n_total) if model.is_moe else None
+    states = (4 * psi + 12 * psi / (d * c) if lay is None
+              else moe.model_states_bytes(lay, d * c)) * rec.static_copies
     sbh = s * b * model.hidden / t
     flights = [rec.in_flight(p, i, m, v) for i in range(p)]
 
@@ -252,13 +267,16 @@ def _evaluate(model: ModelSpec, cluster: Cluster, par: ParallelSpec, gpu: GpuSpe
 
     # ---- time of one micro-batch on the last stage
     h, big_v = model.hidden, model.vocab
-    f_layer = 6 * (n_total - n_embed) / model.layers + 6 * par.seq * model.q_width
+    n_flops = model.params_active if model.is_moe else n_total  # top-k: moe module docstring
+    f_layer = 6 * (n_flops - n_embed) / model.layers + 6 * par.seq * model.q_width
     f_head = 6 * big_v * h
     sec = s * b / t / gpu.effective_flops
     avg = (model.layers * f_layer + f_head) / p * sec
     recompute = rc * f_layer / 3 * sec
     slow = layers * f_layer * sec + recompute + f_head * sec
     spans = group_spans(par)
+    if lay is not None:
+        spans |= {"ep": lay.ep_span, "edp": lay.edp_span}
 
     def bw(kind: str) -> float:
         out = group_bandwidth(cluster, spans[kind])
@@ -268,16 +286,22 @@ def _evaluate(model: ModelSpec, cluster: Cluster, par: ParallelSpec, gpu: GpuSpe
         return out
 
     act_bytes = s * b * h * 2
-    tp_c = layers * 4 * 2 * (t - 1) / t * act_bytes / bw("tp") if t > 1 else 0.0
+    moe_l = moe.moe_layers_on_last_stage(model, layers)
+    tp_n = moe.tp_allreduces(model, par, layers, moe_l)  # 4 per dense layer
+    tp_c = tp_n * 2 * (t - 1) / t * act_bytes / bw("tp") if t > 1 else 0.0
+    ep_c = moe.all_to_all_time(model, par, moe_l, bw("ep")) if lay is not None else 0.0
     ring = layers * 3 * (c - 1) * (2 * s * b * model.kv_width * 2) / bw("cp") if c > 1 else 0.0
     attention = layers * 6 * par.seq * model.q_width * sec
     cp_c = max(0.0, ring - attention)
     # interleaving crosses v times as many stage boundaries (Narayanan et al. 2021, 2.2.2)
     pp_all = v * 2 * act_bytes / t / bw("pp") if p > 1 else 0.0
     pp_c = pp_all * (1 - PP_HIDDEN)
-    t_mb = slow + tp_c + cp_c + pp_c
+    t_mb = slow + tp_c + cp_c + ep_c + pp_c
     dpc = d * c
-    dp_all = 2 * (dpc - 1) / dpc * 2 * psi / bw("dpcp") if dpc > 1 else 0.0
+    dense_psi = psi if lay is None else lay.dense_params
+    dp_all = 2 * (dpc - 1) / dpc * 2 * dense_psi / bw("dpcp") if dpc > 1 else 0.0
+    if lay is not None and lay.edp > 1:
+        dp_all += moe.expert_reduction_bytes(lay) / bw("edp")
     dp_c = dp_all * (1 - DP_HIDDEN)
     bubble = rec.bubble(p, m, t_mb, v)
     if bubble is None:
@@ -286,7 +310,7 @@ def _evaluate(model: ModelSpec, cluster: Cluster, par: ParallelSpec, gpu: GpuSpe
 
     parts = {"compute": m * avg, "recompute": m * recompute,
              "imbalance": m * max(0.0, slow - recompute - avg),  # exactly 0 at pp = 1
-             "tp": m * tp_c, "cp": m * cp_c, "ep": 0.0, "pp": m * pp_c, "bubble": bubble,
+             "tp": m * tp_c, "cp": m * cp_c, "ep": m * ep_c, "pp": m * pp_c, "bubble": bubble,
              "dp": dp_c}
     breakdown = {k: parts[k] for k in BREAKDOWN}
     step = math.fsum(breakdown.values())
@@ -313,7 +337,8 @@ def estimate(model: ModelSpec, cluster: Cluster, par: ParallelSpec, *, gpu: GpuS
              n_params: float | None = None) -> AnalyticReport | None:
     """The closed-form report of one step (course notes, parallel_plan.py), or None when the
     layout does not fit in memory or breaks the script's rules (tp within a node, pp divides the
-    layers, at least ``min_cp_chunk`` tokens per CP rank, gbs divisible by dp*mbs).
+    layers, at least ``min_cp_chunk`` tokens per CP rank, gbs divisible by dp*mbs; for an MoE
+    model ep divides the experts and etp*ep*pp the GPUs).
 
     ``gpu`` defaults to the cluster's GPU; ``schedule`` to ``par.schedule`` (one of
     :data:`ANALYTIC_SCHEDULES`, else :class:`SpecError`). ``n_params`` replaces the model's
