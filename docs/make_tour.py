@@ -5,7 +5,7 @@
 
 Every block between ``<!-- NAME:start -->`` and ``<!-- NAME:end -->`` comes from here, never by
 hand: the tour's outputs (from the simulator), the settings reference (from
-:data:`simtrain.settings.SETTINGS`), the CLI reference (from the parser), the report keys (from
+:data:`simtrain.settings.SETTINGS` and ``OUTPUTS``), the CLI reference (from the parser), the report keys (from
 the ``#:`` comments of the report types' fields) and the module map (from the package tree, each
 module's path and the first sentence of its docstring).
 tests/test_docs.py checks that the README's blocks equal what this script produces.
@@ -27,12 +27,13 @@ TOUR_RUN = ["run", "--out", "{out}", "--no-plot"]
 TOUR_COMPARE = ["compare", "--model", "llama3-70b", "--topology", "seed-h100", "--gpus", "64", "--tp", "8",
                 "--pp", "4", "--seq", "8192", "--gbs", "32"]
 TOUR_SCHEDULE = ["schedule", "zb-h1", "--pp", "4", "--microbatches", "8"]
+TOUR_LIST = ["list", "gpus"]
 
 #: The module map's order: the data flow of the design guide, by first name under simtrain/
 #: (a module or a subpackage). Names not listed follow, alphabetically.
 FLOW = ("__init__", "units", "errors", "specs", "presets", "topology", "schedules", "costs", "workload",
-        "network", "engine", "timeline", "metrics", "analytic", "outputs", "settings", "api", "search", "cli",
-        "__main__")
+        "network", "engine", "timeline", "metrics", "analytic", "outputs", "settings", "api", "search",
+        "imports", "cli", "__main__")
 #: Longest summary shown; a longer first sentence is cut to the docstring's first line.
 SUMMARY_CHARS = 200
 
@@ -61,7 +62,16 @@ def tour_blocks(tmp: Path) -> dict[str, str]:
         "tour-run": fenced("$ simtrain run\n" + run),
         "tour-compare": fenced("$ simtrain " + " ".join(TOUR_COMPARE) + "\n" + cli_text(TOUR_COMPARE)),
         "tour-schedule": fenced("$ simtrain " + " ".join(TOUR_SCHEDULE) + "\n" + cli_text(TOUR_SCHEDULE)),
+        "tour-list": fenced("$ simtrain " + " ".join(TOUR_LIST) + "\n" + cli_text(TOUR_LIST)),
+        "nccl-tests": nccl_tests_table(),
     }
+
+
+def nccl_tests_table() -> str:
+    """Published nccl-tests results against the network model (tests/validation/nccl_tests.csv)."""
+    from simtrain.network.nccl_tests import load_measurements, markdown
+
+    return markdown(load_measurements(ROOT / "tests" / "validation" / "nccl_tests.csv")) + "\n"
 
 
 def reference_blocks() -> dict[str, str]:
@@ -120,12 +130,13 @@ def _cell(text: str) -> str:
 
 
 def settings_table() -> str:
-    """A markdown table of every run setting: TOML key, flags, valid values, default, meaning."""
-    from simtrain.settings import SETTINGS
+    """A markdown table of every run setting, then every output setting: TOML key, flags, valid
+    values, default, meaning."""
+    from simtrain.settings import OUTPUTS, SETTINGS
 
     kinds = {int: "integer", float: "number", str: "text", bool: "true or false"}
     rows = ["| key | flags | value | default | what it sets |", "|---|---|---|---|---|"]
-    for s in SETTINGS.values():
+    for s in (*SETTINGS.values(), *OUTPUTS.values()):
         flags = [f"`{f}`" for f in s.cli_flags] + ([f"`{s.off_flag}` (false)"] if s.off_flag else [])
         kind = " or ".join(kinds[k] for k in (s.kind if isinstance(s.kind, tuple) else (s.kind,)))
         value = (f"one of {', '.join(s.choices)}" if s.choices else kind

@@ -13,19 +13,23 @@ from pathlib import Path
 from typing import Any
 
 from simtrain import engine
-from simtrain.errors import SpecError
+from simtrain.errors import SimtrainError, SpecError
 from simtrain.topology.mesh import build_mesh
 from simtrain.metrics import Report, run_report
+from simtrain.outputs.html import SideBySide
+from simtrain.outputs.view import ChartOptions
+from simtrain.outputs.words import counted
 from simtrain.network.analytic import AnalyticNetwork
 from simtrain.network.fixed import FixedLatency
 from simtrain.network.protocol import NetworkModel
 from simtrain.costs import Shape, pp_activation_bytes
+from simtrain.costs.calibration import Calibration, read_calibration
 from simtrain.workload.moe_routing import Routing
 from simtrain.schedules import REGISTRY as SCHEDULES, load_schedule, validate
 from simtrain.specs.gpu import GpuSpec
 from simtrain.specs.model import ModelSpec, load_model
 from simtrain.specs.parallel import ParallelSpec, resolve_parallel, validate_parallel
-from simtrain.settings import SETTINGS, complete
+from simtrain.settings import OUTPUTS, SETTINGS, complete, defaults_note
 from simtrain.specs.strict import Table, read_toml
 from simtrain.timeline import Timeline
 from simtrain.topology.cluster import Cluster, load_topology
@@ -46,11 +50,12 @@ class Scenario:
     gpu: GpuSpec  # the cluster's GPU with any efficiency override
     parallel: ParallelSpec
     network: str  # analytic | flow | none (zero-cost communication)
-    collective_algo: str | None  # force one collective algorithm (flow fidelity); None = tuner
+    collective_algo: str | None  # force one collective algorithm where it applies; None = tuner
     fold: bool
     max_events: int
     routing: Routing = Routing()  # MoE token routing
     settings: dict[str, Any] = field(default_factory=dict)  # the settings as resolved, for the report
+    calibration: Calibration | None = None  # measured kernel times (--calibration)
 
 
 @dataclass(frozen=True)
@@ -68,11 +73,12 @@ class SimResult:
 
 def load_config(path: str | Path) -> dict[str, Any]:
     """Read an experiment TOML: a flat table whose keys are the settings
-    (:data:`simtrain.settings.SETTINGS`), each checked as :func:`resolve` checks it."""
+    (:data:`simtrain.settings.SETTINGS`) and the output settings (:data:`~simtrain.settings.OUTPUTS`:
+    ``out``, ``plot``, ``json``, ``require_fit``), each checked as :func:`resolve` checks it."""
     source = str(path)
     table = Table(read_toml(path), source)
     out = {}
-    for name, setting in SETTINGS.items():
+    for name, setting in {**SETTINGS, **OUTPUTS}.items():
         value = table.get(name, setting.kind, None)
         if value is not None:
             out[name] = setting.validate(value, source)
@@ -83,66 +89,96 @@ def load_config(path: str | Path) -> dict[str, Any]:
 def resolve(settings: dict[str, Any] | None = None, recompute_rule: str = "memory") -> Scenario:
     """Resolve user settings (names, numbers) into a validated :class:`Scenario`.
 
-    Settings are checked and completed by :func:`simtrain.settings.complete` (missing keys take
-    their defaults; with no scenario key the default scenario runs). Impossible layouts raise
-    :class:`~simtrain.errors.SpecError`.
+    Each setting given replaces one value of the default scenario
+    (:data:`~simtrain.settings.DEFAULT_SCENARIO`); the others keep theirs, and ``nodes``, ``dp``
+    and ``etp`` are derived when not given (:func:`simtrain.settings.complete`). Output settings
+    (``out``, ...) are ignored. An impossible combination raises a one-line
+    :class:`~simtrain.errors.SpecError` that names the values that clash, the default values
+    among them the caller did not set, and the flags that override those.
     ``recompute="auto"`` takes the fewest recomputed layers per chunk with which the simulated
-    peak memory fits (``recompute_rule="memory"``) or the course notes' ledger fits (``"ledger"``,
-    what ``simtrain analytic`` and ``compare`` use so both sides recompute the same layers).
+    peak memory fits (``recompute_rule="memory"``) or the closed form's memory estimate fits
+    (``"ledger"``, what ``simtrain analytic`` and ``compare`` use so both sides recompute the same
+    layers).
 
     >>> sc = resolve({"model": "llama3-8b", "topology": "h100-ib", "gpus": 16, "tp": 2, "pp": 2,
     ...               "seq": 2048, "gbs": 16})
     >>> sc.parallel.dp, sc.parallel.num_microbatches
     (4, 4)
+    >>> resolve({"gbs": 64}).parallel.tp, resolve({"gbs": 64}).parallel.pp  # the default's tp, pp
+    (8, 4)
+    >>> resolve({"gpus": 100})
+    Traceback (most recent call last):
+    ...
+    simtrain.errors.SpecError: gpus=100 is not divisible by tp*cp*pp=32 (tp=8, cp=1, pp=4); dp cannot be
+    derived; defaults in use: tp=8, pp=4 (override with --tp, --pp)
     """
     s = complete(settings)
+    given = {k for k, v in (settings or {}).items() if v is not None}
+    try:
+        return _resolve(s, recompute_rule)
+    except SimtrainError as exc:
+        note = defaults_note(str(exc), given)
+        if not note:
+            raise
+        raise type(exc)(f"{exc}{note}") from None
+
+
+def _resolve(s: dict[str, Any], recompute_rule: str) -> Scenario:
+    """:func:`resolve` of completed settings ``s`` (which it fills with the derived values)."""
     model = load_model(s["model"])
-    nodes = s["nodes"]
-    probe = load_topology(s["topology"], nodes=nodes if nodes else None)
-    if s["gpus"] is None:
-        s["gpus"] = probe.num_gpus
-    if nodes is None:
-        need = -(-s["gpus"] // probe.gpus_per_node)
-        cluster = probe if need == probe.num_nodes else load_topology(s["topology"], nodes=need)
-    else:
-        cluster = probe
-    if s["gpus"] > cluster.num_gpus:
-        raise SpecError(f"gpus={s['gpus']} exceeds the {cluster.num_gpus} GPUs of topology "
-                        f"{cluster.name} with {cluster.num_nodes} nodes; raise --nodes")
+    cluster = cluster_for(s["topology"], s["gpus"], s["nodes"])
     gpu = cluster.gpu if s["efficiency"] is None else cluster.gpu.with_efficiency(s["efficiency"])
     par_kw = {k: s[k] for k in ("ep", "etp", "vpp", "mbs", "seq", "zero", "sp", "recompute", "schedule", "order",
-                                "first_stage_layers", "last_stage_layers", "balance_stages")}
-    dp = s["dp"]
-    inner = s["tp"] * s["cp"] * s["pp"]
-    gbs = s["gbs"]
-    if gbs is None:  # one micro-batch per pipeline stage and replica... at least pp of them
-        dp_guess = dp if dp else max(1, s["gpus"] // max(inner, 1))
-        gbs = dp_guess * s["mbs"] * max(s["pp"], 1) * 2
-        s["gbs"] = gbs
-    par = resolve_parallel(s["gpus"], tp=s["tp"], cp=s["cp"], pp=s["pp"], dp=dp, gbs=gbs, **par_kw)
+                                "first_stage_layers", "last_stage_layers", "balance_stages", "attention",
+                                "grad_dtype", "fp8", "overlap_grad_reduce",
+                                "overlap_p2p_comm")}
+    if s["fp8"] and gpu.peak_fp8_flops is None:
+        raise SpecError(f"--fp8: gpu {gpu.name} has no FP8 tensor cores (Hopper or later has)")
+    calibration = read_calibration(s["calibration"]) if s["calibration"] else None
+    par = resolve_parallel(s["gpus"], tp=s["tp"], cp=s["cp"], pp=s["pp"], dp=s["dp"], gbs=s["gbs"], **par_kw)
     validate_parallel(par, model, s["gpus"])
     s["dp"] = par.dp
     s["recompute"] = par.recompute
+    routing = Routing(skew=s["routing_skew"], seed=s["routing_seed"])
     if par.recompute == "auto":
         if recompute_rule == "ledger":
             n = ledger_recompute(model, cluster, gpu, par)
         else:
             n = auto_recompute(Scenario(model=model, cluster=cluster, gpu=gpu, parallel=par,
                                         network=s["network"], collective_algo=None, fold=s["fold"],
-                                        max_events=s["max_events"],
-                                        routing=Routing(skew=s["routing_skew"], seed=s["routing_seed"])))
+                                        max_events=s["max_events"], routing=routing, calibration=calibration))
         par = replace(par, recompute=str(n))
         s["recompute_layers"] = n
     if s["collective_algo"] is not None:
         from simtrain.network.algorithms import check_algorithm
 
         check_algorithm(s["collective_algo"])
-        if s["network"] != "flow":
-            raise SpecError(f"--collective-algo {s['collective_algo']} needs --network flow (the analytic "
-                            f"network charges ring collectives)")
     return Scenario(model=model, cluster=cluster, gpu=gpu, parallel=par, network=s["network"],
                     collective_algo=s["collective_algo"], fold=s["fold"], max_events=s["max_events"],
-                    routing=Routing(skew=s["routing_skew"], seed=s["routing_seed"]), settings=s)
+                    routing=routing, settings=s, calibration=calibration)
+
+
+def cluster_for(topology: str, gpus: int, nodes: int | None = None) -> Cluster:
+    """The cluster of a run: ``nodes`` nodes of ``topology``, or (None) the fewest nodes that hold
+    ``gpus``. An error names ``gpus`` and ``nodes`` as given.
+
+    >>> cluster_for("h100-ib", 100).num_nodes
+    13
+    """
+    if nodes is not None:
+        cluster = load_topology(topology, nodes=nodes)
+        if gpus > cluster.num_gpus:
+            raise SpecError(f"gpus={gpus} exceeds the {cluster.num_gpus} GPUs of topology {cluster.name} "
+                            f"with nodes={nodes}; raise --nodes or lower --gpus")
+        return cluster
+    probe = load_topology(topology)
+    need = -(-gpus // probe.gpus_per_node)
+    if need == probe.num_nodes:
+        return probe
+    try:
+        return load_topology(topology, nodes=need)
+    except SpecError as exc:
+        raise SpecError(f"gpus={gpus} needs {need} nodes of {probe.gpus_per_node} GPUs: {exc}") from None
 
 
 def auto_recompute(scenario: Scenario) -> int:
@@ -150,7 +186,7 @@ def auto_recompute(scenario: Scenario) -> int:
     pipeline rank's simulated peak memory (:func:`~simtrain.workload.memory.memory_plan`, exact
     for the schedule's order) fits the GPU's usable memory."""
     par, model = scenario.parallel, scenario.model
-    opts = WorkloadOptions(fold=scenario.fold, routing=scenario.routing)
+    opts = WorkloadOptions(fold=scenario.fold, routing=scenario.routing, calibration=scenario.calibration)
     schedule = build_schedule(scenario, opts)
     chunks = split_layers(model, par, scenario.gpu, schedule.chain_length, opts)
     most = max(len(c) for c in chunks)
@@ -174,9 +210,10 @@ def auto_recompute(scenario: Scenario) -> int:
 
 
 def ledger_recompute(model: ModelSpec, cluster: Cluster, gpu: GpuSpec, par: ParallelSpec) -> int:
-    """The course notes' rule: the fewest fully recomputed layers per stage with which their
-    memory ledger (:mod:`simtrain.analytic`) fits the GPU. A schedule without a closed form
-    (zb-auto, a schedule file) has no ledger: a one-line :class:`SpecError` names it."""
+    """The closed form's rule: the fewest fully recomputed layers per stage with which its memory
+    estimate (:mod:`simtrain.analytic`: weights, gradients, ZeRO-sharded optimizer state and
+    Korthikanti et al. 2022's activations) fits the GPU. A schedule without a closed form
+    (zb-auto, a schedule file) has no estimate: a one-line :class:`SpecError` names it."""
     from simtrain.analytic.model import analytic_report
 
     est = analytic_report(model, cluster, replace(par, recompute="auto"), gpu=gpu)
@@ -190,7 +227,7 @@ def simulate(scenario: Scenario, options: WorkloadOptions | None = None) -> SimR
     >>> result = simulate(resolve({"model": "llama3-8b", "topology": "h100-ib", "gpus": 16, "tp": 2,
     ...                            "pp": 2, "seq": 2048, "gbs": 16}))
     >>> round(result.report["step_time_s"], 4), round(result.report["mfu"], 3)
-    (0.2291, 0.421)
+    (0.2281, 0.423)
     >>> abs(sum(result.report["breakdown_s"].values()) - result.report["step_time_s"]) < 1e-9
     True
     """
@@ -198,7 +235,8 @@ def simulate(scenario: Scenario, options: WorkloadOptions | None = None) -> SimR
     par, model = scenario.parallel, scenario.model
     mesh = build_mesh(par.tp, par.cp, par.dp, par.pp, ep=par.ep, etp=par.etp, order=par.order,
                       gpus_per_node=scenario.cluster.gpus_per_node)
-    opts = options or WorkloadOptions(fold=scenario.fold, routing=scenario.routing)
+    opts = options or WorkloadOptions(fold=scenario.fold, routing=scenario.routing,
+                                      calibration=scenario.calibration)
     schedule = build_schedule(scenario, opts)
     program = lower(model, par, scenario.gpu, schedule, mesh, opts)
     network: NetworkModel
@@ -209,7 +247,7 @@ def simulate(scenario: Scenario, options: WorkloadOptions | None = None) -> SimR
 
         network = FlowNetwork(scenario.cluster, Router(scenario.cluster), algo=scenario.collective_algo)
     else:
-        network = AnalyticNetwork(scenario.cluster, Router(scenario.cluster))
+        network = AnalyticNetwork(scenario.cluster, Router(scenario.cluster), algo=scenario.collective_algo)
     result = engine.run(program, network, max_events=scenario.max_events)
     links, link_series = network.link_report(result.timeline.end_s)
     report = run_report(result.timeline, program, model=model, gpu=scenario.gpu, par=par,
@@ -230,7 +268,7 @@ def build_schedule(scenario: Scenario, opts: WorkloadOptions | None = None):
     record = SCHEDULES.get(par.schedule)
     if record is not None and record.takes("costs"):
         chunks = split_layers(model, par, scenario.gpu, par.pp, opts)
-        per_stage = chunk_pass_times(model, par, scenario.gpu, chunks, opts.embedding, opts.lm_head)
+        per_stage = chunk_pass_times(model, par, scenario.gpu, chunks, opts)
         net = AnalyticNetwork(scenario.cluster, Router(scenario.cluster))
         nodes = scenario.cluster.gpus_per_node
         comm = max(net.p2p_time(0, min(par.world - 1, stride), pp_activation_bytes(model, Shape.of(par)))
@@ -256,8 +294,10 @@ def scenario_config(sc: Scenario) -> dict[str, Any]:
 LINK_PID_BASE = 1_000_000  # trace process ids of link-utilisation counter tracks
 
 
-def write_outputs(result: SimResult, out_dir: str | Path, plot: bool = True) -> dict[str, str]:
-    """Write report.json, trace.json and (unless ``plot`` is false) timeline.png into ``out_dir``."""
+def write_outputs(result: SimResult, out_dir: str | Path, plot: bool = True, *, html: bool = False,
+                  chart: ChartOptions | None = None, comparison: SideBySide | None = None) -> dict[str, str]:
+    """Write report.json, trace.json, (unless ``plot`` is false) timeline.png showing what
+    ``chart`` selects and (with ``html``) report.html, with ``comparison`` in it, into ``out_dir``."""
     from simtrain.metrics import memory_timeline
     from simtrain.outputs.files import write_json_atomic
     from simtrain.outputs.trace import counter_events, rank_pid, write_trace
@@ -278,16 +318,25 @@ def write_outputs(result: SimResult, out_dir: str | Path, plot: bool = True) -> 
                          "args": {"name": f"link {link}"}})
         counters += counter_events(f"link {link}", pid, samples, key="utilisation")
     write_trace(result.timeline, paths["trace"], rank_labels=result.rank_labels, counters=counters)
+    sc = result.scenario
+    title = (f"{sc.model.name} on {sc.parallel.world} x {sc.gpu.name}: TP{sc.parallel.tp} "
+             f"CP{sc.parallel.cp} PP{sc.parallel.pp} DP{sc.parallel.dp}, {sc.parallel.schedule}, "
+             f"{counted(sc.parallel.num_microbatches, 'micro-batch')}")
     if plot:
         from simtrain.outputs.gantt import draw_gantt
 
+        chart = chart or ChartOptions()
         paths["timeline"] = str(out / "timeline.png")
-        sc = result.scenario
-        title = (f"{sc.model.name} on {sc.parallel.world} x {sc.gpu.name}: TP{sc.parallel.tp} "
-                 f"CP{sc.parallel.cp} PP{sc.parallel.pp} DP{sc.parallel.dp}, {sc.parallel.schedule}, "
-                 f"{sc.parallel.num_microbatches} micro-batches")
         draw_gantt(result.timeline, paths["timeline"], title=title, rank_labels=result.rank_labels,
-                   memory=memory, memory_capacity_bytes=sc.gpu.usable_memory_bytes)
+                   memory=memory, memory_capacity_bytes=sc.gpu.usable_memory_bytes, ranks=chart.ranks,
+                   streams=chart.streams, window=chart.window)
+    if html:
+        from simtrain.outputs.html import write_html_report
+
+        paths["html"] = str(out / "report.html")
+        write_html_report(paths["html"], result.timeline, title=title, report=result.report,
+                          rank_labels=result.rank_labels, memory=memory,
+                          capacity_bytes=sc.gpu.usable_memory_bytes, comparison=comparison)
     return paths
 
 

@@ -35,6 +35,7 @@ from typing import Any, TypedDict
 
 import numpy as np
 
+from simtrain.costs.timing import SOURCES
 from simtrain.specs.gpu import GpuSpec
 from simtrain.specs.model import ModelSpec
 from simtrain.specs.parallel import ParallelSpec
@@ -198,6 +199,12 @@ class Report(StepMetrics):
     links: dict[str, Any]
     #: the resolved settings, with the names of the model, topology and GPU
     config: dict[str, Any]
+    #: layers of each pipeline chunk in chain order (one fewer on the end chunks where pp x vpp
+    #: does not divide the layers)
+    layers_per_chunk: list[int]
+    #: distinct kernels timed from a calibration's measurements (measured), between them
+    #: (interpolated) and by the kernel model (model)
+    kernel_sources: dict[str, int]
 
 
 def step_metrics(*, step_s: float, tokens: int, num_gpus: int, gpu: GpuSpec, model_flops: float,
@@ -281,4 +288,6 @@ def run_report(tl: Timeline, program: Program, *, model: ModelSpec, gpu: GpuSpec
                         rank_weight=program.rank_weight, pipeline_rank_of=program.pipeline_rank_of,
                         static_bytes=program.static_bytes)
     return Report(**metrics, num_microbatches=par.num_microbatches, num_events=num_events,
-                  simulated_ranks=len(program.ranks), links=links, config=config)
+                  simulated_ranks=len(program.ranks), links=links, config=config,
+                  layers_per_chunk=list(program.layers_per_chunk),
+                  kernel_sources={k: program.kernel_sources.get(k, 0) for k in SOURCES})

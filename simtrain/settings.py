@@ -10,21 +10,34 @@ valid values and flag spelling. Derived from :data:`SETTINGS`:
   the same words for a flag, a TOML key and a Python value;
 * the README's settings reference (``docs/make_tour.py``).
 
+The defaults are the default scenario's values (:data:`DEFAULT_SCENARIO`): every setting given
+replaces one value of the default scenario and leaves the others as they are. Three settings are
+derived from others when not given: ``nodes`` (enough for ``gpus``), ``dp`` (``gpus /
+(tp*cp*pp)``) and ``etp`` (``tp``). :func:`defaults_note` names, in an error about an impossible
+combination, the default values the user did not set.
+
+:data:`OUTPUTS` are the settings of the command's output rather than of the scenario (``out``,
+``plot``, ``json``, ``require_fit``, ``html`` and the Gantt chart's ``window``, ``ranks``,
+``streams``): a flag and a ``--config`` key each, like the others, but not
+part of the scenario or its report.
+
 Adding a setting is one entry here plus the code that uses its value.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+import re
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
 from simtrain.engine import DEFAULT_MAX_EVENTS
-from simtrain.errors import SpecError
+from simtrain.errors import SpecError, unknown_name
 from simtrain.specs.strict import check_value
 from simtrain.specs.order import DEFAULT_ORDER
+from simtrain.specs.parallel import ATTENTION_KERNELS, GRAD_DTYPES
 
 
 @dataclass(frozen=True)
@@ -59,7 +72,8 @@ class Setting:
     flags: tuple[str, ...] | None = None  # None: --name-with-dashes; () for a bool with only off_flag
     off_flag: str = ""  # a bool's flag that sets it false (--no-sp, --no-fold)
     off_help: str = ""
-    scenario: bool = False  # describes the scenario (see SCENARIO_KEYS)
+    scenario: bool = False  # describes the scenario (model, cluster, layout, batch): see defaults_note
+    derived_from: tuple[str, ...] = ()  # the settings a default of None is derived from
 
     @property
     def cli_flags(self) -> tuple[str, ...]:
@@ -97,19 +111,21 @@ class Setting:
         return value
 
 
-#: The scenario ``simtrain run`` simulates with no arguments: the course notes' Llama-3-70B on 64
-#: H100s (their ``parallel_plan.py`` constants) with the textbook TP=8 x PP=4 x DP=2 layout and a
-#: small global batch, so the step shows pipeline bubbles, gradient reductions overlapped with
-#: the backward, and the last stage's LM head as stage imbalance.
+#: The scenario ``simtrain run`` simulates with no arguments, and the defaults of its settings:
+#: Llama-3-70B on the 64 H100s of the ``seed-h100`` cluster with the textbook TP=8 x PP=4 x DP=2
+#: layout and a small global batch (16 micro-batches per pipeline), so the step shows pipeline
+#: bubbles, gradient reductions overlapped with the backward, and the last stage's LM head as
+#: stage imbalance.
 DEFAULT_SCENARIO: Mapping[str, Any] = MappingProxyType({
     "model": "llama3-70b", "topology": "seed-h100", "gpus": 64, "tp": 8, "pp": 4, "cp": 1,
     "seq": 8192, "mbs": 1, "gbs": 32, "schedule": "1f1b",
 })
 
 
-def _degree(name: str, what: str, default: int | None = 1, default_text: str = "") -> Setting:
+def _degree(name: str, what: str, default: int | None = 1, default_text: str = "",
+            derived_from: tuple[str, ...] = ()) -> Setting:
     return Setting(name, int, default, f"{what} parallel degree", default_text=default_text, rule=POSITIVE,
-                   metavar="N", scenario=True)
+                   metavar="N", scenario=True, derived_from=derived_from)
 
 
 _TABLE = (
@@ -117,44 +133,65 @@ _TABLE = (
             "config.json)", metavar="NAME|FILE", scenario=True),
     Setting("topology", str, DEFAULT_SCENARIO["topology"], "topology preset or .toml file", metavar="NAME|FILE",
             scenario=True),
-    Setting("nodes", int, None, "nodes in the cluster", default_text="enough for --gpus", rule=POSITIVE,
-            metavar="N", scenario=True),
-    Setting("gpus", int, None, "GPUs used", default_text="all of the topology", rule=POSITIVE, metavar="N",
-            scenario=True),
-    _degree("tp", "tensor"),
-    _degree("cp", "context"),
-    _degree("pp", "pipeline"),
-    _degree("dp", "data", None, "gpus / (tp*cp*pp)"),
+    Setting("nodes", int, None, "nodes in the cluster", default_text="the fewest the topology's fabric "
+            "takes that hold --gpus", rule=POSITIVE, metavar="N", scenario=True, derived_from=("gpus",)),
+    Setting("gpus", int, DEFAULT_SCENARIO["gpus"], "GPUs used", rule=POSITIVE, metavar="N", scenario=True),
+    _degree("tp", "tensor", DEFAULT_SCENARIO["tp"]),
+    _degree("cp", "context", DEFAULT_SCENARIO["cp"]),
+    _degree("pp", "pipeline", DEFAULT_SCENARIO["pp"]),
+    _degree("dp", "data", None, "gpus / (tp*cp*pp)", ("gpus", "tp", "cp", "pp")),
     _degree("ep", "expert"),
-    _degree("etp", "expert tensor", None, "tp"),
+    _degree("etp", "expert tensor", None, "tp", ("tp",)),
     Setting("vpp", int, 1, "virtual pipeline chunks per rank (interleaved)", rule=POSITIVE, metavar="N",
             scenario=True),
-    Setting("schedule", str, "1f1b", "pipeline schedule (see simtrain list schedules)", metavar="NAME|FILE.csv"),
-    Setting("seq", int, 4096, "sequence length, tokens", rule=POSITIVE, metavar="N", scenario=True),
-    Setting("mbs", int, 1, "micro-batch size, sequences", rule=POSITIVE, metavar="N", scenario=True),
-    Setting("gbs", int, None, "global batch size, sequences", default_text="2 pp micro-batches per pipeline",
-            rule=POSITIVE, metavar="N", scenario=True),
+    Setting("schedule", str, DEFAULT_SCENARIO["schedule"], "pipeline schedule (see simtrain list schedules)",
+            metavar="NAME|FILE.csv", scenario=True),
+    Setting("seq", int, DEFAULT_SCENARIO["seq"], "sequence length, tokens", rule=POSITIVE, metavar="N",
+            scenario=True),
+    Setting("mbs", int, DEFAULT_SCENARIO["mbs"], "micro-batch size, sequences", rule=POSITIVE, metavar="N",
+            scenario=True),
+    Setting("gbs", int, DEFAULT_SCENARIO["gbs"], "global batch size, sequences", rule=POSITIVE, metavar="N",
+            scenario=True),
     Setting("zero", int, 1, "ZeRO stage 0-3", rule=NON_NEGATIVE, metavar="0-3"),
     Setting("sp", bool, True, "sequence parallelism", off_flag="--no-sp", off_help="no sequence parallelism"),
     Setting("recompute", (str, int), "none", "activation recompute: none, selective, full, auto (the fewest "
             "whole layers per chunk that fit in memory) or a number of layers per chunk",
             metavar="none|selective|full|auto|N"),
     Setting("order", str, DEFAULT_ORDER, "rank order, innermost first", metavar="ORDER"),
-    Setting("first_stage_layers", int, None, "layers on the first pipeline chunk", default_text="an even split",
+    Setting("first_stage_layers", int, None, "layers on the first pipeline chunk",
+            default_text="even, or one fewer on the end chunks where the layers do not divide",
             rule=POSITIVE, metavar="N"),
-    Setting("last_stage_layers", int, None, "layers on the last pipeline chunk", default_text="an even split",
+    Setting("last_stage_layers", int, None, "layers on the last pipeline chunk",
+            default_text="even, or one fewer on the end chunks where the layers do not divide",
             rule=POSITIVE, metavar="N"),
     Setting("balance_stages", bool, False, "move layers off the first and last stages to equalise stage times"),
-    Setting("network", str, "analytic", "network model: analytic (alpha-beta time per collective), flow "
+    Setting("network", str, "analytic", "network model: analytic (NCCL's closed-form time per collective), flow "
             "(max-min fair flows on the topology graph) or none (free communication)", choices=NETWORKS,
             metavar="|".join(NETWORKS)),
-    Setting("collective_algo", str, None, "force a collective algorithm in flow mode: ring, tree, hierarchical, "
-            "nvls, direct", default_text="chosen per message like NCCL's tuner", metavar="ALGO"),
+    Setting("collective_algo", str, None, "force a collective algorithm where it applies: ring, tree, nvls, "
+            "nvls_tree, hierarchical, direct", default_text="chosen per message like NCCL's tuner", metavar="ALGO"),
     Setting("routing_skew", float, 0.0, "MoE expert popularity skew (Zipf exponent; 0 = uniform routing)",
             rule=NON_NEGATIVE_FINITE, metavar="X"),
     Setting("routing_seed", int, 0, "seed of the skewed expert popularity", rule=NON_NEGATIVE, metavar="N"),
-    Setting("efficiency", float, None, "fraction of peak FLOP/s a GEMM reaches", default_text="the GPU's",
+    Setting("efficiency", float, None, "run every GEMM and attention core at this flat fraction of peak FLOP/s "
+            "instead of the efficiency its shape gets", default_text="by shape; the GPU's where it sets one",
             rule=FRACTION, metavar="X"),
+    Setting("attention", str, "flash", "attention core: flash (fused kernel) or eager (unfused scores, softmax, "
+            "dropout and context, as 2021-22 stacks ran)", choices=ATTENTION_KERNELS,
+            metavar="|".join(ATTENTION_KERNELS)),
+    Setting("grad_dtype", str, "fp32", "precision of gradient accumulation and data-parallel reduction "
+            "(Megatron-LM reduces in fp32 unless --grad-reduce-in-bf16)", choices=GRAD_DTYPES,
+            metavar="|".join(GRAD_DTYPES)),
+    Setting("overlap_grad_reduce", bool, True, "reduce each gradient bucket as soon as its backward is done "
+            "(Megatron-LM's --overlap-grad-reduce)", flags=(), off_flag="--no-overlap-grad-reduce",
+            off_help="reduce the gradients after the step's last backward (Megatron-LM's default)"),
+    Setting("overlap_p2p_comm", bool, True, "pipeline sends run beside the compute (Megatron-LM's "
+            "--overlap-p2p-comm)", flags=(), off_flag="--no-overlap-p2p-comm",
+            off_help="a rank waits for its pipeline send before its next action (Megatron-LM's default)"),
+    Setting("fp8", bool, False, "linear-layer GEMMs in FP8 with TransformerEngine's casts (Hopper and later)"),
+    Setting("calibration", str, None, "CSV of kernel times measured on the GPU (simtrain calibrate) used in "
+            "place of the kernel model where it has data", default_text="none: the kernel model",
+            metavar="FILE"),
     Setting("fold", bool, True, "simulate one representative per group of ranks with identical programs",
             flags=(), off_flag="--no-fold",
             off_help="simulate every rank instead of one representative per pipeline rank"),
@@ -165,24 +202,70 @@ _TABLE = (
 #: Every run setting by name, in the order of ``--help``.
 SETTINGS: Mapping[str, Setting] = MappingProxyType({s.name: s for s in _TABLE})
 
-#: Settings that describe a scenario (model, cluster, layout, batch); when none is given, the other
-#: settings (network, schedule, recompute, ...) apply to :data:`DEFAULT_SCENARIO`.
-SCENARIO_KEYS: tuple[str, ...] = tuple(s.name for s in _TABLE if s.scenario)
+#: The settings of a command's output, not of the scenario: flags and ``--config`` keys of
+#: ``simtrain run``, ``analytic`` and ``compare``, never in a report's ``config`` (the same
+#: scenario written to two folders gives the same report).
+OUTPUTS: Mapping[str, Setting] = MappingProxyType({s.name: s for s in (
+    Setting("out", str, "out", "output folder", metavar="DIR"),
+    Setting("plot", bool, True, "draw timeline.png", flags=(), off_flag="--no-plot",
+            off_help="skip timeline.png"),
+    Setting("json", bool, False, "print one JSON object instead of tables"),
+    Setting("require_fit", bool, False, "fail (exit 2) when a stage's peak memory exceeds the GPU's capacity"),
+    Setting("html", bool, False, "also write report.html: the interactive timeline and the tables in one "
+            "page that opens offline"),
+    Setting("window", str, None, "time window of timeline.png: START:END in seconds, or mb:A:B for "
+            "micro-batches A to B-1", default_text="the whole step", metavar="START:END|mb:A:B"),
+    Setting("ranks", str, None, "ranks drawn in timeline.png, e.g. 0,16", default_text="every simulated "
+            "rank, subsampled to 64 rows", metavar="R,R,..."),
+    Setting("streams", str, None, "streams drawn in timeline.png: compute, tp, cp, ep, pp_send, pp_recv, dp",
+            default_text="all", metavar="S,S,..."),
+)})
 
 
 def complete(given: Mapping[str, Any] | None) -> dict[str, Any]:
     """Every setting's value: the given ones checked (:meth:`Setting.validate`), the others their
-    defaults. With no scenario key given, :data:`DEFAULT_SCENARIO` lies underneath.
+    defaults, which are the default scenario's values. Output settings (:data:`OUTPUTS`) are
+    checked and left out: they are the caller's business.
 
-    >>> s = complete({"network": "flow"})
-    >>> s["model"], s["tp"], s["network"], s["fold"]
-    ('llama3-70b', 8, 'flow', True)
+    >>> s = complete({"network": "flow", "pp": 2})
+    >>> s["model"], s["tp"], s["pp"], s["gbs"], s["network"], s["fold"]
+    ('llama3-70b', 8, 2, 32, 'flow', True)
     """
     given = dict(given or {})
-    if not set(given) & set(SCENARIO_KEYS):
-        given = {**DEFAULT_SCENARIO, **given}
-    unknown = sorted(set(given) - set(SETTINGS))
+    unknown = sorted(set(given) - set(SETTINGS) - set(OUTPUTS))
     if unknown:
-        raise SpecError(f"unknown setting {unknown[0]!r} (valid: {', '.join(SETTINGS)})")
+        raise unknown_name("setting", unknown[0], [*SETTINGS, *OUTPUTS])
+    for name in sorted(set(given) & set(OUTPUTS)):
+        if given[name] is not None:
+            OUTPUTS[name].validate(given[name])
     return {name: s.default if given.get(name) is None else s.validate(given[name])
             for name, s in SETTINGS.items()}
+
+
+def _mentions(message: str, setting: Setting) -> bool:
+    """Whether an error message names ``setting``: a number by its name (``pp=4``,
+    ``tp*cp*pp``), a name-valued setting by its default value (``llama3-70b``)."""
+    word = str(setting.default) if isinstance(setting.default, str) else setting.name
+    return re.search(rf"(?<![\w.-]){re.escape(word)}(?![\w-])", message) is not None
+
+
+def defaults_note(message: str, given: Collection[str]) -> str:
+    """The words to add to an error about an impossible combination: the default values it names
+    that the user did not set (not given, or the sources of a derived value such as ``dp``), and
+    the flags that override them; empty when it names none. A default of 1 (cp, ep, vpp, mbs)
+    cannot cause a clash and is not named.
+
+    >>> defaults_note("gpus=100 is not divisible by tp*cp*pp=32 (tp=8, cp=1, pp=4)", {"gpus"})
+    '; defaults in use: tp=8, pp=4 (override with --tp, --pp)'
+    """
+    named: list[Setting] = []
+    for setting in _TABLE:
+        if not setting.scenario or setting.name in given or not _mentions(message, setting):
+            continue
+        sources = [SETTINGS[n] for n in setting.derived_from] if setting.default is None else [setting]
+        named += [s for s in sources if s.name not in given and s.default not in (None, 1) and s not in named]
+    if not named:
+        return ""
+    named.sort(key=_TABLE.index)
+    values = ", ".join(f"{s.name}={s.default}" for s in named)
+    return f"; defaults in use: {values} (override with {', '.join(s.cli_flags[0] for s in named)})"

@@ -1,5 +1,7 @@
-"""The Python API: automatic recompute picks the fewest layers that fit or says it cannot; library
-functions print nothing."""
+"""The Python API: every setting replaces one value of the default scenario and an impossible
+combination names the defaults it clashes with; the cluster takes the nodes its fabric allows;
+automatic recompute picks the fewest layers that fit or says it cannot; library functions print
+nothing."""
 
 from __future__ import annotations
 
@@ -8,7 +10,7 @@ from simtrain import api
 
 
 def test_auto_recompute_is_the_fewest_layers_that_fit():
-    settings = dict(model="llama3-8b", topology="h100-ib", gpus=32, tp=8, seq=131072, gbs=4)
+    settings = dict(model="llama3-8b", topology="h100-ib", gpus=32, tp=8, pp=1, seq=131072, gbs=4)
     sc = api.resolve({**settings, "recompute": "auto"})
     n = int(sc.parallel.recompute)
     assert n > 0
@@ -20,7 +22,7 @@ def test_auto_recompute_is_the_fewest_layers_that_fit():
 
 def test_auto_recompute_that_cannot_fit_is_an_error():
     assert_user_error("run", "--model", "llama3-70b", "--topology", "seed-h100", "--gpus", 64, "--tp", 8,
-                      "--seq", 131072, "--gbs", 8, "--recompute", "auto",
+                      "--pp", 1, "--seq", 131072, "--gbs", 8, "--recompute", "auto",
                       contains=("--recompute auto", "even recomputing all 80 layers"))
 
 
@@ -34,3 +36,47 @@ def test_library_functions_print_nothing(capfd, tmp_path):
     api.write_outputs(result, tmp_path, plot=False)
     estimate(sc.model, sc.cluster, sc.parallel)
     assert capfd.readouterr() == ("", "")
+
+
+def test_each_setting_replaces_one_value_of_the_default_scenario():
+    """A user who wants PP=1 says pp=1: nothing else of the default scenario moves."""
+    sc = api.resolve({"gbs": 64})
+    assert (sc.parallel.tp, sc.parallel.pp, sc.parallel.dp, sc.parallel.seq) == (8, 4, 2, 8192)
+    assert sc.parallel.num_microbatches == 32
+    interleaved = api.resolve({"schedule": "interleaved-1f1b", "vpp": 2}).parallel
+    assert (interleaved.pp, interleaved.vpp) == (4, 2)
+    wider = api.resolve({"gpus": 128})  # dp re-derived, gbs kept
+    assert (wider.parallel.dp, wider.parallel.gbs, wider.cluster.num_nodes) == (4, 32, 16)
+
+
+def test_an_impossible_combination_names_the_defaults_and_the_value_given():
+    import pytest
+
+    from simtrain.errors import SpecError
+
+    message = str(pytest.raises(SpecError, api.resolve, {"gpus": 100}).value)
+    assert "gpus=100" in message and "defaults in use: tp=8, pp=4 (override with --tp, --pp)" in message
+    message = str(pytest.raises(SpecError, api.resolve, {"gpus": 512, "topology": "h100-ib"}).value)
+    assert "gbs=32" in message and "--gbs" in message and "pp=4" in message
+    explicit = str(pytest.raises(SpecError, api.resolve, {"gpus": 64, "tp": 3, "pp": 1}).value)
+    assert "defaults in use" not in explicit  # every value that clashes was given
+
+
+def test_the_cluster_has_the_fewest_nodes_that_hold_the_gpus(tmp_path):
+    assert api.cluster_for("h100-ib", 100).num_nodes == 13
+    assert api.cluster_for("h100-ib", 64).num_nodes == 8
+    small = tmp_path / "small.toml"
+    small.write_text('gpu = "h100-sxm"\nnodes = 2\n[node]\ngpus = 8\nnic_gbps = 400\n[fabric]\n'
+                     'kind = "fat-tree"\nnodes_per_leaf = 2\nspines = 2\nswitch_ports = 64\n')
+    assert_user_error("run", "--topology", small, "--gpus", 4096, "--pp", 1, "--tp", 8,
+                      contains=("gpus=4096 needs 512 nodes of 8 GPUs", "nodes = 512"))
+    assert_user_error("run", "--nodes", 4, contains=("gpus=64 exceeds the 32 GPUs", "defaults in use",
+                                                      "gpus=64", "--gpus"))
+
+
+def test_an_experiment_file_takes_output_keys(tmp_path):
+    cfg = tmp_path / "exp.toml"
+    cfg.write_text('pp = 2\ngbs = 16\nout = "runs/a"\nplot = false\n')
+    settings = api.load_config(cfg)
+    assert settings == {"pp": 2, "gbs": 16, "out": "runs/a", "plot": False}
+    assert api.resolve(settings).settings["pp"] == 2  # the scenario ignores the output keys

@@ -8,7 +8,7 @@ from hypothesis import given, settings, strategies as st
 
 from helpers import BARE, GPU, simulate, tiny_model, two_node_cluster
 from simtrain import costs, engine
-from simtrain.costs import Shape
+from simtrain.costs import KernelTimer, Shape
 from simtrain.errors import SimulationError
 from simtrain.network.analytic import AnalyticNetwork
 from simtrain.network.fixed import FixedLatency
@@ -26,9 +26,9 @@ from simtrain.workload.program import KIND, STREAM, Op, Program
 def layer_times(model, par):
     """Hand composition: forward and full backward time of one layer on one rank."""
     sh = Shape.of(par)
-    t = lambda c: c.time_s(GPU)  # noqa: E731
-    f = t(costs.attention_cost(model, sh, "F")) + t(costs.mlp_cost(model, sh, "F", 0))
-    b = t(costs.attention_cost(model, sh, "B")) + t(costs.mlp_cost(model, sh, "B", 0))
+    t = KernelTimer(GPU).time
+    f = t(costs.attention_cost(model, sh, "F")) + t(costs.mlp_cost(model, sh, "F"))
+    b = t(costs.attention_cost(model, sh, "B")) + t(costs.mlp_cost(model, sh, "B"))
     return f, b
 
 
@@ -57,10 +57,8 @@ def test_pure_dp_allreduce_fully_exposed():
     prog, res, rep = simulate(model, par, opts=opts, network=net, gpus_per_node=1)
     tl = res.timeline
     busy = sum(s.duration_s for s in tl.spans(tl.mask(rank=0, stream="compute")))
-    nbytes = 2 * 2 * model.layer_params(0)  # bf16 gradients of both layers
-    bandwidth = 50e9  # 400 Gb/s NIC, the route's bottleneck
-    alpha = router.latency(0, 1)
-    expected = 2 * (2 - 1) / 2 * nbytes / bandwidth + 2 * (2 - 1) * alpha
+    nbytes = 2 * 4 * model.layer_params(0)  # fp32 gradients of both layers
+    expected = net.collective_time("all_reduce", (0, 1), nbytes)  # the network's price, all exposed
     assert rep["step_time_s"] - busy == pytest.approx(expected, rel=1e-9)
     assert rep["exposed_comm_s"]["dp"] == pytest.approx(expected, rel=1e-9)
     assert rep["breakdown_s"]["dp"] == pytest.approx(expected, rel=1e-9)
@@ -76,8 +74,8 @@ def test_pure_tp_one_node():
     _, res, rep = simulate(model, par, opts=BARE, network=net)
     f, b = layer_times(model, par)
     nbytes = 2 * 1024 * 1024  # tokens x hidden, bf16
-    alpha = router.latency(0, 1)
-    one = 7 / 8 * nbytes / 450e9 + 7 * alpha  # an all-gather or a reduce-scatter on the ring
+    one = net.collective_time("all_gather", tuple(range(8)), nbytes)  # the network's price
+    assert net.collective_time("reduce_scatter", tuple(range(8)), nbytes) == one
     expected = 2 * (f + b) + 2 * 8 * one  # 4 collectives per layer forward, 4 backward
     assert rep["step_time_s"] == pytest.approx(expected, rel=1e-9)
     assert rep["breakdown_s"]["tp"] == pytest.approx(16 * one, rel=1e-9)

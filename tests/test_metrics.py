@@ -23,7 +23,9 @@ def test_breakdown_sums_to_step():
 def test_recompute_counts_in_hfu_not_mfu():
     none = simulate_settings(**{**SEED_70B, "tp": 8, "pp": 4, "gbs": 16, "recompute": "none"})
     full = simulate_settings(**{**SEED_70B, "tp": 8, "pp": 4, "gbs": 16, "recompute": "full"})
-    assert none.report["hfu"] == pytest.approx(none.report["mfu"], rel=0.01)
+    # without recompute the hardware FLOPs exceed the model FLOPs only by the fused attention
+    # backward's recomputed scores (2.5 forward cores where the model count has 2)
+    assert none.report["mfu"] < none.report["hfu"] < 1.03 * none.report["mfu"]
     assert full.report["hfu"] > full.report["mfu"] * 1.2
     assert full.report["breakdown_s"]["recompute"] > 0
     assert full.report["peak_memory_gib"][0] < none.report["peak_memory_gib"][0]

@@ -55,7 +55,7 @@ def test_byte_identical_outputs_across_processes_and_hash_seeds(tmp_path):
     outs = []
     for seed in ("0", "12345"):
         out = tmp_path / f"o{seed}"
-        r = _run_cli(["run", "--model", "mixtral-8x7b", "--topology", "h100-ib", "--gpus", "32", "--pp", "2",
+        r = _run_cli(["run", "--model", "mixtral-8x7b", "--topology", "h100-ib", "--gpus", "32", "--tp", "1", "--pp", "2",
                       "--ep", "8", "--seq", "2048", "--gbs", "64", "--routing-skew", "0.8", "--routing-seed", "7",
                       "--network", "flow", "--no-plot", "--out", str(out)], {"PYTHONHASHSEED": seed}, tmp_path)
         assert r.returncode == 0, r.stderr

@@ -1,5 +1,6 @@
-"""The settings table: every setting is a run flag, a config key and a README row; a flag, a config
-key and a Python value are refused in the same words; the default scenario."""
+"""The settings table: every setting (and every output setting) is a run flag, a config key and a
+README row; a flag, a config key and a Python value are refused in the same words; every setting
+replaces one value of the default scenario; errors name the defaults they clash with."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from helpers import assert_user_error
 from simtrain import api
 from simtrain.cli.main import build_parser
 from simtrain.errors import SpecError
-from simtrain.settings import DEFAULT_SCENARIO, SETTINGS, complete
+from simtrain.settings import DEFAULT_SCENARIO, OUTPUTS, SETTINGS, complete, defaults_note
 
 
 README = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
@@ -36,9 +37,9 @@ def _flag_argv(setting, value):
     return [setting.cli_flags[0], str(value)]
 
 
-@pytest.mark.parametrize("name", list(SETTINGS))
+@pytest.mark.parametrize("name", [*SETTINGS, *OUTPUTS])
 def test_every_setting_is_a_run_flag_a_config_key_and_documented(name, tmp_path):
-    setting = SETTINGS[name]
+    setting = {**SETTINGS, **OUTPUTS}[name]
     good, bad = _good_and_bad(setting)
     args = build_parser().parse_args(["run", *_flag_argv(setting, good)])
     assert getattr(args, name) == good and type(getattr(args, name)) is type(good)
@@ -81,10 +82,29 @@ def test_choices_are_checked_for_a_flag_a_config_key_and_a_python_value(tmp_path
         assert "network = 'flo': must be one of analytic, flow, none; did you mean 'flow'?" in message
 
 
-def test_default_scenario_under_options_only():
-    s = complete({"schedule": "zb-v"})
-    assert {k: s[k] for k in DEFAULT_SCENARIO if k != "schedule"} == \
-        {k: v for k, v in DEFAULT_SCENARIO.items() if k != "schedule"}
-    assert complete({"gpus": 8})["tp"] == SETTINGS["tp"].default  # a scenario key: table defaults
-    with pytest.raises(SpecError, match="unknown setting 'ppp'"):
+def test_every_setting_replaces_one_value_of_the_default_scenario():
+    assert {k: complete({})[k] for k in DEFAULT_SCENARIO} == dict(DEFAULT_SCENARIO)
+    for name, value in (("gbs", 64), ("seq", 4096), ("pp", 1), ("gpus", 128), ("model", "llama3-8b")):
+        s = complete({name: value})
+        assert s[name] == value
+        assert {k: s[k] for k in DEFAULT_SCENARIO if k != name} == \
+            {k: v for k, v in DEFAULT_SCENARIO.items() if k != name}
+    derived = complete({"gpus": 128})
+    assert derived["dp"] is None and derived["nodes"] is None and derived["etp"] is None  # resolved later
+    assert complete({"out": "x", "json": True}) == complete({})  # output settings are the caller's
+    with pytest.raises(SpecError, match="json = 'yes': expected bool"):
+        complete({"json": "yes"})
+    with pytest.raises(SpecError, match="unknown setting 'ppp'; did you mean 'pp'"):
         complete({"ppp": 2})
+
+
+def test_errors_name_the_defaults_they_clash_with():
+    assert defaults_note("gpus=100 is not divisible by tp*cp*pp=32 (tp=8, cp=1, pp=4)", {"gpus"}) == \
+        "; defaults in use: tp=8, pp=4 (override with --tp, --pp)"
+    # dp is derived: its sources that are defaults are named; given values and defaults of 1 are not
+    assert defaults_note("gbs=32 gives 2 micro-batches per pipeline (gbs/(dp*mbs)), fewer than pp=4",
+                         {"gpus", "tp"}) == "; defaults in use: pp=4, gbs=32 (override with --pp, --gbs)"
+    assert defaults_note("tp=3 does not divide the 64 attention heads of llama3-70b", {"tp"}) == \
+        "; defaults in use: model=llama3-70b (override with --model)"
+    assert defaults_note("unknown schedule 'x'", {"schedule"}) == ""
+    assert defaults_note("the schedule model of 1f1bx", set()) == ""  # words, not values

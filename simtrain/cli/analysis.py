@@ -9,10 +9,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from simtrain.cli.run import add_run_flags, add_setting_flag, run_settings
+from simtrain.cli.run import (RunArgs, add_run_flags, add_setting_flag, chart_of, imported_json, imported_text,
+                               run_args)
 from simtrain.cli.types import list_type, positive_int
 from simtrain.errors import SimtrainError
-from simtrain.settings import DEFAULT_SCENARIO, SETTINGS
+from simtrain.settings import SETTINGS
 
 
 def _analytic_for(scenario):
@@ -25,10 +26,10 @@ def _analytic_for(scenario):
     return analytic_report(scenario.model, scenario.cluster, par, schedule=par.schedule, gpu=scenario.gpu)
 
 
-def _resolve(args: argparse.Namespace):
+def _resolve(run: RunArgs):
     from simtrain import api
 
-    settings = run_settings(args) or dict(DEFAULT_SCENARIO)
+    settings = dict(run.settings)
     settings.setdefault("recompute", "auto")  # the closed form's rule unless the user fixed one
     return api.resolve(settings, recompute_rule="ledger")
 
@@ -37,36 +38,26 @@ def cmd_analytic(args: argparse.Namespace) -> int:
     from simtrain.api import scenario_config
     from simtrain.outputs.tables import run_summary
 
-    sc = _resolve(args)
+    run = run_args(args)
+    sc = _resolve(run)
     config = scenario_config(sc)
     report = _analytic_for(sc)
-    if args.json:
-        print(json.dumps({**report, "config": config}, sort_keys=True))
+    if run.outputs["json"]:
+        print(json.dumps({**report, "config": config, **imported_json(run)}, sort_keys=True))
         return 0
-    print("closed-form estimate (course notes' parallel_plan.py model)\n")
+    if run.imported is not None:
+        print(imported_text(run) + "\n")
+    print("closed-form estimate (Megatron-LM's formulas: Narayanan et al. 2021, Korthikanti et al. 2022)\n")
     print(run_summary(report, config, report["num_microbatches"]))
     print(f"\nrecomputed layers per stage: {report['recompute_layers']}")
     return 0
 
 
-def cmd_compare(args: argparse.Namespace) -> int:
-    from simtrain import api
+def _comparison(analytic: dict, simulated: dict) -> tuple[list[list[str]], list[str]]:
+    """The rows of ``compare``'s table and the sentences on its largest differences."""
     from simtrain.analytic.compare import largest_differences, side_by_side
-    from simtrain.outputs.tables import fmt_seconds, table
+    from simtrain.outputs.tables import fmt_seconds
 
-    sc = _resolve(args)
-    analytic = {**_analytic_for(sc), "config": api.scenario_config(sc)}
-    result = api.simulate(sc)
-    simulated = {**result.report, "wall_s": result.wall_s}
-    if args.out:
-        api.write_outputs(result, args.out, plot=not args.no_plot)
-    if args.json:
-        print(json.dumps({"analytic": analytic, "simulated": simulated}, sort_keys=True))
-        return 0
-    c = simulated["config"]
-    print(f"{c['model']} on {c['gpus']} x {c['gpu']}: TP={c['tp']} CP={c['cp']} PP={c['pp']} DP={c['dp']}, "
-          f"{c['schedule']}, seq {c['seq']}, gbs {c['gbs']}, recompute {c['recompute']}"
-          + (f" ({sc.parallel.recompute} layers per stage)" if c["recompute"] == "auto" else "") + "\n")
     rows = [["step time", fmt_seconds(analytic["step_time_s"]), fmt_seconds(simulated["step_time_s"]),
              f"{(simulated['step_time_s'] / analytic['step_time_s'] - 1):+.1%}"],
             ["MFU", f"{analytic['mfu']:.1%}", f"{simulated['mfu']:.1%}",
@@ -78,13 +69,46 @@ def cmd_compare(args: argparse.Namespace) -> int:
         rows.append([r["category"], f"{fmt_seconds(r['analytic_s'])} ({r['analytic_share']:.0%})",
                      f"{fmt_seconds(r['simulated_s'])} ({r['simulated_share']:.0%})",
                      f"{r['difference_s']:+.4g} s"])
-    print(table(rows, ["", "analytic", "simulated", "difference"]))
-    diffs = largest_differences(analytic, simulated)
-    if diffs:
+    notes = [f"{d['category']}: simulated {fmt_seconds(abs(d['difference_s']))} "
+             f"{'higher' if d['difference_s'] > 0 else 'lower'}: {d['cause']}"
+             for d in largest_differences(analytic, simulated)]
+    return rows, notes
+
+
+#: The header of ``compare``'s table.
+COMPARE_HEADER = ["", "analytic", "simulated", "difference"]
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from simtrain import api
+    from simtrain.outputs.html import SideBySide
+    from simtrain.outputs.tables import table
+
+    run = run_args(args, output_defaults={"out": None})
+    chart = chart_of(run.outputs)
+    out = run.outputs["out"] or ("out" if run.outputs["html"] else None)  # --html alone writes to out/
+    sc = _resolve(run)
+    analytic = {**_analytic_for(sc), "config": api.scenario_config(sc)}
+    result = api.simulate(sc)
+    simulated = {**result.report, "wall_s": result.wall_s}
+    rows, notes = _comparison(analytic, simulated)
+    if out:
+        api.write_outputs(result, out, plot=run.outputs["plot"], html=run.outputs["html"], chart=chart,
+                          comparison=SideBySide(COMPARE_HEADER, rows, notes))
+    if run.outputs["json"]:
+        print(json.dumps({"analytic": analytic, "simulated": simulated, **imported_json(run)}, sort_keys=True))
+        return 0
+    if run.imported is not None:
+        print(imported_text(run) + "\n")
+    c = simulated["config"]
+    print(f"{c['model']} on {c['gpus']} x {c['gpu']}: TP={c['tp']} CP={c['cp']} PP={c['pp']} DP={c['dp']}, "
+          f"{c['schedule']}, seq {c['seq']}, gbs {c['gbs']}, recompute {c['recompute']}"
+          + (f" ({sc.parallel.recompute} layers per stage)" if c["recompute"] == "auto" else "") + "\n")
+    print(table(rows, COMPARE_HEADER))
+    if notes:
         print("\nlargest differences:")
-        for d in diffs:
-            where = "higher" if d["difference_s"] > 0 else "lower"
-            print(f"- {d['category']}: simulated {fmt_seconds(abs(d['difference_s']))} {where}: {d['cause']}")
+        for note in notes:
+            print(f"- {note}")
     return 0
 
 
@@ -122,8 +146,8 @@ def cmd_search(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(out, sort_keys=True))
         return 0
-    print(f"{out['candidates_enumerated']} layouts enumerated, {out['candidates_fit']} fit the closed-form "
-          f"ledger, {out['candidates_simulated']} simulated")
+    print(f"{out['candidates_enumerated']} layouts enumerated, {out['candidates_fit']} fit in memory by the "
+          f"closed form, {out['candidates_simulated']} simulated")
     rows = []
     for r in out["ranking"]:
         fits = "" if r["fits_in_memory"] else "  (simulated peak exceeds memory)"
@@ -172,8 +196,8 @@ def add_commands(sub: Any) -> None:
     p.set_defaults(func=cmd_analytic)
 
     p = sub.add_parser("compare", help="analytic and simulated side by side, per category")
-    add_run_flags(p, out_help="also write the simulated run's outputs to this folder")
-    p.set_defaults(func=cmd_compare, out=None)
+    add_run_flags(p, helps={"out": "also write the simulated run's outputs to this folder"})
+    p.set_defaults(func=cmd_compare)
 
     p = sub.add_parser("search", help="rank layouts by simulated step time, with the analytic rank beside")
     _add_search_flags(p)

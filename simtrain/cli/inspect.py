@@ -9,19 +9,121 @@ from typing import Any
 from simtrain.cli.run import add_setting_flag
 from simtrain.cli.types import check_suffix, nonneg_int, positive_int
 from simtrain.errors import SimtrainError
+from simtrain.outputs.words import counted
 from simtrain.settings import SETTINGS
 
 
-def cmd_list(args: argparse.Namespace) -> int:
-    from simtrain.schedules import GENERATORS, example_schedules
-    from simtrain.specs.gpu import GPU_PRESETS
-    from simtrain.specs.model import list_models
-    from simtrain.topology.cluster import list_topologies
+def _first_formula(func: Any) -> str:
+    """The formula a closed-form function's docstring opens with (its first ````...```` span)."""
+    import inspect as pyinspect
+    import re
 
-    names = {"models": list_models, "gpus": lambda: sorted(GPU_PRESETS),
-             "topologies": list_topologies,
-             "schedules": lambda: sorted(GENERATORS) + example_schedules()}[args.what]()
-    print(json.dumps(names) if args.json else "\n".join(names))
+    found = re.search(r"``(.+?)``", pyinspect.getdoc(func) or "", re.S)
+    return " ".join(found.group(1).split()) if found else "-"
+
+
+def gpu_rows() -> list[dict[str, Any]]:
+    """The GPU presets' key figures: dense BF16/FP8 peak, HBM capacity and bandwidth, NVLink, and
+    the flat GEMM efficiency where the preset sets one (None: by GEMM shape)."""
+    from simtrain.specs.gpu import GPU_PRESETS
+    from simtrain.units import GB, GiB, TFLOPS
+
+    return [{"name": name, "bf16_tflops": g.peak_bf16_flops / TFLOPS,
+             "fp8_tflops": None if g.peak_fp8_flops is None else g.peak_fp8_flops / TFLOPS,
+             "hbm_gib": g.hbm_bytes / GiB, "hbm_TBps": g.hbm_bandwidth_Bps / (1000 * GB),
+             "nvlink_GBps": g.nvlink_Bps / GB, "gemm_efficiency": g.efficiency}
+            for name, g in sorted(GPU_PRESETS.items())]
+
+
+def topology_rows() -> list[dict[str, Any]]:
+    """The topology presets' key figures: GPU, GPUs per node, nodes, NICs, fabric."""
+    from simtrain.topology.cluster import list_topologies, load_topology
+    from simtrain.units import GB
+
+    rows = []
+    for name in list_topologies():
+        c = load_topology(name)
+        fabric = c.fabric
+        rows.append({"name": name, "gpu": c.gpu.name, "gpus_per_node": c.gpus_per_node, "nodes": c.num_nodes,
+                     "gpus": c.num_gpus, "nics_per_node": fabric.get("nics_per_node", 0),
+                     "nic_Gbps": fabric.get("nic_Bps", 0.0) * 8 / GB, "fabric": fabric["kind"],
+                     "tiers": fabric.get("tiers", 0), "oversubscription": c.oversubscription})
+    return rows
+
+
+def model_rows() -> list[dict[str, Any]]:
+    """The model presets' key figures: parameters (total, active per token), shape, experts."""
+    from simtrain.specs.model import list_models, load_model
+
+    return [{"name": name, "params_b": m.params_total / 1e9, "active_params_b": m.params_active / 1e9,
+             "layers": m.layers, "hidden": m.hidden, "heads": m.heads, "kv_heads": m.kv_heads or m.heads,
+             "experts": m.num_experts, "top_k": m.top_k, "vocab": m.vocab}
+            for name, m in ((n, load_model(n)) for n in list_models())]
+
+
+def schedule_rows() -> list[dict[str, Any]]:
+    """The registered schedules (description, activation memory as peak in-flight micro-batches of
+    a stage, the bubble's closed form and where it applies) and the example schedule files."""
+    from simtrain.schedules import REGISTRY, example_schedules
+
+    rows = []
+    for name, rec in REGISTRY.items():
+        cf = rec.closed_form
+        rows.append({"name": name, "description": rec.description,
+                     "peak_in_flight": _first_formula(cf.in_flight) if cf else "-",
+                     "bubble": _first_formula(cf.bubble) if cf else "-",
+                     "closed_form_applies": cf.condition if cf else "no closed form"})
+    rows += [{"name": name, "description": f"schedule file schedules/{name}.csv", "peak_in_flight": "-",
+              "bubble": "-", "closed_form_applies": "no closed form"} for name in example_schedules()]
+    return rows
+
+
+def _number(value: float | None, fmt: str = ",.0f") -> str:
+    return "-" if value is None else format(value, fmt)
+
+
+def list_table(what: str, rows: list[dict[str, Any]]) -> str:
+    """``simtrain list WHAT`` as a text table."""
+    from simtrain.outputs.tables import table
+
+    if what == "gpus":
+        return table([[r["name"], _number(r["bf16_tflops"]), _number(r["fp8_tflops"]), _number(r["hbm_gib"]),
+                       _number(r["hbm_TBps"], ".2f"), _number(r["nvlink_GBps"]),
+                       "by shape" if r["gemm_efficiency"] is None else f"{r['gemm_efficiency']:g}"]
+                      for r in rows], ["gpu", "BF16 TFLOP/s", "FP8 TFLOP/s", "HBM GiB", "HBM TB/s",
+                                       "NVLink GB/s", "GEMM efficiency"])
+    if what == "topologies":
+        return table([[r["name"], r["gpu"], str(r["gpus_per_node"]), str(r["nodes"]), str(r["gpus"]),
+                       f"{r['nics_per_node']} x {r['nic_Gbps']:,.0f}" if r["nics_per_node"] else "-",
+                       r["fabric"] + (f", {r['tiers']} tiers" if r["tiers"] else ""),
+                       f"{r['oversubscription']:g}:1"]
+                      for r in rows], ["topology", "gpu", "GPUs/node", "nodes", "GPUs", "NICs/node x Gb/s",
+                                       "fabric", "oversubscription"], align="llrrrrlr")
+    if what == "models":
+        return table([[r["name"], f"{r['params_b']:,.1f}", f"{r['active_params_b']:,.1f}", str(r["layers"]),
+                       str(r["hidden"]), f"{r['heads']}/{r['kv_heads']}",
+                       f"{r['experts']} (top {r['top_k']})" if r["experts"] else "-", f"{r['vocab']:,}"]
+                      for r in rows], ["model", "params B", "active B", "layers", "hidden", "heads/kv",
+                                       "experts", "vocab"])
+    return table([[r["name"], r["peak_in_flight"], r["bubble"], r["closed_form_applies"], r["description"]]
+                  for r in rows], ["schedule", "peak in flight", "bubble (closed form)", "formulas apply",
+                                   "description"], align="lllll")
+
+
+#: ``simtrain list``'s tables: the rows of each.
+LISTS = {"gpus": gpu_rows, "topologies": topology_rows, "models": model_rows, "schedules": schedule_rows}
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    rows = LISTS[args.what]()
+    if args.json:
+        print(json.dumps(rows, sort_keys=True))
+        return 0
+    print(list_table(args.what, rows))
+    if args.what == "schedules":
+        print("\np: pipeline ranks, m: micro-batches, v: chunks per rank; F, I, W: one stage's forward, "
+              "input-gradient and weight-gradient time (B = I + W); memory in activations of one "
+              "micro-batch on one plain stage")
     return 0
 
 
@@ -40,7 +142,7 @@ def cmd_topology(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(info, sort_keys=True))
         return 0
-    print(f"{info['name']}: {info['num_nodes']} nodes x {info['gpus_per_node']} {info['gpu']} = "
+    print(f"{info['name']}: {counted(info['num_nodes'], 'node')} x {info['gpus_per_node']} {info['gpu']} = "
           f"{info['num_gpus']} GPUs; fabric {info['fabric'].get('kind')}")
     print(table([[k, str(v)] for k, v in info["nodes_by_kind"].items()], ["node kind", "count"]))
     print()
@@ -78,12 +180,17 @@ def _utilisation(path: str | None, cluster) -> dict | None:
         u, _, v = name.partition("->")
         if not cluster.graph.has_edge(u, v):
             raise SimtrainError(f"--report {path}: link {name} is not in topology {cluster.name} with "
-                                f"{cluster.num_nodes} nodes (use the run's topology and --nodes)")
+                                f"{counted(cluster.num_nodes, 'node')} (use the run's topology and --nodes)")
         out[(u, v)] = float(value)
     return out
 
 
+#: The settings ``simtrain mesh`` takes; each defaults to the default scenario's value.
+_MESH = ("gpus", "tp", "cp", "pp", "dp", "ep", "etp", "order")
+
+
 def cmd_mesh(args: argparse.Namespace) -> int:
+    from simtrain.settings import defaults_note
     from simtrain.specs.parallel import resolve_parallel
     from simtrain.topology.mesh import build_mesh, mesh_report
 
@@ -92,19 +199,24 @@ def cmd_mesh(args: argparse.Namespace) -> int:
         from simtrain.topology.cluster import load_topology
 
         gpus_per_node = load_topology(args.topology, nodes=1).gpus_per_node
-    par = resolve_parallel(args.gpus, tp=args.tp, cp=args.cp, pp=args.pp, dp=args.dp, ep=args.ep,
-                           etp=args.etp, order=args.order)
+    given = {name for name in _MESH if getattr(args, name) is not None}
+    values = {name: SETTINGS[name].default if name not in given else getattr(args, name) for name in _MESH}
+    try:
+        par = resolve_parallel(values.pop("gpus"), **values)
+    except SimtrainError as exc:
+        raise type(exc)(f"{exc}{defaults_note(str(exc), given)}") from None
     mesh = build_mesh(par.tp, par.cp, par.dp, par.pp, ep=par.ep, etp=par.etp, order=par.order,
                       gpus_per_node=gpus_per_node)
     info = mesh_report(mesh, args.rank)
     if args.json:
         print(json.dumps(info, sort_keys=True))
         return 0
-    print(f"{mesh.world} ranks, {gpus_per_node} GPUs per node, order {par.order} (innermost first)")
+    print(f"{counted(mesh.world, 'rank')}, {counted(gpus_per_node, 'GPU')} per node, order {par.order} "
+          f"(innermost first)")
     for dim, groups in info["groups"].items():
         shown = " ".join(str(g) for g in groups[:4]) + (" ..." if len(groups) > 4 else "")
         where = "inside nodes" if info["intra_node"][dim] else "across nodes"
-        print(f"{dim.upper():>3} groups: {shown}  ({len(groups)} groups of {len(groups[0])}, {where})")
+        print(f"{dim.upper():>3} groups: {shown}  ({counted(len(groups), 'group')} of {len(groups[0])}, {where})")
     if args.rank is not None:
         coords = " ".join(f"{d.upper()}={v}" for d, v in reversed(list(info["coords"].items())))
         print(f"rank {args.rank}: {coords}")
@@ -113,9 +225,9 @@ def cmd_mesh(args: argparse.Namespace) -> int:
 
 def add_commands(sub: Any) -> None:
     """Register ``simtrain list``, ``topology`` and ``mesh`` on the main parser's subcommands."""
-    p = sub.add_parser("list", help="list presets")
-    p.add_argument("what", choices=("models", "gpus", "topologies", "schedules"))
-    p.add_argument("--json", action="store_true", help="print one JSON list")
+    p = sub.add_parser("list", help="the presets and their key figures")
+    p.add_argument("what", choices=tuple(LISTS))
+    p.add_argument("--json", action="store_true", help="print one JSON list of objects")
     p.set_defaults(func=cmd_list)
 
     p = sub.add_parser("topology", help="describe a cluster topology")
@@ -127,10 +239,11 @@ def add_commands(sub: Any) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=cmd_topology)
 
-    p = sub.add_parser("mesh", help="show the rank grid and communication groups of a layout")
-    add_setting_flag(p, SETTINGS["gpus"], required=True)
-    for name in ("tp", "cp", "pp", "dp", "ep", "etp", "order"):
-        add_setting_flag(p, SETTINGS[name], with_default=True)
+    p = sub.add_parser("mesh", help="show the rank grid and communication groups of a layout",
+                       description="The rank grid of a layout: the default scenario's, with the values "
+                       "given by flags in place of its own.")
+    for name in _MESH:
+        add_setting_flag(p, SETTINGS[name])
     p.add_argument("--gpus-per-node", type=positive_int, default=8, metavar="N",
                    help="GPUs per node (default 8)")
     p.add_argument("--topology", metavar="NAME|FILE", help="take GPUs per node from this topology")

@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from simtrain.cli import analysis, collective, inspect, run, schedule
+from simtrain.cli import analysis, calibrate, collective, inspect, run, schedule
 from simtrain.errors import SimtrainError
 
 
@@ -28,6 +28,7 @@ def build_parser() -> argparse.ArgumentParser:
     analysis.add_commands(sub)
     collective.add_collective_command(sub)
     schedule.add_command(sub)
+    calibrate.add_command(sub)
     inspect.add_commands(sub)
     return parser
 

@@ -1,95 +1,197 @@
 """``simtrain run``, and the run flags ``analytic`` and ``compare`` share.
 
-The setting flags come from :data:`simtrain.settings.SETTINGS`, one per setting (two for a bool
-with both spellings, ``--sp``/``--no-sp``). The flags about the command's output rather than the
-scenario (``--config``, ``--require-fit``, ``--out``, ``--no-plot``, ``--json``) are defined here.
+The setting flags come from the settings table, one per setting (two for a bool with both
+spellings, ``--sp``/``--no-sp``): :data:`~simtrain.settings.SETTINGS` for the scenario and
+:data:`~simtrain.settings.OUTPUTS` for the command's output (``--out``, ``--no-plot``, ``--json``,
+``--require-fit``). Every one is also a key of a ``--config`` TOML file. A job of another
+framework comes in through ``--from-torchtitan`` or ``--from-megatron`` (:mod:`simtrain.imports`).
+Values are taken in this order, each over the one before: the default scenario, ``--config`` or
+the imported job, the flags.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import textwrap
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from simtrain.cli.types import setting_type
 from simtrain.errors import SimtrainError
-from simtrain.settings import DEFAULT_SCENARIO, SCENARIO_KEYS, SETTINGS, Setting
+from simtrain.settings import DEFAULT_SCENARIO, OUTPUTS, SETTINGS, Setting
 
 
 def add_setting_flag(p: argparse.ArgumentParser, setting: Setting, *, required: bool = False,
-                     with_default: bool = False) -> None:
+                     with_default: bool = False, help: str = "") -> None:
     """The flag(s) of one setting. A flag not given leaves None (so the settings table, a
     ``--config`` file or the default scenario decide), unless ``with_default``."""
     default = setting.default if with_default else None
+    text = help or (setting.help if required else setting.flag_help)
     if setting.kind is bool:
         if setting.cli_flags:
             p.add_argument(*setting.cli_flags, dest=setting.name, action="store_true", default=default,
-                           help=setting.flag_help)
+                           help=text)
         if setting.off_flag:
             p.add_argument(setting.off_flag, dest=setting.name, action="store_false", default=default,
                            help=setting.off_help)
         return
     p.add_argument(*setting.cli_flags, dest=setting.name, type=setting_type(setting), default=default,
-                   metavar=setting.metavar, required=required,
-                   help=setting.help if required else setting.flag_help)
+                   metavar=setting.metavar, required=required, help=text)
 
 
-def add_run_flags(p: argparse.ArgumentParser, out_help: str = "output folder (default out/)") -> None:
-    """``--config``, every setting's flag, and the output flags."""
+def setting_flags(settings: Mapping[str, Any]) -> list[str]:
+    """The flags that give ``settings`` (the inverse of parsing them), in the table's order.
+
+    >>> setting_flags({"pp": 2, "sp": False, "model": "llama3-8b"})
+    ['--model', 'llama3-8b', '--pp', '2', '--no-sp']
+    """
+    out: list[str] = []
+    for name, setting in {**SETTINGS, **OUTPUTS}.items():
+        value = settings.get(name)
+        if value is None:
+            continue
+        if setting.kind is bool:
+            out += list(setting.cli_flags[:1]) if value else [setting.off_flag] if setting.off_flag else []
+        else:
+            out += [setting.cli_flags[0], str(value)]
+    return out
+
+
+def add_run_flags(p: argparse.ArgumentParser, helps: Mapping[str, str] | None = None) -> None:
+    """``--config``, the job imports, every setting's flag and the output flags; ``helps``
+    replaces the help of some of them (``{"out": ...}``)."""
+    helps = helps or {}
     p.add_argument("--config", metavar="FILE.toml",
-                   help="experiment TOML: settings as keys (tp = 8, sp = false, ...); flags override it")
-    for setting in SETTINGS.values():
-        add_setting_flag(p, setting)
-    p.add_argument("--require-fit", action="store_true",
-                   help="fail (exit 2) when a stage's peak memory exceeds the GPU's capacity")
-    p.add_argument("--out", default="out", metavar="DIR", help=out_help)
-    p.add_argument("--no-plot", action="store_true", help="skip timeline.png")
-    p.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
+                   help="experiment TOML: settings as keys (tp = 8, sp = false, out = \"runs/a\", ...); "
+                        "flags override it")
+    p.add_argument("--from-torchtitan", metavar="FILE.toml",
+                   help="take the scenario from a torchtitan job TOML ([model], [parallelism], [training], "
+                        "[activation_checkpoint]); flags override it")
+    p.add_argument("--from-megatron", metavar="ARGS|FILE",
+                   help="take the scenario from Megatron-LM arguments: a quoted argument string or a launch "
+                        "script (torchrun ... pretrain_gpt.py --tensor-model-parallel-size 8 ...); flags "
+                        "override it")
+    for setting in (*SETTINGS.values(), *OUTPUTS.values()):
+        add_setting_flag(p, setting, help=helps.get(setting.name, ""))
 
 
-def run_settings(args: argparse.Namespace) -> dict[str, Any] | None:
-    """The settings of ``--config`` with the flags given on top; None when neither is given (the
-    default scenario)."""
+@dataclass(frozen=True)
+class RunArgs:
+    """What the run flags ask for: the scenario settings given (by ``--config``, an imported
+    job or the flags), the output settings (every key of :data:`~simtrain.settings.OUTPUTS`)
+    and the imported job, if any."""
+
+    settings: dict[str, Any]
+    outputs: dict[str, Any]
+    imported: Any = None  # simtrain.imports.Imported
+    flags: dict[str, Any] = field(default_factory=dict)  # the settings given as flags
+
+
+def run_args(args: argparse.Namespace, output_defaults: Mapping[str, Any] | None = None) -> RunArgs:
+    """The settings of ``--config`` or of an imported job with the flags given on top, and the
+    output settings (their table defaults, then ``output_defaults``, ``--config``, the flags)."""
     from simtrain import api
 
-    settings: dict[str, Any] = {}
-    if args.config:
-        settings.update(api.load_config(args.config))
     flags = {name: getattr(args, name) for name in SETTINGS if getattr(args, name) is not None}
-    if not settings and not flags:
-        return None
-    settings.update(flags)
-    return settings
+    out_flags = {name: getattr(args, name) for name in OUTPUTS if getattr(args, name) is not None}
+    sources = [f for f in ("config", "from_torchtitan", "from_megatron") if getattr(args, f)]
+    if len(sources) > 1:
+        raise SimtrainError(f"{' and '.join('--' + f.replace('_', '-') for f in sources)}: give one of them "
+                            f"(flags override it)")
+    settings: dict[str, Any] = {}
+    imported = None
+    if args.config:
+        settings = api.load_config(args.config)
+    elif args.from_torchtitan or args.from_megatron:
+        from simtrain.imports import from_megatron, from_torchtitan
+
+        imported = (from_torchtitan(args.from_torchtitan, flags) if args.from_torchtitan
+                    else from_megatron(args.from_megatron, flags))
+        settings = dict(imported.settings)
+    outputs = {**{n: s.default for n, s in OUTPUTS.items()}, **(output_defaults or {}),
+               **{k: v for k, v in settings.items() if k in OUTPUTS}, **out_flags}
+    scenario = {k: v for k, v in settings.items() if k not in OUTPUTS}
+    return RunArgs({**scenario, **flags}, outputs, imported, flags)
+
+
+def imported_text(run: RunArgs) -> str:
+    """What an imported job became: its keys ignored, and the equivalent ``simtrain run`` command
+    (the job's settings with the flags given on top)."""
+    job = run.imported
+    ignored = f"; ignored (no effect on one step): {', '.join(job.ignored)}" if job.ignored else ""
+    command = " ".join(setting_flags({**job.settings, **run.flags}))
+    return "\n".join([textwrap.fill(f"{job.framework} job {job.source}{ignored}", 100, subsequent_indent="  "),
+                      f"as simtrain settings: simtrain run {command}"])
+
+
+def imported_json(run: RunArgs) -> dict[str, Any]:
+    """The ``imported`` entry of ``--json`` output (empty when no job was imported)."""
+    job = run.imported
+    if job is None:
+        return {}
+    return {"imported": {"framework": job.framework, "source": job.source, "settings": job.settings,
+                         "ignored": list(job.ignored)}}
+
+
+def chart_of(outputs: Mapping[str, Any]):
+    """The Gantt options (``--ranks``, ``--streams``, ``--window``) of the output settings, checked
+    before anything is simulated."""
+    from simtrain.outputs.view import chart_options
+
+    return chart_options(outputs["ranks"], outputs["streams"], outputs["window"])
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     from simtrain import api
     from simtrain.outputs.tables import run_summary
 
-    result = api.simulate(api.resolve(run_settings(args)))
+    run = run_args(args)
+    chart = chart_of(run.outputs)
+    result = api.simulate(api.resolve(run.settings))
     report = result.report
-    if args.require_fit and not report["fits_in_memory"]:
+    if run.outputs["require_fit"] and not report["fits_in_memory"]:
         over = [f"stage {i} by {x:.1f} GiB" for i, x in enumerate(report["memory_excess_gib"]) if x > 0]
         raise SimtrainError(f"--require-fit: peak memory exceeds the {report['memory_capacity_gib']:.1f} "
                             f"GiB usable per GPU on {', '.join(over)}; recompute more (--recompute full), "
                             f"raise tp/pp/cp or use ZeRO-3")
-    paths = api.write_outputs(result, args.out, plot=not args.no_plot)
-    if args.json:
-        print(json.dumps({**report, "wall_s": result.wall_s, "outputs": paths}, sort_keys=True))
+    paths = api.write_outputs(result, run.outputs["out"], plot=run.outputs["plot"], html=run.outputs["html"],
+                              chart=chart)
+    if run.outputs["json"]:
+        print(json.dumps({**report, "wall_s": result.wall_s, "outputs": paths, **imported_json(run)},
+                         sort_keys=True))
     else:
+        if run.imported is not None:
+            print(imported_text(run) + "\n")
         print(run_summary(report, report["config"], report["num_microbatches"]))
+        note = _compute_note(report)
+        if note:
+            print(note)
         print(f"\nwrote {', '.join(paths.values())}  ({report['num_events']:,} operations "
               f"simulated in {result.wall_s:.2f} s)")
     return 0
 
 
+def _compute_note(report: dict[str, Any]) -> str:
+    """How the layers split over the pipeline chunks, and where the kernel times came from."""
+    from simtrain.workload.stages import describe_split
+
+    chunks = report["layers_per_chunk"]
+    lines = [f"layers per pipeline chunk: {describe_split(chunks)}"] if len(chunks) > 1 else []
+    src = report["kernel_sources"]
+    if src["measured"] or src["interpolated"]:
+        lines.append(f"calibration {report['config']['calibration']}: {src['measured']} kernels measured, "
+                     f"{src['interpolated']} interpolated, {src['model']} from the kernel model")
+    return "\n" + "\n".join(lines) if lines else ""
+
+
 def add_command(sub: Any) -> None:
     """Register ``simtrain run`` on the main parser's subcommands."""
-    scenario = ", ".join(f"--{k.replace('_', '-')}" for k in SCENARIO_KEYS)
     default = " ".join(f"{k}={v}" for k, v in DEFAULT_SCENARIO.items())
     p = sub.add_parser("run", help="simulate one training step (no flags: the default scenario)",
-                       description=f"Simulate one training step. Given none of {scenario}, the default "
-                       f"scenario runs ({default}) with the other flags applied; otherwise a setting "
-                       f"not given takes its default.")
+                       description=f"Simulate one training step of the default scenario ({default}) "
+                       f"with the values given by flags, --config or an imported job in place of its "
+                       f"own, one value at a time: --pp 1 changes pp and nothing else.")
     add_run_flags(p)
     p.set_defaults(func=cmd_run)

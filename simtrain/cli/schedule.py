@@ -7,14 +7,20 @@ import json
 from typing import Any
 
 from simtrain.cli.types import check_suffix, costs, nonneg_float, positive_int
+from simtrain.errors import SimtrainError
 
 
 def cmd_schedule(args: argparse.Namespace) -> int:
     from simtrain.outputs.tables import table
+    from simtrain.outputs.view import chart_options
+    from simtrain.outputs.words import counted
     from simtrain.schedules import load_schedule
     from simtrain.workload.fixed_cost import run_schedule, schedule_report
 
     F, I, W = args.costs  # noqa: N806,E741
+    chart = chart_options(args.ranks, None, args.window)
+    if (args.ranks or args.window) and not args.gantt:
+        raise SimtrainError("--ranks and --window choose what --gantt draws; give --gantt OUT.png too")
     params = {"vpp": args.vpp} if args.vpp else {}
     if args.name == "zb-auto":
         params.update(costs=(F, I, W), comm=args.comm)
@@ -27,7 +33,7 @@ def cmd_schedule(args: argparse.Namespace) -> int:
         title = (f"{sched.name}: p={sched.num_ranks}, m={sched.num_microbatches}"
                  + (f", v={args.vpp}" if args.vpp else "") + f", F,I,W = {F:g},{I:g},{W:g}, p2p {args.comm:g}"
                  + f"; makespan {run.makespan:g}")
-        draw_gantt(run.timeline, args.gantt, title=title, textbook=True,
+        draw_gantt(run.timeline, args.gantt, title=title, textbook=True, ranks=chart.ranks, window=chart.window,
                    rank_labels={r: f"rank {r}" for r in range(sched.num_ranks)},
                    time_label="time (units of the given costs)")
     report = schedule_report(run)
@@ -35,8 +41,8 @@ def cmd_schedule(args: argparse.Namespace) -> int:
         print(json.dumps(report, sort_keys=True))
         return 0
     closed = run.closed_form
-    print(f"{sched.name}: {sched.num_ranks} ranks, {sched.num_microbatches} micro-batches, "
-          f"{sched.num_stages} stages; costs F,I,W = {F:g},{I:g},{W:g}, p2p latency {args.comm:g}")
+    print(f"{sched.name}: {counted(sched.num_ranks, 'rank')}, {counted(sched.num_microbatches, 'micro-batch')}, "
+          f"{counted(sched.num_stages, 'stage')}; costs F,I,W = {F:g},{I:g},{W:g}, p2p latency {args.comm:g}")
     print(f"makespan {run.makespan:g}" + (f"  (closed form {closed:g})" if closed is not None
                                            else "  (no closed form for these settings)"))
     print(f"bubble ratio {run.bubble_ratio:.1%}")
@@ -61,5 +67,9 @@ def add_command(sub: Any) -> None:
     p.add_argument("--comm", type=nonneg_float, default=0.0, metavar="C",
                    help="p2p latency between stages (default 0)")
     p.add_argument("--gantt", metavar="OUT.png|OUT.svg", help="draw the textbook picture")
+    p.add_argument("--window", metavar="START:END|mb:A:B",
+                   help="time window of the picture: START:END in units of the costs, or mb:A:B for "
+                        "micro-batches A to B-1 (default: the whole schedule)")
+    p.add_argument("--ranks", metavar="R,R,...", help="ranks drawn in the picture (default: all)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=cmd_schedule)

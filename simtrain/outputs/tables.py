@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Mapping
 from typing import Any
 
 from simtrain.metrics import BREAKDOWN, StepMetrics
+from simtrain.outputs.words import counted
 from simtrain.units import GB, MS, US
 
 
@@ -23,13 +25,22 @@ def fmt_bandwidth(bps: float) -> str:
     return f"{bps / GB:,.1f} GB/s"
 
 
-def table(rows: list[list[str]], header: list[str] | None = None) -> str:
-    """Left-aligned first column, right-aligned others."""
+def table(rows: list[list[str]], header: list[str] | None = None, align: str = "") -> str:
+    """Columns aligned by ``align``, one letter per column (``l`` left, ``r`` right); by default
+    the first column left, the others right.
+
+    >>> print(table([["a", "1", "x"]], ["name", "n", "what"], align="lrl"))
+    name  n  what
+    ----  -  ----
+    a     1  x
+    """
     all_rows = ([header] if header else []) + rows
-    widths = [max(len(r[i]) for r in all_rows) for i in range(len(all_rows[0]))]
+    columns = len(all_rows[0])
+    align = align or "l" + "r" * (columns - 1)
+    widths = [max(len(r[i]) for r in all_rows) for i in range(columns)]
     lines = []
     for j, r in enumerate(all_rows):
-        cells = [r[0].ljust(widths[0])] + [c.rjust(w) for c, w in zip(r[1:], widths[1:])]
+        cells = [c.ljust(w) if a == "l" else c.rjust(w) for c, w, a in zip(r, widths, align)]
         lines.append("  ".join(cells).rstrip())
         if header and j == 0:
             lines.append("  ".join("-" * w for w in widths))
@@ -38,19 +49,23 @@ def table(rows: list[list[str]], header: list[str] | None = None) -> str:
 
 def run_summary(report: StepMetrics, config: Mapping[str, Any], num_microbatches: int) -> str:
     """The summary ``simtrain run`` (and ``analytic``) prints: the configuration (a report's
-    ``config``), then the metrics of the step."""
+    ``config``), the metrics of the step, its breakdown and its communication, each table with
+    the sentence that says how to read it against the others."""
     c = config
     step = report["step_time_s"]
-    head = (f"{c['model']} on {c['gpus']} x {c['gpu']} ({c['topology']}, {c['nodes']} nodes)  "
+    br = report["breakdown_s"]
+    head = (f"{c['model']} on {c['gpus']} x {c['gpu']} ({c['topology']}, {counted(c['nodes'], 'node')})  "
             f"TP={c['tp']} CP={c['cp']} PP={c['pp']} DP={c['dp']} EP={c['ep']}  schedule {c['schedule']}  "
-            f"seq {c['seq']}  mbs {c['mbs']}  gbs {c['gbs']} ({num_microbatches} micro-batches "
+            f"seq {c['seq']}  mbs {c['mbs']}  gbs {c['gbs']} ({counted(num_microbatches, 'micro-batch')} "
             f"per pipeline)  ZeRO-{c['zero']}  recompute {c['recompute']}")
+    idle = br["bubble"] + br["imbalance"]
     top = table([
         ["step time", fmt_seconds(step)],
         ["tokens/s", f"{report['tokens_per_s']:,.0f}"],
         ["TFLOP/s per GPU", f"{report['tflops_per_gpu']:.1f}"],
         ["MFU / HFU", f"{report['mfu']:.1%} / {report['hfu']:.1%}"],
-        ["bubble", f"{report['bubble_ratio']:.1%}"],
+        ["idle (bubble + imbalance)", f"{_share(idle, step)} = {_share(br['bubble'], step)} + "
+                                      f"{_share(br['imbalance'], step)}"],
         ["stage imbalance", f"{report['stage_imbalance']:.3f} (busiest / mean compute)"],
         ["peak memory per stage", " ".join(f"{g:.1f}" for g in report["peak_memory_gib"]) +
          f" GiB of {report['memory_capacity_gib']:.1f}" + ("" if report["fits_in_memory"] else "  DOES NOT FIT")],
@@ -58,15 +73,27 @@ def run_summary(report: StepMetrics, config: Mapping[str, Any], num_microbatches
     excess = [(i, x) for i, x in enumerate(report["memory_excess_gib"]) if x > 0]
     if excess:
         top += "\n" + "; ".join(f"stage {i} exceeds the capacity by {x:.1f} GiB" for i, x in excess)
-    rows = []
-    for k in BREAKDOWN:
-        v = report["breakdown_s"][k]
-        rows.append([k, fmt_seconds(v), f"{v / step:.1%}" if step else "-"])
-    br = table(rows, ["step breakdown", "time", "share"])
-    comm_rows = []
-    for k, exposed in report["exposed_comm_s"].items():
-        over = report["overlapped_comm_s"][k]
-        if exposed or over:
-            comm_rows.append([k, fmt_seconds(exposed), fmt_seconds(over)])
-    comm = table(comm_rows, ["communication", "exposed", "overlapped"]) if comm_rows else ""
-    return "\n\n".join(x for x in (head, top, br, comm) if x)
+    breakdown = table([[k, fmt_seconds(br[k]), _share(br[k], step)] for k in BREAKDOWN],
+                      ["step breakdown", "time", "share"]) + "\n" + textwrap.fill(IDLE_NOTE, NOTE_WIDTH)
+    comm_rows = [[k, fmt_seconds(exposed), fmt_seconds(br[k]), fmt_seconds(report["overlapped_comm_s"][k])]
+                 for k, exposed in report["exposed_comm_s"].items()
+                 if exposed or report["overlapped_comm_s"][k]]
+    comm = (table(comm_rows, ["communication", "exposed", "in breakdown", "overlapped"]) + "\n"
+            + textwrap.fill(EXPOSED_NOTE, NOTE_WIDTH) if comm_rows else "")
+    return "\n\n".join(x for x in (head, top, breakdown, comm) if x)
+
+
+def _share(seconds: float, step: float) -> str:
+    return f"{seconds / step:.1%}" if step else "-"
+
+
+#: Width of the notes under the tables, in characters.
+NOTE_WIDTH = 100
+#: How the breakdown's idle categories read against the Gantt chart.
+IDLE_NOTE = ("bubble + imbalance: the compute stream's idle time with no communication running, the "
+             "gaps of the Gantt chart; imbalance is the busiest rank's compute beyond the mean (the time "
+             "the others wait for it), bubble the rest (pipeline fill and drain).")
+#: How the exposed communication reads against the breakdown.
+EXPOSED_NOTE = ("exposed: the time a kind runs while the compute stream is idle; the breakdown charges each "
+                "such moment to one kind only, in the order tp, cp, ep, pp, dp, so exposed minus in "
+                "breakdown is the time the kind ran under another kind's exposed communication.")

@@ -1,5 +1,6 @@
-"""``simtrain list``, ``topology`` and ``mesh``: the seed's mesh example, MoE folding, topology keys and
-drawings (also coloured by a flow report), one-line user errors."""
+"""``simtrain list``, ``topology`` and ``mesh``: the presets' key figures, the seed's mesh example, the
+default scenario's mesh, topology keys and drawings (also coloured by a flow report), one-line user
+errors."""
 
 from __future__ import annotations
 
@@ -47,15 +48,45 @@ def test_topology_draw_coloured_by_a_flow_report(tmp_path):
 
 
 @pytest.mark.parametrize("what", ["models", "gpus", "topologies", "schedules"])
-def test_list(what):
-    names = cli_json("list", what)
-    assert len(names) >= 2
+def test_list_prints_a_table_and_json(what):
+    rows = cli_json("list", what)
+    assert len(rows) >= 2 and all(isinstance(r, dict) and r["name"] for r in rows)
+    code, out, err = cli("list", what)
+    assert code == 0, err
+    lines = out.splitlines()
+    assert set(lines[1]) <= {"-", " "}  # a header, its rule, one row per preset
+    assert all(any(line.startswith(r["name"]) for line in lines[2:]) for r in rows)
 
 
-def test_list_contents():
-    assert {"llama3-70b", "deepseek-v3"} <= set(cli_json("list", "models"))
-    assert {"a100-80g", "h100-sxm", "h200", "b200", "seed-h100"} <= set(cli_json("list", "gpus"))
-    assert "seed-h100" in cli_json("list", "topologies")
+def test_list_key_figures():
+    gpus = {r["name"]: r for r in cli_json("list", "gpus")}
+    assert {"a100-80g", "h100-sxm", "h200", "b200", "seed-h100"} <= set(gpus)
+    h100 = gpus["h100-sxm"]
+    assert (round(h100["bf16_tflops"]), round(h100["fp8_tflops"]), round(h100["hbm_gib"]), h100["hbm_TBps"],
+            h100["nvlink_GBps"]) == (989, 1979, 80, 3.35, 450.0)
+    assert gpus["a100-80g"]["fp8_tflops"] is None
+    topologies = {r["name"]: r for r in cli_json("list", "topologies")}
+    ib = topologies["h100-ib"]
+    assert (ib["gpus_per_node"], ib["nodes"], ib["nic_Gbps"], ib["fabric"], ib["oversubscription"]) == \
+        (8, 8, 400.0, "fat-tree", 1.0)
+    assert topologies["h100-ib-2to1"]["oversubscription"] == 2.0
+    models = {r["name"]: r for r in cli_json("list", "models")}
+    assert (round(models["llama3-70b"]["params_b"], 1), models["llama3-70b"]["layers"]) == (70.6, 80)
+    mixtral = models["mixtral-8x7b"]
+    assert (round(mixtral["params_b"], 1), round(mixtral["active_params_b"], 1), mixtral["experts"],
+            mixtral["top_k"]) == (46.7, 12.9, 8, 2)
+    schedules = {r["name"]: r for r in cli_json("list", "schedules")}
+    assert schedules["1f1b"]["bubble"] == "(p - 1)(F + B)"
+    assert schedules["1f1b"]["peak_in_flight"] == "min(p - stage, m)"
+    assert schedules["interleaved-1f1b"]["bubble"] == "(p - 1)(F + B)/v"
+    assert schedules["zb-auto"]["bubble"] == "-" and "hand-4x4" in schedules
+    code, text, _ = cli("list", "gpus")
+    assert "BF16 TFLOP/s" in text and "h100-sxm" in text and "1,979" in text
+
+
+def test_mesh_without_flags_is_the_default_scenario():
+    info = cli_json("mesh")
+    assert [len(info["groups"][d]) for d in ("tp", "pp", "dp")] == [8, 16, 32]  # TP8 x PP4 x DP2 of 64
 
 
 BAD_TOPOLOGY = """
@@ -88,9 +119,9 @@ def test_bad_inputs_one_line(tmp_path):
     disconnected = tmp_path / "disc.toml"
     disconnected.write_text('gpu = "h100-sxm"\nnodes = 2\n[node]\ngpus = 8\n[fabric]\nkind = "none"\n')
     assert_user_error("topology", disconnected, contains=("route",))
-    assert_user_error("mesh", "--gpus", 16, "--tp", 3, contains=("gpus=16", "tp*cp*pp=3"))
+    assert_user_error("mesh", "--gpus", 16, "--tp", 3, contains=("gpus=16", "tp*cp*pp=12", "pp=4", "--pp"))
     assert_user_error("mesh", "--gpus", 16, "--tp", 2, "--dp", 3, contains=("does not match gpus=16",))
-    assert_user_error("mesh", "--gpus", 16, "--order", "tp-dp-pp", contains=("permutation",))
+    assert_user_error("mesh", "--gpus", 16, "--pp", 2, "--order", "tp-dp-pp", contains=("permutation",))
     assert_user_error("mesh", "--gpus", "x", contains=("--gpus", "'x'"))
     assert_user_error("topology", "h100-ib", "--nodes", 0, contains=("--nodes",))
     assert_user_error("topology", "h100-ib", "--draw", tmp_path / "x.gif", contains=(".png",))

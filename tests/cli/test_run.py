@@ -1,10 +1,11 @@
-"""``simtrain run``: default scenario, outputs, determinism, the JSON contract, config files, CSV
-schedules, user errors."""
+"""``simtrain run``: default scenario, flags that change one value of it, outputs, determinism, the
+JSON contract, config files (output keys too), CSV schedules, user errors."""
 
 from __future__ import annotations
 
 import json
 import struct
+from pathlib import Path
 
 import pytest
 
@@ -59,6 +60,29 @@ def test_report_is_deterministic(tmp_path):
     assert (a / "trace.json").read_bytes() == (b / "trace.json").read_bytes()
 
 
+def test_a_flag_changes_one_value_of_the_default_scenario(tmp_path):
+    rep = run_json("--gbs", 64, "--no-plot", "--out", tmp_path)
+    config = rep["config"]
+    assert (config["tp"], config["pp"], config["dp"], config["gbs"], config["seq"]) == (8, 4, 2, 64, 8192)
+    assert rep["num_microbatches"] == 32
+    rep = run_json("--schedule", "interleaved-1f1b", "--vpp", 2, "--no-plot", "--out", tmp_path)
+    assert (rep["config"]["pp"], rep["config"]["vpp"]) == (4, 2)
+
+
+def test_config_file_output_keys(tmp_path):
+    cfg = tmp_path / "exp.toml"
+    out = tmp_path / "runs" / "a"
+    cfg.write_text(f'gbs = 64\nout = "{out.as_posix()}"\nplot = false\njson = true\n')
+    code, text, err = cli("run", "--config", cfg)
+    assert code == 0, err
+    rep = json.loads(text)  # json = true: one JSON object
+    assert rep["outputs"]["report"] == str(out / "report.json") and (out / "report.json").is_file()
+    assert not (out / "timeline.png").exists() and rep["config"]["gbs"] == 64
+    assert "out" not in rep["config"]  # the same scenario written elsewhere gives the same report
+    code, text, err = cli("run", "--config", cfg, "--out", tmp_path / "b")  # a flag overrides the key
+    assert code == 0 and (tmp_path / "b" / "report.json").is_file()
+
+
 def test_config_file_and_flag_override(tmp_path):
     cfg = tmp_path / "exp.toml"
     cfg.write_text('model = "llama3-8b"\ntopology = "h100-ib"\ngpus = 16\ntp = 2\npp = 2\n'
@@ -97,10 +121,12 @@ def test_bad_5d_inputs():
     assert_user_error("run", "--model", "mixtral-8x7b", "--gpus", 64, "--ep", 3,
                       contains=("ep=3",))
     assert_user_error("run", "--model", "llama3-8b", "--topology", "h100-ib", "--gpus", 64, "--tp", 8,
-                      "--cp", 8, "--seq", 2048, contains=("cp=8", "tokens per CP rank"))
+                      "--cp", 8, "--pp", 1, "--seq", 2048, contains=("cp=8", "tokens per CP rank"))
     assert_user_error("run", "--zero", 4, contains=("ZeRO stage",))
     assert_user_error("run", "--model", "llama3-8b", "--topology", "h100-ib", "--gpus", 16, "--pp", 3,
                       "--tp", 1, "--dp", 1, contains=("does not match",))
+    assert_user_error("run", "--model", "mixtral-8x7b", "--topology", "h100-ib", "--pp", 4, "--ep", 8,
+                      contains=("etp*ep*pp=256", "defaults in use: tp=8 (override with --tp)"))
     assert_user_error("run", "--pp", 16, "--gpus", 64, "--tp", 4, "--first-stage-layers", 70,
                       contains=("first_stage_layers=70",))
 
@@ -120,3 +146,32 @@ def test_csv_schedule_in_run(tmp_path):
                              "--pp", 2, "--gbs", 4, "--seq", 2048, "--schedule", "zb-h1", "--no-plot", "--json",
                              "--out", tmp_path / "p")[1])
     assert by_csv["step_time_s"] == pytest.approx(by_name["step_time_s"], rel=1e-12)
+
+
+JOBS = Path(__file__).resolve().parents[1] / "data" / "jobs"
+
+
+def test_a_megatron_launch_gives_the_report_of_its_simtrain_flags(tmp_path):
+    """The seed's 70B layout as a Megatron-LM launch script and as simtrain flags."""
+    imported = run_json("--from-megatron", JOBS / "megatron_llama3_70b.sh", "--no-plot", "--out", tmp_path / "m")
+    run_json("--model", "llama3-70b", "--topology", "seed-h100", "--gpus", 64, "--tp", 8, "--pp", 4, "--dp", 2,
+             "--seq", 8192, "--gbs", 512, "--schedule", "1f1b", "--no-plot", "--out", tmp_path / "f")
+    assert (tmp_path / "m" / "report.json").read_bytes() == (tmp_path / "f" / "report.json").read_bytes()
+    assert imported["imported"]["framework"] == "Megatron-LM" and imported["imported"]["settings"]["gbs"] == 512
+
+
+def test_a_torchtitan_job_gives_the_report_of_its_simtrain_flags(tmp_path):
+    code, text, err = cli("run", "--from-torchtitan", JOBS / "torchtitan_llama3_70b.toml", "--no-plot",
+                          "--out", tmp_path / "t")
+    assert code == 0, err
+    equivalent = ("--model llama3-70b --gpus 64 --tp 8 --cp 1 --pp 4 --schedule 1f1b --seq 8192 --mbs 1 "
+                  "--gbs 32 --zero 2 --recompute selective")
+    assert f"as simtrain settings: simtrain run {equivalent}" in text
+    assert "[metrics]" in text  # the ignored keys are listed
+    run_json(*equivalent.split(), "--no-plot", "--out", tmp_path / "f")
+    assert (tmp_path / "t" / "report.json").read_bytes() == (tmp_path / "f" / "report.json").read_bytes()
+    flagged = run_json("--from-torchtitan", JOBS / "torchtitan_llama3_70b.toml", "--gbs", 64, "--no-plot",
+                       "--out", tmp_path / "g")
+    assert flagged["config"]["gbs"] == 64 and flagged["config"]["zero"] == 2  # a flag over the job
+    assert_user_error("run", "--from-torchtitan", JOBS / "torchtitan_llama3_70b.toml", "--config",
+                      JOBS / "torchtitan_llama3_70b.toml", contains=("--config and --from-torchtitan",))

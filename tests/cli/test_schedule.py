@@ -49,8 +49,8 @@ def test_bad_csv_is_one_clear_error(tmp_path, rows, needle):
 
 
 def test_example_schedule_files_by_name():
-    names = cli_json("list", "schedules")
-    assert {"hand-4x4", "zb-h1-4x8", "interleaved-4x8-v2"} <= set(names)
+    names = {row["name"] for row in cli_json("list", "schedules")}
+    assert {"hand-4x4", "zb-h1-4x8", "interleaved-4x8-v2"} <= names
     rep = cli_json("schedule", "zb-h1-4x8", "--pp", 4, "--microbatches", 8)
     assert rep["makespan"] == 27
     code, _, err = cli("schedule", "hand-4x4", "--pp", 2, "--microbatches", 4)

@@ -1,28 +1,24 @@
-"""Gantt charts on small hand-built timelines: rows, representative subsets, PNG and SVG, refused
-suffixes; a simulated run has a row for every simulated rank."""
+"""Gantt charts: PNG and SVG of small hand-built timelines, refused suffixes, legends outside the
+data, hatched communication, time windows, rank and stream selection from the command line,
+titles with the right plural."""
 
 from __future__ import annotations
 
 import struct
 
+import numpy as np
 import pytest
 
-from helpers import add_span, two_rank_timeline
+from helpers import assert_user_error, cli, two_rank_timeline
 from simtrain import api
-from simtrain.outputs.gantt import draw_gantt, gantt_rows, plan_rows
-from simtrain.timeline import TimelineBuilder
-
+from simtrain.metrics import memory_timeline
+from simtrain.outputs.colors import KIND_HATCHES
+from simtrain.outputs.gantt import draw_gantt, gantt_figure
+from simtrain.outputs.view import parse_window
+from simtrain.timeline import Timeline, TimelineBuilder
+from outputs.test_view import many_rank_timeline
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
-
-
-def many_rank_timeline(n_ranks: int, streams=("compute", "tp")):
-    b = TimelineBuilder()
-    for r in range(n_ranks):
-        for s in streams:
-            kind = "F" if s == "compute" else s[:2]
-            add_span(b, r, s, kind, f"{s}.op", r * 1e-4, r * 1e-4 + 1e-3, mb=r % 4)
-    return b.build()
 
 
 def png_size(path) -> tuple[int, int]:
@@ -32,54 +28,16 @@ def png_size(path) -> tuple[int, int]:
     return width, height
 
 
-# ---------------------------------------------------------------- rows
+@pytest.fixture(scope="module")
+def default_run():
+    return api.simulate(api.resolve(None))
 
 
-def test_rows_ordered_by_rank_then_stream_order():
-    tl = two_rank_timeline()
-    assert gantt_rows(tl, False, None, None, 64) == [
-        (0, "compute"), (0, "tp"), (0, "pp_send"), (0, "pp_recv"),
-        (1, "compute"), (1, "pp_send"), (1, "pp_recv"),
-    ]
+def _overlaps(a, b) -> bool:
+    return a.x0 < b.x1 and b.x0 < a.x1 and a.y0 < b.y1 and b.y0 < a.y1
 
 
-def test_rows_textbook_one_per_rank_and_filters():
-    tl = two_rank_timeline()
-    assert gantt_rows(tl, True, None, None, 64) == [(0, "compute"), (1, "compute")]
-    assert gantt_rows(tl, False, [1], None, 64) == [(1, "compute"), (1, "pp_send"), (1, "pp_recv")]
-    assert gantt_rows(tl, False, None, ["tp", "compute"], 64) == [
-        (0, "compute"), (0, "tp"), (1, "compute")]
-    with pytest.raises(ValueError):
-        gantt_rows(tl, False, None, ["nvlink"], 64)
-
-
-def test_representative_subset_when_rows_exceed_max():
-    tl = many_rank_timeline(100)  # 200 rows
-    plan = plan_rows(tl, False, None, None, 20)
-    ranks = plan.shown_ranks
-    assert plan.subsampled and plan.total_rows == 200 and plan.total_ranks == 100
-    assert len(plan.rows) <= 20 and len(ranks) == 10
-    assert ranks[0] == 0 and ranks[-1] == 99
-    gaps = [b - a for a, b in zip(ranks, ranks[1:])]
-    assert max(gaps) - min(gaps) <= 1  # evenly spaced
-    assert plan.rows == [(r, s) for r in ranks for s in ("compute", "tp")]
-
-    textbook = gantt_rows(tl, True, None, None, 7)
-    assert [r for r, _ in textbook] == [0, 16, 33, 50, 66, 82, 99]
-    assert gantt_rows(tl, True, None, None, 100) == [(r, "compute") for r in range(100)]
-    assert not plan_rows(tl, True, None, None, 100).subsampled
-    with pytest.raises(ValueError):
-        gantt_rows(tl, False, None, None, 0)
-
-
-def test_gantt_rows_cover_every_simulated_rank(tmp_path):
-    result = api.simulate(api.resolve(None))
-    rows = gantt_rows(result.timeline)
-    assert sorted({rank for rank, _ in rows}) == result.timeline.ranks
-    assert len(result.timeline.ranks) == result.report["simulated_ranks"] == 4
-
-
-# ---------------------------------------------------------------- drawing
+# ---------------------------------------------------------------- files
 
 
 def test_png_signature_and_height_grows_with_rows(tmp_path):
@@ -102,11 +60,11 @@ def test_textbook_height_matches_one_row_per_rank(tmp_path):
     assert png_size(textbook)[1] == png_size(compute_only)[1]
 
 
-def test_svg_output(tmp_path):
-    path = tmp_path / "g.svg"
-    draw_gantt(two_rank_timeline(), path, textbook=True)
-    text = path.read_text()
-    assert "<svg" in text
+def test_svg_output_is_reproducible(tmp_path):
+    a, b = tmp_path / "a.svg", tmp_path / "b.svg"
+    draw_gantt(two_rank_timeline(), a, textbook=True)
+    draw_gantt(two_rank_timeline(), b, textbook=True)
+    assert "<svg" in a.read_text() and a.read_bytes() == b.read_bytes()
 
 
 def test_subset_is_drawn_and_capped(tmp_path):
@@ -115,6 +73,8 @@ def test_subset_is_drawn_and_capped(tmp_path):
     draw_gantt(tl, capped, max_rows=8)
     draw_gantt(many_rank_timeline(4), small)  # 8 rows, no subset
     assert png_size(capped)[1] == png_size(small)[1]
+    heading = gantt_figure(tl, max_rows=8)._suptitle.get_text()
+    assert "showing 4 of 100 ranks" in heading and "8 of 200 rows" in heading
 
 
 def test_unknown_suffix_raises(tmp_path):
@@ -127,3 +87,106 @@ def test_empty_timeline_draws(tmp_path):
     path = tmp_path / "empty.png"
     draw_gantt(TimelineBuilder().build(), path)
     assert path.read_bytes()[:8] == PNG_SIGNATURE
+
+
+# ---------------------------------------------------------------- what is drawn
+
+
+def test_legends_sit_outside_every_data_area(default_run):
+    r = default_run
+    fig = gantt_figure(r.timeline, rank_labels=r.rank_labels, memory=memory_timeline(r.timeline, r.static_bytes),
+                       memory_capacity_bytes=r.scenario.gpu.usable_memory_bytes)
+    renderer = fig.canvas.get_renderer()
+    axes = [ax.get_window_extent(renderer) for ax in fig.axes]
+    assert len(axes) == 2 and len(fig.legends) == 2  # the Gantt and the memory panel, a legend each
+    texts = [t.get_text() for leg in fig.legends for t in leg.get_texts()]
+    assert "capacity" in texts and "F forward" in texts and "DP comm" in texts
+    for legend in fig.legends:
+        box = legend.get_window_extent(renderer)
+        assert not any(_overlaps(box, ax) for ax in axes), (box, axes)
+        assert 0 <= box.x0 and box.x1 <= fig.bbox.x1 and 0 <= box.y0 and box.y1 <= fig.bbox.y1
+    title = fig._suptitle.get_window_extent(renderer)
+    assert not any(_overlaps(title, b) for b in [*axes, *(leg.get_window_extent(renderer) for leg in fig.legends)])
+
+
+def test_communication_is_hatched_and_compute_is_not():
+    from matplotlib.collections import PolyCollection
+
+    fig = gantt_figure(two_rank_timeline())
+    ax = fig.axes[0]
+    hatches = {c.get_hatch() for c in ax.collections if isinstance(c, PolyCollection)}
+    assert KIND_HATCHES["tp"] in hatches and KIND_HATCHES["pp"] in hatches
+    assert None in hatches  # compute
+    legend = {t.get_text(): h for t, h in zip(fig.legends[0].get_texts(), fig.legends[0].legend_handles)}
+    assert legend["TP comm"].get_hatch() == KIND_HATCHES["tp"] and legend["F forward"].get_hatch() is None
+
+
+def _boxes(fig) -> int:
+    from matplotlib.collections import PolyCollection
+
+    return sum(len(c.get_paths()) for c in fig.axes[0].collections if isinstance(c, PolyCollection))
+
+
+def test_window_limits_the_axis_and_the_boxes():
+    tl = two_rank_timeline()  # 11 ms: the axis is in microseconds
+    whole = gantt_figure(tl)
+    part = gantt_figure(tl, window=parse_window("0.006:0.009"))
+    assert part.axes[0].get_xlim() == pytest.approx((6000.0, 9000.0))
+    assert _boxes(part) < _boxes(whole)
+    assert "window 0.006 s to 0.009 s" in part._suptitle.get_text()
+    mb = gantt_figure(tl, window=parse_window("mb:1:2"))
+    assert mb.axes[0].get_xlim() == pytest.approx((2000.0, 5700.0))
+    assert "window micro-batch 1" in mb._suptitle.get_text()
+
+
+def test_ranks_and_streams_choose_the_rows():
+    fig = gantt_figure(two_rank_timeline(), ranks=[1], streams=["compute", "pp_recv"],
+                       rank_labels={1: "stage 1"})
+    assert [t.get_text() for t in fig.axes[0].get_yticklabels()] == ["stage 1  compute", "stage 1  pp_recv"]
+
+
+def test_run_draws_what_the_chart_flags_ask_for(tmp_path, monkeypatch):
+    import simtrain.outputs.gantt as gantt
+
+    seen = {}
+    real = gantt.draw_gantt
+    monkeypatch.setattr(gantt, "draw_gantt", lambda *a, **kw: (seen.update(kw), real(*a, **kw)))
+    code, _, err = cli("run", "--pp", "1", "--gbs", "8", "--ranks", "0", "--streams", "tp,compute",
+                       "--window", "0:0.5", "--out", tmp_path)
+    assert code == 0, err
+    assert seen["ranks"] == (0,) and seen["streams"] == ("compute", "tp")
+    assert (seen["window"].start, seen["window"].end) == (0.0, 0.5)
+    assert seen["title"].endswith(", 1 micro-batch")  # gbs 8 on DP=8: one per pipeline
+    assert png_size(tmp_path / "timeline.png")[1] < 500  # 2 rows and the memory panel
+
+
+def test_two_hundred_thousand_spans_draw(tmp_path):
+    n = 200_000
+    starts = np.arange(n) * 10e-6
+    cols = {c: np.zeros(n, dtype=np.int32) for c in ("rank", "stream", "name", "stage", "layer", "arrow")}
+    cols.update(kind=(np.arange(n) % 2).astype(np.int32), mb=(np.arange(n) // 100).astype(np.int32),
+                start_s=starts, end_s=starts + 8e-6, flops=np.zeros(n), bytes=np.zeros(n),
+                alloc_bytes=np.zeros(n), free_bytes=np.zeros(n))
+    path = tmp_path / "big.png"
+    draw_gantt(Timeline(cols, ["op"]), path)
+    assert png_size(path)[0] == 1600
+
+
+def test_schedule_gantt_takes_a_window_and_ranks(tmp_path):
+    path = tmp_path / "zb.svg"
+    code, out, err = cli("schedule", "zb-h1", "--pp", "4", "--microbatches", "8", "--gantt", path,
+                         "--window", "mb:0:2", "--ranks", "0,3")
+    assert code == 0, err
+    svg = path.read_text()
+    assert "rank 0" in svg and "rank 3" in svg and "rank 1" not in svg and "rank 2" not in svg
+    assert "window micro-batches 0 to 1" in svg
+    assert_user_error("schedule", "zb-h1", "--pp", "4", "--microbatches", "8", "--window", "0:5",
+                      contains="give --gantt")
+    assert_user_error("schedule", "zb-h1", "--pp", "4", "--microbatches", "8", "--gantt", path, "--ranks", "4",
+                      contains=("--ranks 4", "ranks 0, 1, 2, 3"))
+
+
+def test_counts_of_one_are_singular():
+    code, out, err = cli("schedule", "1f1b", "--pp", "1", "--microbatches", "1")
+    assert code == 0, err
+    assert out.startswith("1f1b: 1 rank, 1 micro-batch, 1 stage;")

@@ -1,0 +1,296 @@
+"""A Megatron-LM launch (``pretrain_gpt.py``'s arguments, ``megatron/training/arguments.py``) as
+simtrain settings.
+
+The arguments come as a string or as a launch script: lines joined at a trailing backslash,
+``#`` comments dropped, ``NAME=value`` assignments substituted into ``$NAME`` and ``${NAME}``,
+the items of bash arrays (``ARGS=( ... )``) read where they stand, ``torchrun``'s ``--nnodes`` and
+``--nproc_per_node`` giving the GPU count. Megatron-LM's flags, with its defaults where a flag is
+left out:
+
+* layout: ``--tensor-model-parallel-size``, ``--pipeline-model-parallel-size``,
+  ``--context-parallel-size``, ``--expert-model-parallel-size`` and
+  ``--expert-tensor-parallel-size`` (MoE models), ``--num-layers-per-virtual-pipeline-stage`` or
+  ``--num-virtual-stages-per-pipeline-rank`` (the interleaved schedule; 1F1B otherwise),
+  ``--decoder-first/last-pipeline-num-layers``, ``--use-tp-pp-dp-mapping`` (the rank order);
+* batch: ``--micro-batch-size``, ``--global-batch-size`` (default: micro-batch x DP),
+  ``--seq-length``;
+* memory: ``--sequence-parallel`` (off unless given), ``--use-distributed-optimizer`` (ZeRO-1;
+  ZeRO-0 without it), Megatron FSDP's ``--data-parallel-sharding-strategy`` and
+  ``--use-torch-fsdp2`` (ZeRO-3); ``--recompute-granularity`` full or selective,
+  ``--recompute-method`` block with ``--recompute-num-layers`` N (N layers per chunk), uniform (all
+  layers), ``--recompute-activations`` (selective);
+* kernels: ``--fp8-format`` (FP8 linear layers), ``--grad-reduce-in-bf16``, ``--attention-backend``
+  (unfused or local: the eager attention core);
+* model: ``--num-layers``, ``--hidden-size``, ``--num-attention-heads``, ``--group-query-attention``
+  with ``--num-query-groups``, ``--ffn-hidden-size``, ``--swiglu``, ``--num-experts``,
+  ``--moe-router-topk``, ``--moe-ffn-hidden-size`` pick the model preset they describe (a dense
+  one without ``--num-experts``; ``--model`` takes their place).
+
+``--overlap-grad-reduce`` (off unless given) and ``--no-overlap-p2p-communication`` are simtrain's
+``overlap_grad_reduce`` and ``overlap_p2p_comm``; simtrain gathers ZeRO's parameters as
+``--overlap-param-gather`` does, and models the all-to-all token dispatcher and point-to-point CP.
+Flags for logging, checkpoints, data, tokenizers, the learning rate and kernel fusions are
+ignored; flags that change the step in a way simtrain does not model (TP communication overlap,
+CPU offload, another token dispatcher, ...) and unknown flags are named in one error.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from simtrain.errors import SpecError
+from simtrain.imports.job import Imported, JobReader, match_model
+
+#: Flags that set one simtrain setting to their integer value.
+SETTING_FLAGS = {"--tensor-model-parallel-size": "tp", "--pipeline-model-parallel-size": "pp",
+                 "--context-parallel-size": "cp", "--micro-batch-size": "mbs", "--global-batch-size": "gbs",
+                 "--seq-length": "seq", "--decoder-first-pipeline-num-layers": "first_stage_layers",
+                 "--decoder-last-pipeline-num-layers": "last_stage_layers"}
+#: Expert-parallel flags: settings of an MoE model only.
+MOE_FLAGS = {"--expert-model-parallel-size": "ep", "--expert-tensor-parallel-size": "etp"}
+#: Flags that describe the model: the field of the model's architecture each gives.
+MODEL_FLAGS = {"--num-layers": "layers", "--hidden-size": "hidden", "--num-attention-heads": "heads",
+               "--num-query-groups": "kv_heads", "--ffn-hidden-size": "ffn", "--num-experts": "num_experts",
+               "--moe-router-topk": "top_k", "--moe-ffn-hidden-size": "moe_ffn"}
+#: Other flags with an integer value.
+INT_FLAGS = ("--num-layers-per-virtual-pipeline-stage", "--num-virtual-stages-per-pipeline-rank",
+             "--recompute-num-layers", "--nnodes", "--nproc_per_node", "--nproc-per-node")
+#: Flags with a text value.
+TEXT_FLAGS = ("--recompute-granularity", "--recompute-method", "--data-parallel-sharding-strategy",
+              "--moe-token-dispatcher-type", "--fp8-format", "--attention-backend")
+#: Flags without a value that the import reads.
+SWITCHES = ("--sequence-parallel", "--use-distributed-optimizer", "--group-query-attention", "--swiglu",
+            "--recompute-activations", "--use-tp-pp-dp-mapping", "--use-custom-fsdp", "--use-megatron-fsdp",
+            "--use-torch-fsdp2", "--overlap-grad-reduce", "--overlap-param-gather", "--grad-reduce-in-bf16",
+            "--no-overlap-p2p-communication")
+#: Flags that change the step in a way simtrain does not model, and how.
+UNSUPPORTED = {"--tp-comm-overlap": "TP communication overlapped with GEMMs",
+               "--cpu-offloading": "activation offload to the CPU",
+               "--account-for-embedding-in-pipeline-split": "the embedding counted as a layer of the split",
+               "--account-for-loss-in-pipeline-split": "the loss counted as a layer of the split",
+               "--pipeline-model-parallel-layout": "a hand-written layer layout",
+               "--hierarchical-context-parallel-sizes": "hierarchical CP",
+               "--cp-comm-type": "CP communication other than point-to-point rings",
+               "--defer-embedding-wgrad-compute": "the LM head's weight gradient moved to the flush",
+               "--rampup-batch-size": "a batch size that changes during training",
+               "--num-distributed-optimizer-instances": "several distributed-optimizer copies",
+               "--microbatch-group-size-per-virtual-pipeline-stage": "another interleaving group size",
+               "--moe-layer-freq": "dense and MoE layers in another pattern than the preset's",
+               "--encoder-num-layers": "an encoder", "--encoder-seq-length": "an encoder"}
+#: Flag prefixes with no effect on one simulated step (logging, checkpoints, data, tokenizer,
+#: optimizer hyper-parameters, regularisation, kernels and fusions, launcher plumbing).
+IGNORED_PREFIXES = (
+    "--log", "--tensorboard", "--wandb", "--save", "--load", "--no-load", "--no-save", "--ckpt", "--data",
+    "--split", "--vocab", "--merge-file", "--tokenizer", "--tiktoken", "--mock-data", "--num-workers",
+    "--eval", "--lr", "--min-lr", "--weight-decay", "--clip-grad", "--adam", "--sgd", "--optimizer",
+    "--init-method", "--seed", "--train-iters", "--train-samples", "--exit", "--timing", "--profile",
+    "--distributed-backend", "--distributed-timeout", "--bf16", "--fp16", "--loss-scale", "--initial-loss-scale",
+    "--hysteresis", "--attention-dropout", "--hidden-dropout", "--position-embedding-type", "--rotary",
+    "--use-rotary", "--use-rope", "--max-position-embeddings", "--normalization", "--norm-epsilon",
+    "--untie-embeddings", "--disable-bias-linear", "--add-bias", "--add-qkv-bias", "--qk-layernorm",
+    "--kv-channels", "--make-vocab-size", "--use-flash-attn", "--transformer-impl", "--fp8-",
+    "--use-mcore-models", "--use-legacy-models", "--no-masked-softmax-fusion", "--no-bias", "--no-gradient",
+    "--no-rope-fusion", "--no-persist-layer-norm", "--apply-query-key", "--attention-softmax-in-fp32",
+    "--accumulate-allreduce", "--use-cpu-initialization", "--manual-gc", "--rerun", "--check-for",
+    "--calculate-per-token-loss", "--ddp-", "--no-align", "--moe-aux-loss", "--moe-z-loss", "--moe-router-",
+    "--moe-grouped-gemm", "--moe-permute-fusion", "--moe-shared-expert-overlap", "--moe-shared-expert-intermediate",
+    "--moe-expert-capacity", "--moe-pad-expert", "--moe-token-drop", "--multi-latent-attention", "--q-lora-rank",
+    "--kv-lora-rank", "--qk-head-dim", "--qk-pos-emb-head-dim", "--v-head-dim", "--mtp-", "--finetune",
+    "--spec", "--no-create-attention-mask", "--num-dataset-builder-threads", "--dist-ckpt", "--async-save",
+    "--use-dist-ckpt", "--auto-detect-ckpt-format", "--local-rank", "--node_rank", "--node-rank",
+    "--master_addr", "--master-addr", "--master_port", "--master-port", "--rdzv", "--standalone",
+    "--max_restarts", "--max-restarts", "--overlap-p2p-communication",
+    "--use-ring-exchange-p2p", "--no-scatter-gather-tensors", "--deterministic-mode", "--enable-cuda-graph",
+    "--one-logger", "--straggler", "--num-layers-at-", "--use-precision-aware-optimizer", "--main-grads-dtype",
+    "--main-params-dtype", "--exp-avg", "--cross-entropy-loss-fusion", "--cross-entropy-fusion-impl",
+)
+
+
+def _expand(token: str, variables: Mapping[str, str]) -> str:
+    return re.sub(r"\$\{(\w+)\}|\$(\w+)", lambda m: variables.get(m.group(1) or m.group(2), m.group(0)), token)
+
+
+def launch_tokens(text: str, source: str) -> list[str]:
+    """The tokens of a launch command or script, with variables substituted and bash array
+    syntax and assignments taken out (see the module docstring)."""
+    try:
+        raw = shlex.split(re.sub(r"\\\r?\n", " ", text), comments=True)
+    except ValueError as exc:
+        raise SpecError(f"{source}: cannot split the arguments into words ({exc})") from None
+    variables: dict[str, str] = {}
+    tokens: list[str] = []
+    for token in raw:
+        assign = re.fullmatch(r"([A-Za-z_]\w*)=(.*)", token, re.S)
+        if assign:
+            name, value = assign.groups()
+            if value.startswith("("):  # NAME=( item ...: the items follow as tokens
+                tokens += [value[1:]] if value[1:] else []
+            else:
+                variables[name] = _expand(value, variables)
+            continue
+        if token in ("(", ")", "export") or re.search(r"\[[@*]\]", token):
+            continue
+        tokens.append(_expand(token.rstrip(")"), variables) if token.endswith(")") else _expand(token, variables))
+    return [t for t in tokens if t]
+
+
+def _parse(tokens: list[str]) -> dict[str, list[str]]:
+    """Each ``--flag`` with the values after it (``--flag=value`` too); a switch takes none."""
+    flags: dict[str, list[str]] = {}
+    i = 0
+    while i < len(tokens):
+        token = tokens[i]
+        i += 1
+        if not token.startswith("--"):
+            continue  # a program name (torchrun, pretrain_gpt.py) or a value nobody took
+        name, eq, inline = token.partition("=")
+        values = [inline] if eq else []
+        if not eq and name not in SWITCHES and name not in UNSUPPORTED:
+            while i < len(tokens) and not tokens[i].startswith("--"):
+                values.append(tokens[i])
+                i += 1
+        flags[name] = values
+    return flags
+
+
+def _is_file(path: Path) -> bool:
+    try:
+        return path.is_file()
+    except OSError:  # a name too long for the filesystem: arguments
+        return False
+
+
+class _Launch(JobReader):
+    """A Megatron-LM launch being read."""
+
+    def __init__(self, text_or_path: str, flags: Mapping[str, Any]):
+        path = Path(text_or_path)
+        is_file = not text_or_path.lstrip().startswith("-") and "\n" not in text_or_path and _is_file(path)
+        super().__init__("Megatron-LM", str(path) if is_file else "arguments", flags)
+        text = path.read_text(encoding="utf-8") if is_file else text_or_path
+        self.args = _parse(launch_tokens(text, self.source))
+        if not self.args:
+            raise SpecError(f"--from-megatron {text_or_path[:60]!r}: neither a file nor Megatron-LM arguments "
+                            f"(--tensor-model-parallel-size 8 ...)")
+
+    def number(self, flag: str, default: int | None = None) -> int | None:
+        """The integer value of ``flag``, or ``default`` when it is not given."""
+        if flag not in self.args:
+            return default
+        values = self.args[flag]
+        if not values or not re.fullmatch(r"\d+", values[0]):
+            raise SpecError(f"{self.source}: {flag} {' '.join(values)!r}: expected a whole number"
+                            + ("; expand the shell variable first" if values and "$" in values[0] else ""))
+        return int(values[0])
+
+    def text(self, flag: str, default: str | None = None) -> str | None:
+        values = self.args.get(flag)
+        return values[0] if values else default
+
+
+def _classify(job: _Launch) -> None:
+    known = (*SETTING_FLAGS, *MOE_FLAGS, *MODEL_FLAGS, *INT_FLAGS, *TEXT_FLAGS, *SWITCHES)
+    for flag in job.args:
+        if flag in UNSUPPORTED:
+            job.unsupported(flag, UNSUPPORTED[flag])
+        elif flag not in known:
+            if flag.startswith(IGNORED_PREFIXES):
+                job.ignore(flag)
+            else:
+                job.unsupported(flag, "not a Megatron-LM flag simtrain knows")
+
+
+def _model_and_layout(job: _Launch) -> None:
+    arch = {field: job.number(flag) for flag, field in MODEL_FLAGS.items() if flag in job.args}
+    if "--group-query-attention" not in job.args and "heads" in arch:
+        arch["kv_heads"] = arch["heads"]  # Megatron-LM reads --num-query-groups only with GQA
+    if arch and job.flags.get("model") is None:
+        arch.update(gated_mlp="--swiglu" in job.args, num_experts=arch.get("num_experts", 0))
+        try:
+            job.settings["model"] = match_model(arch)
+        except SpecError as exc:
+            job.unsupported("the model flags", str(exc), decides=("model",))
+    for flag, name in SETTING_FLAGS.items():
+        if flag in job.args:
+            job.settings[name] = job.number(flag)
+    for name, default in (("tp", 1), ("pp", 1), ("cp", 1), ("mbs", 1)):
+        job.settings.setdefault(name, default)
+    if job.model().is_moe:
+        job.settings.update({name: job.number(flag) for flag, name in MOE_FLAGS.items() if flag in job.args})
+    nodes, per_node = job.number("--nnodes"), job.number("--nproc_per_node", job.number("--nproc-per-node"))
+    if per_node is not None:
+        job.settings["gpus"] = per_node * (nodes or 1)
+    gpus, inner = job.value("gpus"), job.value("tp") * job.value("pp") * job.value("cp")
+    job.settings.setdefault("gbs", job.value("mbs") * max(gpus // inner, 1))
+    if "--use-tp-pp-dp-mapping" in job.args:
+        job.settings["order"] = "tp-cp-ep-pp-dp"
+    vpp = job.number("--num-virtual-stages-per-pipeline-rank")
+    per_chunk = job.number("--num-layers-per-virtual-pipeline-stage")
+    if per_chunk is not None:
+        vpp = job.model().layers // job.value("pp") // per_chunk
+    job.settings["vpp"] = vpp or 1
+    job.settings["schedule"] = "interleaved-1f1b" if (vpp or 1) > 1 else "1f1b"
+    dispatcher = job.text("--moe-token-dispatcher-type", "alltoall")
+    if dispatcher != "alltoall":
+        job.unsupported(f"--moe-token-dispatcher-type {dispatcher}", "simtrain dispatches tokens by all-to-all")
+
+
+#: Megatron FSDP's --data-parallel-sharding-strategy -> ZeRO stage.
+FSDP_ZERO = {"no_shard": 0, "optim": 1, "optim_grads": 2, "optim_grads_params": 3}
+
+
+def _memory(job: _Launch) -> None:
+    job.settings["sp"] = "--sequence-parallel" in job.args
+    zero = 1 if "--use-distributed-optimizer" in job.args else 0
+    if "--use-torch-fsdp2" in job.args:
+        zero = 3
+    elif "--use-custom-fsdp" in job.args or "--use-megatron-fsdp" in job.args:
+        strategy = job.text("--data-parallel-sharding-strategy", "optim_grads_params")
+        if strategy not in FSDP_ZERO:
+            raise SpecError(f"{job.source}: --data-parallel-sharding-strategy {strategy}: must be one of "
+                            f"{', '.join(FSDP_ZERO)}")
+        zero = FSDP_ZERO[strategy]
+    job.settings["zero"] = zero
+    job.settings["grad_dtype"] = "bf16" if "--grad-reduce-in-bf16" in job.args else "fp32"
+    job.settings["overlap_grad_reduce"] = "--overlap-grad-reduce" in job.args
+    job.settings["overlap_p2p_comm"] = "--no-overlap-p2p-communication" not in job.args
+    if "--fp8-format" in job.args:
+        job.settings["fp8"] = True
+    backend = job.text("--attention-backend", "auto")
+    if backend in ("unfused", "local"):
+        job.settings["attention"] = "eager"
+    elif backend not in ("auto", "flash", "fused"):
+        raise SpecError(f"{job.source}: --attention-backend {backend}: must be auto, flash, fused, unfused or "
+                        f"local")
+    selective = "selective" if "--recompute-activations" in job.args else None
+    granularity = job.text("--recompute-granularity", selective)
+    method = job.text("--recompute-method")
+    if granularity == "full":
+        job.settings["recompute"] = job.number("--recompute-num-layers", 1) if method == "block" else "full"
+    elif granularity in ("selective", None):
+        job.settings["recompute"] = granularity or "none"
+    else:
+        raise SpecError(f"{job.source}: --recompute-granularity {granularity}: must be full or selective")
+
+
+def from_megatron(text_or_path: str, flags: Mapping[str, Any] | None = None) -> Imported:
+    """The simtrain settings of a Megatron-LM launch: a file (a launch script or a file of
+    arguments) or the arguments themselves (see the module docstring); ``flags`` are the
+    settings given on the command line, which take precedence.
+
+    >>> job = from_megatron("--tensor-model-parallel-size 8 --pipeline-model-parallel-size 4 "
+    ...                     "--num-layers 80 --hidden-size 8192 --num-attention-heads 64 --group-query-attention "
+    ...                     "--num-query-groups 8 --swiglu --micro-batch-size 1 --global-batch-size 512 "
+    ...                     "--seq-length 8192 --sequence-parallel")
+    >>> {k: job.settings[k] for k in ("model", "tp", "pp", "gbs", "sp", "zero")}
+    {'model': 'llama3-70b', 'tp': 8, 'pp': 4, 'gbs': 512, 'sp': True, 'zero': 0}
+    """
+    job = _Launch(text_or_path, flags or {})
+    _classify(job)
+    _model_and_layout(job)
+    _memory(job)
+    return job.result()

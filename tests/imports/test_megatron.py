@@ -1,0 +1,99 @@
+"""Megatron-LM launches: a realistic launch script of the 70B layout, then argument strings one flag
+at a time: layout, batch, memory, model, and the flags that are ignored or cannot be simulated."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from simtrain.errors import SpecError
+from simtrain.imports.megatron import from_megatron, launch_tokens
+
+SCRIPT = Path(__file__).resolve().parents[1] / "data" / "jobs" / "megatron_llama3_70b.sh"
+LLAMA_8B = ("--num-layers 32 --hidden-size 4096 --num-attention-heads 32 --group-query-attention "
+            "--num-query-groups 8 --ffn-hidden-size 14336 --swiglu --seq-length 4096 ")
+MIXTRAL = ("--num-layers 32 --hidden-size 4096 --num-attention-heads 32 --group-query-attention "
+           "--num-query-groups 8 --ffn-hidden-size 14336 --swiglu --num-experts 8 --moe-router-topk 2 ")
+
+
+def settings(args: str, flags=None) -> dict:
+    return from_megatron(args, flags).settings
+
+
+def test_the_llama3_70b_launch_script():
+    imported = from_megatron(str(SCRIPT))
+    assert imported.settings == {"model": "llama3-70b", "tp": 8, "pp": 4, "cp": 1, "mbs": 1, "gbs": 512,
+                                 "seq": 8192, "gpus": 64, "vpp": 1, "schedule": "1f1b", "sp": True, "zero": 1,
+                                 "grad_dtype": "fp32", "overlap_grad_reduce": True, "overlap_p2p_comm": True,
+                                 "recompute": "none"}
+    assert imported.source == str(SCRIPT) and imported.framework == "Megatron-LM"
+    assert {"--lr", "--save", "--data-path", "--tokenizer-model", "--master_addr"} <= set(imported.ignored)
+
+
+def test_launch_script_words():
+    tokens = launch_tokens('N=8\nARGS=(\n  --a $N  # a comment\n  --b ${N}\n)\ntorchrun ${ARGS[@]} x.py \\\n  --c 1',
+                           "script")
+    assert tokens == ["--a", "8", "--b", "8", "torchrun", "x.py", "--c", "1"]
+
+
+def test_layout_and_batch():
+    s = settings(LLAMA_8B + "--tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 "
+                 "--context-parallel-size 2 --micro-batch-size 2 --global-batch-size 64")
+    assert {k: s[k] for k in ("model", "tp", "pp", "cp", "mbs", "gbs", "seq")} == \
+        {"model": "llama3-8b", "tp": 2, "pp": 2, "cp": 2, "mbs": 2, "gbs": 64, "seq": 4096}
+    assert "gpus" not in s  # the GPU count comes from torchrun, --gpus or the default
+    s = settings(LLAMA_8B + "--pipeline-model-parallel-size 4 --num-layers-per-virtual-pipeline-stage 2 "
+                 "--decoder-first-pipeline-num-layers 6 --use-tp-pp-dp-mapping --micro-batch-size 1")
+    assert (s["schedule"], s["vpp"], s["first_stage_layers"], s["order"]) == ("interleaved-1f1b", 4, 6,
+                                                                             "tp-cp-ep-pp-dp")
+    assert s["gbs"] == 16  # no --global-batch-size: micro-batch x DP (64 GPUs / PP 4)
+    s = settings("torchrun --nnodes 2 --nproc_per_node 8 pretrain_gpt.py " + LLAMA_8B +
+                 "--num-virtual-stages-per-pipeline-rank 3 --pipeline-model-parallel-size 2")
+    assert (s["gpus"], s["vpp"], s["gbs"]) == (16, 3, 8)
+
+
+def test_memory_settings():
+    assert settings(LLAMA_8B)["sp"] is False and settings(LLAMA_8B)["zero"] == 0  # Megatron-LM's defaults
+    assert settings(LLAMA_8B + "--use-distributed-optimizer --sequence-parallel")["zero"] == 1
+    assert settings(LLAMA_8B + "--use-torch-fsdp2")["zero"] == 3
+    assert settings(LLAMA_8B + "--use-megatron-fsdp --data-parallel-sharding-strategy optim_grads")["zero"] == 2
+    assert settings(LLAMA_8B + "--recompute-activations")["recompute"] == "selective"
+    assert settings(LLAMA_8B + "--recompute-granularity full --recompute-method uniform "
+                    "--recompute-num-layers 1")["recompute"] == "full"
+    assert settings(LLAMA_8B + "--recompute-granularity full --recompute-method block "
+                    "--recompute-num-layers 3")["recompute"] == 3
+    assert settings(LLAMA_8B)["recompute"] == "none"
+
+
+def test_kernel_settings():
+    s = settings(LLAMA_8B + "--fp8-format hybrid --fp8-amax-history-len 1024 --grad-reduce-in-bf16 "
+                 "--attention-backend unfused")
+    assert (s["fp8"], s["grad_dtype"], s["attention"]) == (True, "bf16", "eager")
+    assert "fp8" not in settings(LLAMA_8B) and settings(LLAMA_8B)["grad_dtype"] == "fp32"
+    s = settings(LLAMA_8B + "--no-overlap-p2p-communication")
+    assert (s["overlap_grad_reduce"], s["overlap_p2p_comm"]) == (False, False)  # Megatron-LM's default, and off
+
+
+def test_the_model_preset_and_expert_parallelism():
+    s = settings(MIXTRAL + "--expert-model-parallel-size 8 --expert-tensor-parallel-size 1 "
+                 "--tensor-model-parallel-size 2")
+    assert (s["model"], s["ep"], s["etp"]) == ("mixtral-8x7b", 8, 1)
+    dense = settings(LLAMA_8B + "--expert-model-parallel-size 8")
+    assert "ep" not in dense  # no effect on a dense model
+    with pytest.raises(SpecError, match="no model preset has them all"):
+        settings(LLAMA_8B.replace("--group-query-attention ", ""))  # multi-head attention: another model
+    assert "model" not in settings("--num-layers 40 --hidden-size 8192", {"model": "llama3-70b"})
+
+
+def test_flags_that_cannot_be_simulated_are_named_together():
+    with pytest.raises(SpecError) as err:
+        settings(LLAMA_8B + "--tp-comm-overlap --cpu-offloading --moe-token-dispatcher-type flex "
+                 "--frobnicate 3")
+    message = str(err.value)
+    for flag in ("--tp-comm-overlap", "--cpu-offloading", "--moe-token-dispatcher-type flex", "--frobnicate"):
+        assert flag in message
+    with pytest.raises(SpecError, match=r"--tensor-model-parallel-size '\$TP': expected a whole number; expand"):
+        settings("--tensor-model-parallel-size $TP")
+    with pytest.raises(SpecError, match="neither a file nor Megatron-LM arguments"):
+        settings("pretrain_gpt.py")
