@@ -23,6 +23,7 @@ from pathlib import Path
 
 from simtrain.costs.kernels import DTYPES, Attention, Elementwise, Gemm, Kernel
 from simtrain.errors import SpecError
+from simtrain.specs.strict import read_text
 from simtrain.units import US
 
 HEADER = ("kind", "shape", "dtype", "time_us")
@@ -173,11 +174,4 @@ def parse_calibration(text: str, source: str) -> Calibration:
 
 def read_calibration(path: str | Path) -> Calibration:
     """Read a calibration CSV file (``--calibration``)."""
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise SpecError(f"--calibration {path}: file not found") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SpecError(f"--calibration {path}: cannot read ({exc.__class__.__name__}: {exc})") from None
-    return parse_calibration(text, str(path))
+    return parse_calibration(read_text(path, f"--calibration {path}"), str(path))

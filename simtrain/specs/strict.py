@@ -21,16 +21,22 @@ else:  # pragma: no cover - exercised on Python 3.10 only
 _MISSING = object()
 
 
+def read_text(path: str | Path, label: str | None = None) -> str:
+    """The text of a user's file; a missing or unreadable file is a :class:`SpecError` naming it
+    (as ``label``, e.g. ``"--calibration FILE"``, when given)."""
+    path = Path(path)
+    name = label or str(path)
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise SpecError(f"{name}: file not found") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SpecError(f"{name}: cannot read ({exc.__class__.__name__}: {exc})") from None
+
+
 def read_toml(path: str | Path) -> dict[str, Any]:
     """Parse a TOML file; a syntax error names the file and the line."""
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise SpecError(f"{path}: file not found") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SpecError(f"{path}: cannot read ({exc.__class__.__name__}: {exc})") from None
-    return parse_toml(text, str(path))
+    return parse_toml(read_text(path), str(path))
 
 
 def parse_toml(text: str, source: str) -> dict[str, Any]:
