@@ -1,4 +1,4 @@
-"""The closed-form model of one training step (course notes, ``parallel_plan.py``).
+"""The closed-form model of one training step (Megatron-LM FLOP, bubble, memory and ZeRO formulas).
 
 An independent implementation of the formulas of the course notes' configuration search script
 ("3D / 5D parallelism", section "a configuration search script"), driven by the same specs as the

@@ -1,6 +1,6 @@
-"""Enumerate TP x CP x PP layouts with the closed-form model (course notes, parallel_plan.py).
+"""Enumerate TP x CP x PP layouts and rank them with the closed-form model.
 
-:func:`search` is the notes' ``search``: every combination of the given degrees that passes the
+:func:`closed_form_search` follows the course notes' ``search``: every combination of the given degrees that passes the
 script's rules (tp within a node, tp*cp*pp divides the GPUs, pp divides the layers, at least
 ``min_cp_chunk`` tokens per CP rank, gbs divisible by dp*mbs) and fits in memory, sorted by
 MFU, best first.
