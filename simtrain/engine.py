@@ -7,6 +7,13 @@ it; it then lasts what the cost model (compute) or the network says. A point-to-
 is owned by the sender's ``pp_send`` stream and also occupies the receiver's ``pp_recv`` stream
 while it runs (receives are posted early, as Megatron-LM does).
 
+Communication slows compute: while a communication op runs on a rank (a collective on each
+member, a transfer on the sender and the receiver), that rank's compute progresses at
+``1 / (1 + comm_interference)`` of its speed, because the communication kernels hold SMs the
+compute's kernels would use (:attr:`~simtrain.specs.gpu.GpuSpec.comm_interference`). A compute
+op whose rate changes mid-way re-plans its end from the work it has left; with
+``comm_interference = 0`` every compute op lasts exactly its cost.
+
 The engine talks to the network only through :class:`~simtrain.network.protocol.NetworkModel`:
 an op the network prices up front is one timeout (per member of a collective); any other runs
 the network's transfer steps, and one network process wakes the ops whose tokens finish.
@@ -36,10 +43,54 @@ DEFAULT_MAX_EVENTS = 50_000_000
 class RunResult:
     timeline: Timeline
     num_events: int  # operations executed (each is one start and one end event)
+    slowdown_s: dict[int, float]  # simulated rank -> compute seconds communication added
+
+
+class _SharedSMs:
+    """Compute and communication sharing a GPU's SMs: while communication runs on a rank, its
+    compute progresses at ``1 / (1 + interference)`` of full speed."""
+
+    def __init__(self, env: simpy.Environment, interference: float, ranks: list[int]):
+        self.env = env
+        self.interference = interference
+        self.active: dict[int, int] = {}  # rank -> communication ops running on it
+        self.change: dict[int, simpy.Event] = {}  # rank -> fires when that count changes
+        self.slowdown: dict[int, float] = {r: 0.0 for r in ranks}  # compute seconds added
+
+    def running(self, ranks: tuple[int, ...], delta: int) -> None:
+        """A communication op starts (``delta`` 1) or ends (-1) on ``ranks``; wakes their compute."""
+        if self.interference <= 0:
+            return
+        for rank in ranks:
+            self.active[rank] = self.active.get(rank, 0) + delta
+            ev = self.change.pop(rank, None)
+            if ev is not None:
+                ev.succeed()
+
+    def compute(self, rank: int, seconds: float):
+        """Wait out ``seconds`` of compute on ``rank``, slowed while communication runs there:
+        the time left is re-planned at every start or end of a communication op."""
+        env = self.env
+        if self.interference <= 0:
+            yield env.timeout(seconds)
+            return
+        start, left = env.now, seconds
+        while True:
+            slow = 1.0 + self.interference if self.active.get(rank, 0) > 0 else 1.0
+            change = self.change.get(rank)
+            if change is None:
+                change = self.change[rank] = env.event()
+            t0 = env.now
+            done = env.timeout(left * slow)
+            fired = yield done | change
+            if done in fired:
+                break
+            left = max(0.0, left - (env.now - t0) / slow)
+        self.slowdown[rank] += (env.now - start) - seconds
 
 
 class _Run:
-    def __init__(self, program: Program, network: NetworkModel, max_events: int):
+    def __init__(self, program: Program, network: NetworkModel, max_events: int, comm_interference: float):
         self.prog = program
         self.net = network
         self.max_events = max_events
@@ -56,6 +107,7 @@ class _Run:
         self.arrows = 0  # send -> recv arrows of the trace (the timeline's ``flow`` column)
         self.waiters: dict[int, simpy.Event] = {}  # network token -> the event its transfer ends
         self.wake = self.env.event()  # wakes the network process when a transfer hands out a token
+        self.shared = _SharedSMs(self.env, comm_interference, program.ranks)
         network.prepare(program, lambda: self.env.now)
 
     # ---- network -----------------------------------------------------------------------------
@@ -133,7 +185,7 @@ class _Run:
             if op.comm is None:
                 start = env.now
                 if op.duration_s > 0:
-                    yield env.timeout(op.duration_s)
+                    yield from self.shared.compute(rank, op.duration_s)
                 self._record(op, rank, stream, op.name, start, env.now, alloc=op.alloc, free=op.free)
                 self._finish(op, start, env.now)
             elif op.comm == "p2p":
@@ -143,7 +195,9 @@ class _Run:
                 with res.request() as req:
                     yield req
                     start = env.now
+                    self.shared.running((rank, op.peer), 1)
                     yield from self._communicate(op)
+                    self.shared.running((rank, op.peer), -1)
                 arrow = self.arrows
                 self.arrows += 1
                 self._record(op, rank, stream, op.name, start, env.now, arrow=arrow)
@@ -164,10 +218,12 @@ class _Run:
                         entry.append(env.process(self._transfer(op)))
                 duration = yield entry[1]
                 start = env.now
+                self.shared.running((rank,), 1)
                 if duration is None:
                     yield entry[2]
                 elif duration > 0:
                     yield env.timeout(duration)
+                self.shared.running((rank,), -1)
                 self._record(op, rank, stream, op.name, start, env.now)
                 self._finish(op, start, env.now)
 
@@ -180,7 +236,7 @@ class _Run:
         if not all(self.finished):
             raise SimulationError(self._deadlock_message())
         self._check_invariants()
-        return RunResult(self.tl.build(), self.executed)
+        return RunResult(self.tl.build(), self.executed, self.shared.slowdown)
 
     def _deadlock_message(self) -> str:
         ops = self.prog.ops
@@ -223,6 +279,9 @@ class _Run:
                     raise AssertionError("a pp_recv stream ran two transfers at once")
 
 
-def run(program: Program, network: NetworkModel, max_events: int = DEFAULT_MAX_EVENTS) -> RunResult:
-    """Simulate ``program`` on ``network``; returns the timeline and the number of ops run."""
-    return _Run(program, network, max_events).run()
+def run(program: Program, network: NetworkModel, max_events: int = DEFAULT_MAX_EVENTS,
+        comm_interference: float = 0.0) -> RunResult:
+    """Simulate ``program`` on ``network``, compute slowed by ``comm_interference`` while
+    communication runs beside it; returns the timeline, the number of ops run and the compute
+    time communication added on each simulated rank."""
+    return _Run(program, network, max_events, comm_interference).run()

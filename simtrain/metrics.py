@@ -205,6 +205,18 @@ class Report(StepMetrics):
     #: distinct kernels timed from a calibration's measurements (measured), between them
     #: (interpolated) and by the kernel model (model)
     kernel_sources: dict[str, int]
+    #: consecutive steps simulated (--steps); the metrics are those of the last one
+    steps: int
+    #: seconds of the first step: from the start to its last optimizer step's end
+    first_step_s: float
+    #: seconds of the last step, from the previous step's end (the step time when steps > 1)
+    steady_step_s: float
+    #: SMs of the GPU a communication kernel holds while it runs beside compute
+    comm_sms: int
+    #: how much longer compute takes while communication runs beside it (0: communication is free)
+    comm_interference: float
+    #: seconds communication added to the compute of the rank it slowed most, over all steps
+    comm_slowdown_s: float
 
 
 def step_metrics(*, step_s: float, tokens: int, num_gpus: int, gpu: GpuSpec, model_flops: float,
@@ -239,9 +251,10 @@ def step_metrics(*, step_s: float, tokens: int, num_gpus: int, gpu: GpuSpec, mod
 
 def summarize(tl: Timeline, *, model: ModelSpec, gpu: GpuSpec, num_gpus: int, seq: int, gbs: int,
               rank_weight: dict[int, int], pipeline_rank_of: dict[int, int],
-              static_bytes: dict[int, float]) -> StepMetrics:
+              static_bytes: dict[int, float], memory: Timeline | None = None) -> StepMetrics:
     """The step metrics of a timeline whose simulated ranks stand for ``rank_weight`` ranks each
-    each, at the pipeline rank ``pipeline_rank_of`` gives."""
+    each, at the pipeline rank ``pipeline_rank_of`` gives; the peak memory is that of ``memory``
+    (the whole run, where ``tl`` is one step of it), or of ``tl``."""
     step = tl.end_s
     ranks = sorted(rank_weight)
     weights = np.array([rank_weight[r] for r in ranks], dtype=float)
@@ -270,7 +283,7 @@ def summarize(tl: Timeline, *, model: ModelSpec, gpu: GpuSpec, num_gpus: int, se
     for r in ranks:
         weight_of[r] = rank_weight[r]
     hw_flops = float(np.sum(tl.cols["flops"][compute_mask] * weight_of[tl.cols["rank"][compute_mask]]))
-    peaks = memory_peaks(tl, static_bytes)
+    peaks = memory_peaks(memory if memory is not None else tl, static_bytes)
     stages = sorted(set(pipeline_rank_of.values()))
     return step_metrics(
         step_s=step, tokens=tokens, num_gpus=num_gpus, gpu=gpu,
@@ -282,12 +295,21 @@ def summarize(tl: Timeline, *, model: ModelSpec, gpu: GpuSpec, num_gpus: int, se
 
 
 def run_report(tl: Timeline, program: Program, *, model: ModelSpec, gpu: GpuSpec, par: ParallelSpec,
-               num_events: int, links: dict[str, Any], config: dict[str, Any]) -> Report:
-    """The report of a simulated step: the metrics of its timeline and the facts of the run."""
-    metrics = summarize(tl, model=model, gpu=gpu, num_gpus=par.world, seq=par.seq, gbs=par.gbs,
+               num_events: int, links: dict[str, Any], config: dict[str, Any], interference: float = 0.0,
+               slowdown_s: dict[int, float] | None = None) -> Report:
+    """The report of a simulated step: the metrics of its timeline and the facts of the run,
+    with the ``interference`` factor the engine ran with and the compute seconds communication
+    added on each simulated rank (``slowdown_s``)."""
+    ends = tl.step_ends()
+    last = tl.window(ends[-2], ends[-1]) if len(ends) > 1 else tl
+    metrics = summarize(last, model=model, gpu=gpu, num_gpus=par.world, seq=par.seq, gbs=par.gbs,
                         rank_weight=program.rank_weight, pipeline_rank_of=program.pipeline_rank_of,
-                        static_bytes=program.static_bytes)
+                        static_bytes=program.static_bytes, memory=tl)
     return Report(**metrics, num_microbatches=par.num_microbatches, num_events=num_events,
                   simulated_ranks=len(program.ranks), links=links, config=config,
                   layers_per_chunk=list(program.layers_per_chunk),
-                  kernel_sources={k: program.kernel_sources.get(k, 0) for k in SOURCES})
+                  kernel_sources={k: program.kernel_sources.get(k, 0) for k in SOURCES},
+                  steps=max(len(ends), 1), first_step_s=ends[0] if len(ends) > 1 else metrics["step_time_s"],
+                  steady_step_s=metrics["step_time_s"],
+                  comm_sms=gpu.comm_sms, comm_interference=interference,
+                  comm_slowdown_s=max((slowdown_s or {}).values(), default=0.0))

@@ -53,6 +53,8 @@ NON_NEGATIVE = Rule(lambda v: v >= 0, "must be >= 0")
 FRACTION = Rule(lambda v: 0 < v <= 1, "must be in (0, 1]")
 NON_NEGATIVE_FINITE = Rule(lambda v: 0 <= v < math.inf, "must be a finite number >= 0")
 
+#: How a step ends (see the ``optimizer_sync`` setting).
+OPTIMIZER_SYNCS = ("grad-norm", "post-validation")
 #: Network models a run can use: alpha-beta per collective, max-min fair flows, free.
 NETWORKS = ("analytic", "flow", "none")
 
@@ -142,7 +144,7 @@ _TABLE = (
     _degree("dp", "data", None, "gpus / (tp*cp*pp)", ("gpus", "tp", "cp", "pp")),
     _degree("ep", "expert"),
     _degree("etp", "expert tensor", None, "tp", ("tp",)),
-    Setting("vpp", int, 1, "virtual pipeline chunks per rank (interleaved)", rule=POSITIVE, metavar="N",
+    Setting("vpp", int, 1, "virtual pipeline chunks per rank; interleaved-1f1b needs 2 or more", rule=POSITIVE, metavar="N",
             scenario=True),
     Setting("schedule", str, DEFAULT_SCENARIO["schedule"], "pipeline schedule (see simtrain list schedules)",
             metavar="NAME|FILE.csv", scenario=True),
@@ -188,7 +190,24 @@ _TABLE = (
     Setting("overlap_p2p_comm", bool, True, "pipeline sends run beside the compute (Megatron-LM's "
             "--overlap-p2p-comm)", flags=(), off_flag="--no-overlap-p2p-comm",
             off_help="a rank waits for its pipeline send before its next action (Megatron-LM's default)"),
+    Setting("tp_backward_overlap", bool, True, "in the backward, the TP collectives of a block run beside its "
+            "weight-gradient and input-gradient GEMMs (Megatron-LM's asynchronous TP communication)", flags=(),
+            off_flag="--no-tp-backward-overlap",
+            off_help="each backward TP collective runs after the GEMM that produces its input and before the next "
+            "(Megatron-LM before asynchronous TP communication)"),
+    Setting("tp_comm_overlap", bool, False, "split each sequence-parallel TP all-gather and reduce-scatter into "
+            "tp chunks pipelined with the GEMM beside it, so one chunk is exposed (TransformerEngine's userbuffers, "
+            "Megatron-LM's --tp-comm-overlap; needs sequence parallelism)"),
     Setting("fp8", bool, False, "linear-layer GEMMs in FP8 with TransformerEngine's casts (Hopper and later)"),
+    Setting("steps", int, 1, "consecutive training steps simulated; the report gives the last (steady) step and "
+            "the first", rule=POSITIVE, metavar="N"),
+    Setting("optimizer_sync", str, "grad-norm", "end of a step: grad-norm (Megatron-LM: all-reduce the global "
+            "gradient norm over every GPU, then the optimizer) or post-validation (no global synchronisation: the "
+            "next step starts on each rank after its own optimizer step; Qi et al. 2024, section 4)",
+            choices=OPTIMIZER_SYNCS, metavar="MODE"),
+    Setting("comm_interference", float, None, "how much longer compute takes while communication runs beside it "
+            "on the same GPU (0 = communication is free)", default_text="the GPU's: comm_sms / (sm_count - comm_sms), "
+            "0.179 on an H100", rule=NON_NEGATIVE_FINITE, metavar="X"),
     Setting("calibration", str, None, "CSV of kernel times measured on the GPU (simtrain calibrate) used in "
             "place of the kernel model where it has data", default_text="none: the kernel model",
             metavar="FILE"),

@@ -106,6 +106,35 @@ class Timeline:
     def ranks(self) -> list[int]:
         return sorted(set(self.cols["rank"].tolist()))
 
+    def step_ends(self) -> list[float]:
+        """The end of each simulated step: the k-th optimizer step's latest end over the ranks
+        (none without optimizer steps)."""
+        c = self.cols
+        opt = c["kind"] == KINDS.index("opt")
+        per_rank = [np.sort(c["end_s"][opt & (c["rank"] == r)]) for r in self.ranks]
+        per_rank = [e for e in per_rank if len(e)]
+        if not per_rank:
+            return []
+        return [float(x) for x in np.max(np.vstack(per_rank), axis=0)]
+
+    def window(self, start_s: float, end_s: float) -> "Timeline":
+        """The spans that run between ``start_s`` and ``end_s``, clipped to it and shifted to start
+        at 0 (one step of a run of several). A clipped span keeps the share of its FLOPs and bytes
+        that ran inside; its allocation only if it starts inside, its release only if it ends
+        inside."""
+        c = self.cols
+        keep = (c["end_s"] > start_s) & (c["start_s"] < end_s)
+        s0, e0 = c["start_s"][keep], c["end_s"][keep]
+        s1, e1 = np.maximum(s0, start_s), np.minimum(e0, end_s)
+        length = e0 - s0
+        share = np.divide(e1 - s1, length, out=np.ones_like(length), where=length > 0)
+        cols = {k: v[keep] for k, v in c.items()}
+        cols["start_s"], cols["end_s"] = s1 - start_s, e1 - start_s
+        cols["flops"], cols["bytes"] = cols["flops"] * share, cols["bytes"] * share
+        cols["alloc_bytes"] = np.where(s0 >= start_s, cols["alloc_bytes"], 0.0)
+        cols["free_bytes"] = np.where(e0 <= end_s, cols["free_bytes"], 0.0)
+        return Timeline(cols, list(self.names))
+
     def mask(self, *, rank: int | None = None, stream: str | None = None,
              kind: str | tuple[str, ...] | None = None) -> np.ndarray:
         m = np.ones(len(self), dtype=bool)

@@ -207,7 +207,7 @@ def built_in(draw, name: str):
         m = draw(st.integers(2 * p, 64))
         return generate(name, p, m), p, m, 1
     if name == "interleaved-1f1b":
-        v = draw(st.integers(1, 4))
+        v = draw(st.integers(2, 4))
         m = draw(st.integers(p, 64))
         g = draw(st.sampled_from(valid_groups(p, m)))
         return generate(name, p, m, vpp=v, group=g), p, m, v

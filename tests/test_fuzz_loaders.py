@@ -125,7 +125,7 @@ def test_schedule_csv_mutated(data):
     from simtrain.schedules import generate, schedule_to_csv
 
     text = schedule_to_csv(generate(data.draw(st.sampled_from(["1f1b", "zb-h1", "zb-v", "interleaved-1f1b"])),
-                                    4, 8))
+                                    4, 8, vpp=2))
     lines = text.splitlines()
     i = data.draw(st.integers(0, len(lines) - 1))
     cells_ = lines[i].split(",")

@@ -14,18 +14,21 @@ def cmd_schedule(args: argparse.Namespace) -> int:
     from simtrain.outputs.tables import table
     from simtrain.outputs.view import chart_options
     from simtrain.outputs.words import counted
-    from simtrain.schedules import load_schedule
+    from simtrain.schedules import REGISTRY, load_schedule
     from simtrain.workload.fixed_cost import run_schedule, schedule_report
 
     F, I, W = args.costs  # noqa: N806,E741
     chart = chart_options(args.ranks, None, args.window)
     if (args.ranks or args.window) and not args.gantt:
         raise SimtrainError("--ranks and --window choose what --gantt draws; give --gantt OUT.png too")
+    if args.vpp and args.name in REGISTRY and not REGISTRY[args.name].takes("vpp"):
+        raise SimtrainError(f"--vpp: schedule {args.name} has no model chunks to interleave "
+                            f"(only interleaved-1f1b takes --vpp)")
     params = {"vpp": args.vpp} if args.vpp else {}
     if args.name == "zb-auto":
         params.update(costs=(F, I, W), comm=args.comm)
     sched = load_schedule(args.name, args.pp, args.microbatches, **params)
-    run = run_schedule(sched, F, I, W, comm=args.comm, vpp=args.vpp or 1)
+    run = run_schedule(sched, F, I, W, comm=args.comm)  # the closed form of the schedule built
     if args.gantt:
         check_suffix(args.gantt, (".png", ".svg"), "--gantt")
         from simtrain.outputs.gantt import draw_gantt
@@ -61,7 +64,7 @@ def add_command(sub: Any) -> None:
     p.add_argument("name", metavar="NAME|FILE.csv", help="schedule name or CSV file")
     p.add_argument("--pp", type=positive_int, required=True, metavar="P", help="pipeline ranks")
     p.add_argument("--microbatches", type=positive_int, required=True, metavar="M", help="micro-batches per step")
-    p.add_argument("--vpp", type=positive_int, metavar="V", help="model chunks per rank (interleaved-1f1b)")
+    p.add_argument("--vpp", type=positive_int, metavar="V", help="model chunks per rank, 2 or more: required by interleaved-1f1b (vpp 1 is plain 1f1b)")
     p.add_argument("--costs", type=costs, default=(1.0, 1.0, 1.0), metavar="F,I,W",
                    help="cost of F, I and W for one plain stage (default 1,1,1)")
     p.add_argument("--comm", type=nonneg_float, default=0.0, metavar="C",

@@ -54,6 +54,18 @@ def mlp_cost(model: ModelSpec, shape: Shape, kind: str) -> OpCost:
     return OpCost(_mlp_kernels(model, shape, kind, "mlp", model.ffn, shape.tp))
 
 
+def mlp_parts(model: ModelSpec, shape: Shape, kind: str) -> tuple[OpCost, OpCost, OpCost]:
+    """The dense MLP block of pass ``kind`` (F, I or W) in launch order as (through the first
+    linear layer, between the two, from the second linear layer on). The forward runs the
+    column-parallel ``fc1`` first (with the norm) and the row-parallel ``fc2`` last (with the
+    residual); the backward passes run them in reverse, so their first part is ``fc2``'s."""
+    kernels = _mlp_kernels(model, shape, kind, "mlp", model.ffn, shape.tp)
+    first, second = ("mlp.fc1", "mlp.fc2") if kind == "F" else ("mlp.fc2", "mlp.fc1")
+    head_end = 1 + max(i for i, k in enumerate(kernels) if k.name.startswith(first))
+    tail_start = min(i for i, k in enumerate(kernels) if k.name.startswith(second))
+    return OpCost(kernels[:head_end]), OpCost(kernels[head_end:tail_start]), OpCost(kernels[tail_start:])
+
+
 @dataclass(frozen=True)
 class MoeCosts:
     """The work of one MoE block for one pass on one rank."""

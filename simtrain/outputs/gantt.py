@@ -196,6 +196,7 @@ def gantt_figure(timeline: Timeline, *, title: str | None = None,
     _boxes(ax, x0, x1, span_row, kinds, levels, outlined=wide)
     _mb_labels(ax, x0, x1, span_row, kinds, levels, timeline["mb"][idx], timeline["stage"][idx],
                px_per_unit, _LABEL_PT + (1.0 if textbook else 0.0))
+    _step_marks(ax, timeline.step_ends(), t0, t1, scale)
 
     ax.set_yticks(np.arange(len(rows)))
     ax.set_yticklabels(row_labels, fontsize=_TICK_PT)
@@ -223,6 +224,15 @@ def _heading(title: str | None, textbook: bool, plan: RowPlan, n_rows: int, wind
     if window is not None:
         heading += f"; window {window.describe()}"
     return heading
+
+
+def _step_marks(ax, ends: list[float], t0: float, t1: float, scale: float) -> None:
+    """A dashed line at the end of each step but the last of a run of several steps."""
+    for k, t in enumerate(ends[:-1] if len(ends) > 1 else []):
+        if t0 <= t <= t1:
+            ax.axvline(t * scale, color="black", linestyle="--", linewidth=0.8, zorder=3)
+            ax.annotate(f"end of step {k + 1}", (t * scale, 0), xycoords=("data", "axes fraction"),
+                        xytext=(2, 2), textcoords="offset points", fontsize=7)
 
 
 def _separators(ax, rows: list[tuple[int, str]], x_lo: float, x_hi: float) -> None:

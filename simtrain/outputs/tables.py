@@ -80,6 +80,11 @@ def run_summary(report: StepMetrics, config: Mapping[str, Any], num_microbatches
                  if exposed or report["overlapped_comm_s"][k]]
     comm = (table(comm_rows, ["communication", "exposed", "in breakdown", "overlapped"]) + "\n"
             + textwrap.fill(EXPOSED_NOTE, NOTE_WIDTH) if comm_rows else "")
+    if comm_rows and report.get("comm_interference"):
+        comm += "\n" + textwrap.fill(
+            f"communication kernels hold {report['comm_sms']} SMs: compute beside them runs "
+            f"{report['comm_interference']:.1%} longer (--comm-interference), which added "
+            f"{fmt_seconds(report['comm_slowdown_s'])} to the most slowed rank's compute.", NOTE_WIDTH)
     return "\n\n".join(x for x in (head, top, breakdown, comm) if x)
 
 

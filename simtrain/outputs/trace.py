@@ -70,7 +70,8 @@ def trace_events(timeline: Timeline, *, rank_labels: Mapping[int, str] | None = 
     non-negative ``flow`` id that has a span on ``pp_send`` and one on ``pp_recv``, a flow start
     ("s") at the send span's start and a flow end ("f", ``"bp": "e"``) at the receive span's
     start, both with ``cat`` "pp" and ``id`` = the flow id. Flow ids missing either end are
-    counted in ``otherData["unpaired_flows"]``.
+    counted in ``otherData["unpaired_flows"]``. A run of several steps has one global instant
+    event ("i", ``"s": "g"``, ``cat`` "step") at the end of each step but the last.
 
     ``group_by="node"`` (needs ``gpus_per_node``) makes each node a process and each
     (rank, stream) a thread. ``counters`` are extra counter events (memory, link utilisation)
@@ -139,6 +140,11 @@ def trace_events(timeline: Timeline, *, rank_labels: Mapping[int, str] | None = 
                        "ts": start[si] * _US})
         events.append({"ph": "f", "bp": "e", "name": "pp", "cat": "pp", "id": fid, "pid": rpid,
                        "tid": rtid, "ts": start[ri] * _US})
+
+    ends = timeline.step_ends()
+    for k, t in enumerate(ends[:-1] if len(ends) > 1 else []):  # step boundaries of a multi-step run
+        events.append({"ph": "i", "s": "g", "name": f"end of step {k + 1}", "cat": "step", "pid": 0,
+                       "tid": 0, "ts": t * _US})
 
     events.extend(counters)  # counter tracks ("C" events) built by counter_events()
 

@@ -6,7 +6,7 @@ Clusters Using Megatron-LM", SC'21, section 2.2.2), as scheduled by Megatron-cor
 from __future__ import annotations
 
 from simtrain.errors import ScheduleError
-from simtrain.schedules.basic import fill_drain_bubble, one_f_one_b, one_f_one_b_in_flight
+from simtrain.schedules.basic import fill_drain_bubble
 from simtrain.schedules.ir import Action, Schedule
 from simtrain.schedules.record import ClosedForm, Costs, Param, ScheduleRecord
 
@@ -32,7 +32,7 @@ def valid_groups(pp: int, m: int) -> list[int]:
     return [g for g in range(pp, m + 1) if m % g == 0 or m % g >= pp]
 
 
-def interleaved_1f1b(pp: int, m: int, vpp: int = 2, group: int | None = None, **_) -> Schedule:
+def interleaved_1f1b(pp: int, m: int, vpp: int | None = None, group: int | None = None, **_) -> Schedule:
     """Interleaved (looped, depth-first) 1F1B with ``v = vpp`` model chunks per rank.
 
     ``p * v`` stages in one chain, stage ``s`` on rank ``s % p`` (chunk ``s // p``). Each rank walks
@@ -43,17 +43,18 @@ def interleaved_1f1b(pp: int, m: int, vpp: int = 2, group: int | None = None, **
     reaches ``m v``), then one forward / one backward, then the remaining backwards.
 
     ``m`` need not be a multiple of ``p`` (recent Megatron-core accepts it: the last group is
-    the remainder) but must be at least ``p``; ``v = 1`` is plain 1F1B (Megatron uses the
-    non-interleaved schedule then). Makespan with uniform stages when p divides m:
-    ``m(F+B) + (p-1)(F+B)/v`` (F, B per full stage; a chunk costs 1/v).
+    the remainder) but must be at least ``p``. ``v`` is required and at least 2: one chunk per
+    rank is plain 1F1B (Megatron uses the non-interleaved schedule then), so ``vpp`` missing or
+    1 is an error naming ``vpp = 2`` rather than a silent 1F1B. Makespan with uniform stages when
+    p divides m: ``m(F+B) + (p-1)(F+B)/v`` (F, B per full stage; a chunk costs 1/v).
     """
+    if vpp is None or int(vpp) == 1:
+        got = "no vpp" if vpp is None else "vpp=1 (that is plain 1F1B: use schedule 1f1b)"
+        raise ScheduleError(f"interleaved-1f1b needs vpp >= 2 model chunks per rank, e.g. vpp=2 "
+                            f"(--vpp 2); got {got}")
     v = int(vpp)
     if pp < 1 or m < 1 or v < 1:
-        raise ScheduleError(f"interleaved-1f1b: need pp >= 1, m >= 1, vpp >= 1 (got pp={pp}, m={m}, vpp={vpp})")
-    if v == 1:
-        s = one_f_one_b(pp, m)
-        return Schedule("interleaved-1f1b", pp, m, s.stage_to_rank, s.actions,
-                        meta={"pp": pp, "m": m, "vpp": 1})
+        raise ScheduleError(f"interleaved-1f1b: need pp >= 1, m >= 1, vpp >= 2 (got pp={pp}, m={m}, vpp={vpp})")
     g = pp if group is None else int(group)
     if m < pp:
         raise ScheduleError(f"interleaved-1f1b: needs at least pp micro-batches (got m={m}, pp={pp}; "
@@ -96,25 +97,24 @@ def _bubble(p: int, m: int, c: Costs, v: int) -> float:
 
 
 def _in_flight(p: int, stage: int, m: int, v: int) -> float:
-    """``p - stage + (p - 1)/v`` when v > 1 (Korthikanti et al. 2022, section 4.2.3: the first
-    stage stores ``1 + (p - 1)/(p v)`` times 1F1B's, decreasing by one per stage); 1F1B's with
-    v = 1."""
-    if v > 1:
-        return min(p - stage + (p - 1) / v, m)
-    return one_f_one_b_in_flight(p, stage, m, v)
+    """``p - stage + (p - 1)/v`` (Korthikanti et al. 2022, section 4.2.3: the first stage stores
+    ``1 + (p - 1)/(p v)`` times 1F1B's, decreasing by one per stage)."""
+    return min(p - stage + (p - 1) / v, m)
 
 
 def _covers(p: int, m: int, v: int) -> bool:
-    return v == 1 or m % p == 0
+    """The generator's own range (v >= 2) where p divides m."""
+    return v >= 2 and m % p == 0
 
 
 INTERLEAVED_1F1B = ScheduleRecord(
     "interleaved-1f1b", interleaved_1f1b,
     "Looped 1F1B over vpp model chunks per rank (Megatron-LM; Narayanan et al. 2021)",
-    params=(Param("vpp", "2", "integer >= 1", "model chunks per rank (1: plain 1F1B)"),
+    params=(Param("vpp", "none (required)", "integer >= 2",
+                  "model chunks per rank (1 would be plain 1F1B: use 1f1b)"),
             Param("group", "pp", "pp <= group <= m, m % group 0 or >= pp",
                   "Megatron-core's micro-batch group size")),
-    closed_form=ClosedForm(_bubble, _in_flight, _covers, "vpp = 1, or pp divides m (Megatron-LM)"))
+    closed_form=ClosedForm(_bubble, _in_flight, _covers, "vpp >= 2 and pp divides m (Megatron-LM)"))
 
 #: This module's schedules, read by :mod:`simtrain.schedules.registry`.
 RECORDS = (INTERLEAVED_1F1B,)

@@ -5,7 +5,13 @@ everywhere: the total memory ``nvidia-smi`` reports (A100-SXM4-80GB 81920 MiB, H
 81559 MiB, H200 SXM 143771 MiB, B200 183359 MiB), which is what a training job can address.
 ``arch`` names the architecture whose measured kernel efficiencies the cost model uses
 (:mod:`simtrain.specs.arch`); ``sm_count`` is the number of streaming multiprocessors whose waves
-quantise a GEMM's tiles. ``efficiency`` is unset for the presets of real GPUs (every GEMM then
+quantise a GEMM's tiles. ``comm_sms`` is the number of SMs a communication kernel holds while it
+runs beside compute: 20 of the 132 SMs of an H800 in DeepSeek-V3's training, which partitions
+20 SMs into 10 communication channels (DeepSeek-V3 technical report, arXiv 2412.19437, section
+3.2.2); NCCL's kernels likewise run one thread block, so one SM, per channel. Compute that shares
+the GPU with them has ``sm_count - comm_sms`` SMs left, so it slows by the factor
+:attr:`GpuSpec.comm_interference` (a compute-bound argument: HBM contention is not counted).
+``efficiency`` is unset for the presets of real GPUs (every GEMM then
 runs at the efficiency its shape gets); a number makes every GEMM and attention core run at that
 flat fraction of peak, as the course notes' ``parallel_plan.py`` (0.6, the ``seed-h100`` preset)
 and ``--efficiency`` do.
@@ -38,6 +44,7 @@ class GpuSpec:
     nvlink_Bps: float  # NVLink bandwidth per GPU and direction, bytes/s
     arch: str = "hopper"  # architecture: its kernel efficiencies (simtrain.specs.arch)
     sm_count: int = 132  # streaming multiprocessors
+    comm_sms: int = 20  # SMs a communication kernel holds beside compute (DeepSeek-V3, 3.2.2)
     efficiency: float | None = None  # flat fraction of peak for every GEMM; None = by shape
     memory_reserved_fraction: float = 0.0  # capacity kept back for fragmentation and buffers
 
@@ -46,6 +53,8 @@ class GpuSpec:
             if not getattr(self, field) > 0:
                 raise SpecError(f"gpu {self.name}: {field} = {getattr(self, field)!r}: must be > 0")
         get_arch(self.arch)
+        if not 0 <= self.comm_sms < self.sm_count:
+            raise SpecError(f"gpu {self.name}: comm_sms = {self.comm_sms!r}: must be in [0, sm_count)")
         if self.efficiency is not None and not 0 < self.efficiency <= 1:
             raise SpecError(f"gpu {self.name}: efficiency = {self.efficiency!r}: must be in (0, 1]")
         if not 0 <= self.memory_reserved_fraction < 1:
@@ -56,6 +65,16 @@ class GpuSpec:
     def usable_memory_bytes(self) -> float:
         """Capacity available to the training job."""
         return self.hbm_bytes * (1 - self.memory_reserved_fraction)
+
+    @property
+    def comm_interference(self) -> float:
+        """How much longer compute takes while communication runs beside it: the SMs it loses,
+        ``comm_sms / (sm_count - comm_sms)`` (0.179 on an H100).
+
+        >>> round(get_gpu("h100-sxm").comm_interference, 3)
+        0.179
+        """
+        return self.comm_sms / (self.sm_count - self.comm_sms)
 
     @property
     def effective_flops(self) -> float:
@@ -101,7 +120,7 @@ def get_gpu(name: str) -> GpuSpec:
 def gpu_from_table(table: Table) -> GpuSpec:
     """A GPU from a TOML table; ``base`` names a preset whose fields the table overrides.
 
-    Keys (units in the names): base, name, arch, sm_count, peak_bf16_tflops, peak_fp8_tflops,
+    Keys (units in the names): base, name, arch, sm_count, comm_sms, peak_bf16_tflops, peak_fp8_tflops,
     hbm_gib, hbm_bandwidth_GBps, nvlink_GBps, efficiency, memory_reserved_fraction.
     """
     base_name = table.get("base", str, None)
@@ -125,6 +144,7 @@ def gpu_from_table(table: Table) -> GpuSpec:
         nvlink_Bps=num("nvlink_GBps", base and base.nvlink_Bps, GB),
         arch=table.get("arch", str, base.arch if base else "hopper", choices=tuple(ARCHS)),
         sm_count=table.get("sm_count", int, base.sm_count if base else 132, positive=True),
+        comm_sms=table.get("comm_sms", int, base.comm_sms if base else 20),
         efficiency=table.get("efficiency", float, base.efficiency if base else None),
         memory_reserved_fraction=table.get("memory_reserved_fraction", float,
                                            base.memory_reserved_fraction if base else 0.0),

@@ -60,6 +60,8 @@ class ParallelSpec:
     fp8: bool = False  # linear-layer GEMMs in FP8 (needs a GPU with FP8 tensor cores)
     overlap_grad_reduce: bool = True  # reduce each gradient bucket during the backward, not after it
     overlap_p2p_comm: bool = True  # pipeline sends run beside the compute; False: the sender waits
+    tp_backward_overlap: bool = True  # backward TP collectives beside the GEMMs (False: one after another)
+    tp_comm_overlap: bool = False  # TransformerEngine's chunked TP all-gather/reduce-scatter beside the GEMMs
 
     @property
     def world(self) -> int:

@@ -11,6 +11,15 @@ parameter gathers and reductions, and the static memory of a pipeline rank.
   ``ep`` x ``etp`` (Megatron's MoE parallel folding).
 * ZeRO-3 / PyTorch FSDP: every layer's parameter shards are all-gathered before each pass that
   uses them, prefetched one layer ahead.
+* ZeRO-2 and ZeRO-3 / FSDP reduce-scatter every micro-batch's gradients, bucket by bucket, as
+  soon as the bucket's weight gradients of that micro-batch are done (DeepSpeed's
+  ``reduce_scatter`` of each ``reduce_bucket_size`` bucket in the backward hooks,
+  ``deepspeed/runtime/zero/stage_1_and_2.py``; FSDP's post-backward reduce-scatter of each unit,
+  ``torch/distributed/fsdp/_runtime_utils.py``): a rank keeps only its gradient shard between
+  micro-batches, plus the unsharded gradient of the buckets in flight. ZeRO 0 and 1 keep the
+  full gradient buffer and reduce once per step, after the last micro-batch (Megatron-LM's
+  distributed optimizer). On the one data-parallel stream a finished bucket's reduce-scatter is
+  queued behind the next parameter gather, so that it does not hold back that prefetch.
 * Gradients are reduced in their accumulation precision: fp32 by default, as Megatron-LM does for
   bf16 training (``--grad-dtype bf16``: its ``--grad-reduce-in-bf16``); parameters are gathered
   in bf16.
@@ -33,6 +42,12 @@ from simtrain.workload.program import STREAM, Op
 
 EMBEDDING = -1  # layer index of the input embedding
 LM_HEAD = -2  # layer index of the LM head and final norm
+
+
+def bucket_size(par: ParallelSpec, opts: WorkloadOptions) -> float:
+    """Parameters per gradient bucket: ``opts.dp_bucket_params``, or Megatron-LM's default
+    ``max(40M, 1M x data-parallel size)`` (``DistributedDataParallelConfig.bucket_size``)."""
+    return opts.dp_bucket_params or max(40_000_000, 1_000_000 * par.dp * par.cp)
 
 
 def group_sizes(par: ParallelSpec) -> dict[str, int]:
@@ -124,28 +139,56 @@ class ParamLayout:
         updated = sum(p / (sizes[g] if zero >= 1 else 1) for g, p in by_group.items())
         return static, updated
 
+    def reduce_buffer_bytes(self, pp_index: int, opts: WorkloadOptions) -> float:
+        """Under ZeRO 2 or 3, the unsharded gradients of the buckets in flight on pipeline rank
+        ``pp_index``: two of its largest buckets (one reduce-scatter running while the next
+        bucket fills: DeepSpeed's ``overlap_comm`` double buffer), one without
+        ``overlap_grad_reduce``; none under ZeRO 0 or 1, whose full gradient buffer is static."""
+        if self.par.zero < 2 or not opts.dp_comm:
+            return 0.0
+        buckets = self.buckets(pp_index, bucket_size(self.par, opts), opts.embedding, opts.lm_head)
+        if not buckets:
+            return 0.0
+        in_flight = 2 if self.par.overlap_grad_reduce else 1
+        return in_flight * GRAD_BYTES[self.par.grad_dtype] * max(b.params for b in buckets)
+
 
 class DataParallelOps:
     """The data-parallel ops of the simulated rank being lowered: ZeRO-1/2 bucket gathers before
-    first use, ZeRO-3 per-layer gathers, and the gradient reduction of each bucket."""
+    first use, ZeRO-3 per-layer gathers, and the gradient reduction of each bucket (once per
+    step, or under ZeRO 2 and 3 once per micro-batch)."""
 
     def __init__(self, em: Emitter, layout: ParamLayout, opts: WorkloadOptions):
         self.em, self.layout, self.opts = em, layout, opts
         self.zero = layout.par.zero
         self.sizes = group_sizes(layout.par)
-        par = layout.par
-        self.bucket_params = opts.dp_bucket_params or max(40_000_000, 1_000_000 * par.dp * par.cp)
+        self.bucket_params = bucket_size(layout.par, opts)
+        self.per_micro_batch = self.zero >= 2
+        self.rank = -1  # the rank being lowered
         self.buckets: list[Bucket] = []
         self.param_gather: dict[tuple[int, int], int] = {}  # (stage, layer) -> ZeRO-1/2 gather op
         self.used: set[tuple[int, int]] = set()  # (stage, layer) already waiting for its gather
         self.grad_ops: dict[tuple[int, int], int] = {}  # (stage, layer) -> last weight-gradient op
         self.layer_anchor: int | None = None  # first op of the previous layer of this pass
         self.pending_gathers: list[int] = []  # ZeRO-3 gathers the next layer waits for
+        self.pass_grads: dict[tuple[int, int], int] = {}  # (stage, layer) -> its gradient op in this pass
+        self.closed: set[int] = set()  # indices of the buckets this pass has finished
+        self.finished: list[tuple[Bucket, list[int]]] = []  # buckets of a pass done, not yet queued
+        self.reductions: list[int] = []  # per-micro-batch reductions queued so far
+
+    def static_of_rank(self, rank: int) -> tuple[float, float]:
+        """(static memory, parameters the optimizer updates) of ``rank``: its pipeline rank's
+        shards (:meth:`ParamLayout.static_of_pipeline_rank`) and its gradient buckets in flight
+        (:meth:`ParamLayout.reduce_buffer_bytes`)."""
+        pp_index = self.em.prog.pipeline_rank_of[rank]
+        static, updated = self.layout.static_of_pipeline_rank(pp_index)
+        return static + self.layout.reduce_buffer_bytes(pp_index, self.opts), updated
 
     def begin_rank(self, rank: int) -> None:
         """Start ``rank``'s program: its buckets and, under ZeRO 1 or 2, one parameter all-gather
         per bucket in forward order of first use."""
         self.param_gather, self.used, self.grad_ops = {}, set(), {}
+        self.pass_grads, self.finished, self.reductions, self.rank = {}, [], [], rank
         pp_index = self.em.prog.pipeline_rank_of[rank]
         self.buckets = self.layout.buckets(pp_index, self.bucket_params, self.opts.embedding,
                                            self.opts.lm_head) if self.opts.dp_comm else []
@@ -167,16 +210,48 @@ class DataParallelOps:
         """Record ``op`` as the latest weight-gradient op of ``layer`` (passes B and W)."""
         if kind in ("B", "W"):
             self.grad_ops[(stage, layer)] = op.id
+            if self.per_micro_batch:
+                self.pass_grads[(stage, layer)] = op.id
 
     def begin_pass(self) -> None:
-        """A new action starts: the first layer's ZeRO-3 gather has no previous layer to follow."""
+        """A new action starts: the first layer's ZeRO-3 gather has no previous layer to follow;
+        every bucket the previous action completed is done."""
         self.layer_anchor = None
+        self._close_buckets(None)
+        self.pass_grads, self.closed = {}, set()
+
+    def _close_buckets(self, running: int | None) -> None:
+        """Per-micro-batch reduction: the buckets whose layers all have their gradient of this
+        pass, none of them the layer ``running`` (the one about to start; None: the pass is
+        over), are done; without ``overlap_grad_reduce`` only at the end of the pass, after its
+        last compute op."""
+        if not self.pass_grads or (running is not None and not self.layout.par.overlap_grad_reduce):
+            return
+        after: list[int] = []
+        if running is None and not self.layout.par.overlap_grad_reduce:
+            after = self.em.prog.order.get((self.rank, STREAM["compute"]), [])[-1:]
+        for i, bucket in enumerate(self.buckets):
+            if i in self.closed or running in bucket.layers:
+                continue
+            ops = [self.pass_grads.get((bucket.stage, layer)) for layer in bucket.layers]
+            if all(o is not None for o in ops):
+                self.closed.add(i)
+                self.finished.append((bucket, sorted({o for o in ops if o is not None} | set(after))))
+
+    def _queue_finished(self) -> None:
+        """Queue the reduce-scatter of every finished bucket, in the order they finished."""
+        for bucket, deps in self.finished:
+            self.reductions.append(self.em.collective(self.rank, "dp", bucket.group, "reduce_scatter",
+                                                      self.em.shape.grad_bytes * bucket.params,
+                                                      bucket.stage, -1, -1, deps).id)
+        self.finished = []
 
     def gather_layer(self, rank: int, stage: int, layer: int, mb: int) -> int:
         """ZeRO-3/FSDP: all-gather the layer's parameter shards before it runs (every pass and
         micro-batch), prefetched one layer ahead: the gather may start once the previous layer
         of the same pass has started (PyTorch FSDP's default backward/forward prefetch of one).
-        Returns the index of the first op of the layer, whose dependencies
+        Under ZeRO 2 and 3 the reduce-scatters of the buckets finished before ``layer`` are
+        queued next. Returns the index of the first op of the layer, whose dependencies
         :meth:`layer_started` completes."""
         gathers = []
         if self.zero == 3 and self.opts.dp_comm:
@@ -186,6 +261,8 @@ class DataParallelOps:
                     gathers.append(self.em.collective(rank, "dp", group, "all_gather",
                                                       costs.BYTES_PARAM * params, stage, layer, mb, anchor).id)
         self.pending_gathers = gathers
+        self._close_buckets(layer)
+        self._queue_finished()
         return len(self.em.prog.ops)
 
     def layer_started(self, first_index: int) -> None:
@@ -197,9 +274,14 @@ class DataParallelOps:
         self.pending_gathers = []
 
     def reduce(self, rank: int) -> list[int]:
-        """One gradient reduction per bucket, in the order the buckets' gradients complete (or,
-        without ``overlap_grad_reduce``, all after the rank's last backward op); returns their op
-        ids."""
+        """The step's gradient reductions; returns their op ids. Per micro-batch (ZeRO 2, 3): the
+        last pass's buckets, queued after those of the earlier micro-batches. Once per step: one
+        reduction per bucket, in the order the buckets' gradients complete (or, without
+        ``overlap_grad_reduce``, all after the rank's last backward op)."""
+        if self.per_micro_batch:
+            self._close_buckets(None)
+            self._queue_finished()
+            return self.reductions
         reductions = []
         grad_ops = self.grad_ops
         ordered = sorted(self.buckets, key=lambda b: max(grad_ops.get((b.stage, layer), -1) for layer in b.layers))

@@ -65,10 +65,10 @@ def schedule_timeline(run: Replay, forward: float, comm: float) -> Timeline:
 
 
 def run_schedule(schedule: Schedule, F: float = 1.0, I: float = 1.0, W: float = 1.0,  # noqa: E741,N803
-                 comm: float = 0.0, vpp: int | None = None) -> ScheduleRun:
+                 comm: float = 0.0) -> ScheduleRun:
     """Validate ``schedule``, replay it with fixed costs (F, I, W per plain stage, ``comm`` per
-    transfer between ranks) and compare it to its record's closed form (with ``comm = 0``; model
-    chunks per rank ``vpp``, by default the schedule's own)."""
+    transfer between ranks) and compare it to its record's closed form (with ``comm = 0``, at the
+    schedule's own model chunks per rank)."""
     validate(schedule)
     costs = scaled_costs(schedule, F, I, W)
     run = replay(schedule, costs, comm)
@@ -77,9 +77,8 @@ def run_schedule(schedule: Schedule, F: float = 1.0, I: float = 1.0, W: float = 
     idle = [run.makespan - rank_breakdown(tl, r, run.makespan)["compute"] for r in ranks]
     ratio = sum(idle) / (len(idle) * run.makespan) if run.makespan > 0 else 0.0
     peaks = memory_peaks(tl, dict.fromkeys(ranks, 0.0))
-    v = schedule.meta.get("vpp", 1) if vpp is None else vpp
     closed = REGISTRY.makespan(schedule.name, schedule.num_ranks, schedule.num_microbatches, F, I, W,
-                               vpp=v) if comm == 0 else None
+                               vpp=schedule.meta.get("vpp", 1)) if comm == 0 else None
     return ScheduleRun(schedule, tl, run.makespan, idle, ratio, [peaks[r] for r in ranks], closed)
 
 

@@ -10,8 +10,8 @@ receiver's first op of the action waits for the transfer; sends are asynchronous
 Without sequence parallelism each TP rank sends its slice of the activation and the receiver
 all-gathers the slices over the TP group (Narayanan et al. 2021, section 4.1, the scatter/gather
 optimisation). Data-parallel
-gathers and reductions come from :mod:`simtrain.workload.data_parallel`; the optimizer step
-follows the last reduction.
+gathers and reductions come from :mod:`simtrain.workload.data_parallel`; after the last reduction
+the global gradient norm is all-reduced over every GPU, then the optimizer steps.
 
 With folding (the default), one representative rank per pipeline rank is simulated
 (:mod:`simtrain.workload.emit`).
@@ -43,6 +43,7 @@ class _Lowering:
     def __init__(self, model: ModelSpec, par: ParallelSpec, gpu: GpuSpec, schedule: Schedule,
                  mesh: DeviceMesh, opts: WorkloadOptions):
         self.model, self.sched, self.mesh, self.opts = model, schedule, mesh, opts
+        self.world = par.world
         self.em = Emitter(model, par, gpu, mesh, opts.fold, opts.calibration)
         self.prog = self.em.prog
         self.chunks = split_layers(model, par, gpu, schedule.chain_length, opts)
@@ -51,7 +52,8 @@ class _Lowering:
         factors = load_factors(model.num_experts, par.ep, len(moe_layers), opts.routing) if moe_layers else []
         self.blocks = Blocks(self.em, self.dp, par, schedule, self.chunks, opts.tp_comm,
                              dict(zip(moe_layers, factors)))
-        self.sends: dict[tuple, int] = {}  # (stage, mb, "act"|"grad") -> p2p op id
+        self.step = 0  # the step being lowered
+        self.sends: dict[tuple, int] = {}  # (step, stage, mb, "act"|"grad") -> p2p op id
         self.last_send: dict[int, int] = {}  # rank -> its latest p2p send (blocking sends wait for it)
         self.blocking_p2p = not par.overlap_p2p_comm
         # without sequence parallelism each TP rank sends its slice; the receiver all-gathers them
@@ -60,7 +62,8 @@ class _Lowering:
 
     def build(self) -> Program:
         """Every simulated rank's program: its actions in schedule order, then its gradient
-        reductions and the optimizer step; finally each action waits for the transfer it needs."""
+        reductions, the global gradient norm and the optimizer step; finally each action waits for
+        the transfer it needs."""
         prog, em, dp = self.prog, self.em, self.dp
         slices = [self.mesh.group_of("pp", 0)] if self.opts.fold else em.pp_groups
         for group in slices:
@@ -68,23 +71,51 @@ class _Lowering:
                 prog.pipeline_rank_of[rank] = pp_index
                 prog.rank_weight[rank] = len(em.pp_groups) if self.opts.fold else 1
         for rank in prog.ranks:
-            dp.begin_rank(rank)
-            for action in self.sched.actions[prog.pipeline_rank_of[rank]]:
-                self._action(rank, action)
-            reductions = dp.reduce(rank)
-            prog.static_bytes[rank], updated = dp.layout.static_of_pipeline_rank(prog.pipeline_rank_of[rank])
-            if self.opts.optimizer:
-                em.emit(rank, "compute", "opt", "optimizer", -1, -1, -1, reductions,
-                        costs.optimizer_cost(updated, 1, em.shape.grad_bytes))
+            optimizer = None
+            for step in range(self.opts.steps):
+                self.step = step
+                optimizer = self._step(rank, optimizer)
         prog.layers_per_chunk = [len(c) for c in self.chunks]
         prog.kernel_sources = dict(em.timer.counts)
         for op_id, key in self.needs:
             src = self.sends.get(key)
             if src is None:
-                raise SpecError(f"schedule {self.sched.name}: nothing sends {key[2]} of micro-batch "
-                                f"{key[1]} from stage {key[0]}")
+                raise SpecError(f"schedule {self.sched.name}: nothing sends {key[3]} of micro-batch "
+                                f"{key[2]} from stage {key[1]}")
             prog.ops[op_id].deps.append(src)
         return prog
+
+    def _step(self, rank: int, previous: int | None) -> int | None:
+        """One step of ``rank``'s program: its actions, reductions, the global gradient norm
+        (unless the optimizer is validated after the fact) and the optimizer step, whose op id it
+        returns. A later step's parameter gathers wait for the ``previous`` step's optimizer; its
+        compute follows it on the compute stream."""
+        prog, em, dp = self.prog, self.em, self.dp
+        first = len(prog.ops)
+        dp.begin_rank(rank)
+        if previous is not None:
+            for op in prog.ops[first:]:
+                op.deps.append(previous)
+        for action in self.sched.actions[prog.pipeline_rank_of[rank]]:
+            self._action(rank, action)
+        reductions = dp.reduce(rank)
+        prog.static_bytes[rank], updated = dp.static_of_rank(rank)
+        if not self.opts.optimizer:
+            return None
+        norm = self._grad_norm(rank, reductions) if self.opts.optimizer_sync == "grad-norm" else None
+        return em.emit(rank, "compute", "opt", "optimizer", -1, -1, -1, [*reductions, norm],
+                       costs.optimizer_cost(updated, 1, em.shape.grad_bytes)).id
+
+    def _grad_norm(self, rank: int, reductions: list[int]) -> int:
+        """The global gradient norm before the optimizer step: after its reductions, each rank's
+        sum of squares (one fp32) is all-reduced over every GPU of the job, as Megatron-LM's
+        gradient clipping does (``clip_grad_norm_fp32``, ``megatron/core/optimizer/clip_grads.py``:
+        over the model-parallel group, and over data parallelism where the optimizer is
+        distributed). The one collective makes every rank's optimizer wait for the slowest."""
+        world = (tuple(range(self.world)),)
+        return self.em.emit(rank, "dp", "dp", "dp.grad_norm", -1, -1, -1, reductions, nbytes=4.0,
+                            comm="all_reduce", group_set=self.prog.group_set_id(world),
+                            key=("grad_norm", self.step)).id
 
     def _action(self, rank: int, action: Action) -> None:
         """Lower one action; an overlapped F&B pair (DualPipe) starts when the inputs of both of
@@ -160,7 +191,7 @@ class _Lowering:
         ends); parameter gathers before it do not."""
         first = self._first_non_dp(first_op) if key is not None else None
         if first is not None:
-            self.needs.append((first, key))
+            self.needs.append((first, (self.step, *key)))
 
     def _first_non_dp(self, first_op: int) -> int | None:
         """The first op from ``first_op`` on that is not a data-parallel gather."""
@@ -177,7 +208,7 @@ class _Lowering:
         nbytes = costs.pp_activation_bytes(self.model, self.em.shape)
         op = self.em.emit(rank, "pp_send", "pp", f"pp.send.{what}", stage, -1, mb, [after], nbytes=nbytes,
                           comm="p2p", group_set=self.prog.group_set_id(pairs), peer=peer, peer_stage=to_stage)
-        self.sends[(stage, mb, what)] = op.id
+        self.sends[(self.step, stage, mb, what)] = op.id
         self.last_send[rank] = op.id
 
 

@@ -6,6 +6,8 @@ lowering attaches to its ops (:mod:`simtrain.workload.blocks`, :mod:`simtrain.wo
 a forward keeps each layer's activations, or only its input when recomputed (Korthikanti et al.
 2022, table 2: :func:`simtrain.costs.layer_activation_bytes`), and the last stage its logits; a
 recompute rebuilds a layer's activations just before its backward; B, or W after I, releases them.
+Static memory includes, under ZeRO 2 and 3, the unsharded gradient buckets in flight
+(:meth:`~simtrain.workload.data_parallel.ParamLayout.reduce_buffer_bytes`).
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ def memory_plan(model: ModelSpec, par: ParallelSpec, gpu: GpuSpec, schedule: Sch
     last_chunk = len(chunks) - 1
     peaks = []
     for pp_index, row in enumerate(schedule.actions):
-        static, _ = layout.static_of_pipeline_rank(pp_index)
+        static = layout.static_of_pipeline_rank(pp_index)[0] + layout.reduce_buffer_bytes(pp_index, opts)
         level = peak = 0.0
         for action in row:
             for a in action.halves():

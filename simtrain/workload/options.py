@@ -17,6 +17,8 @@ class WorkloadOptions:
     embedding: bool = True  # embedding on the first chunk
     lm_head: bool = True  # LM head and loss on the last chunk
     optimizer: bool = True  # optimizer step at the end of the step
+    steps: int = 1  # consecutive training steps, each ending in the optimizer step
+    optimizer_sync: str = "grad-norm"  # grad-norm: global norm all-reduce first; post-validation: none
     dp_comm: bool = True  # data-parallel gradient reduction and parameter gather
     tp_comm: bool = True  # tensor-parallel collectives
     routing: Routing = Routing()  # MoE token routing (uniform unless skewed)

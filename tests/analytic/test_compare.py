@@ -24,8 +24,9 @@ class NoP2P(AnalyticNetwork):
 @pytest.mark.parametrize("tp, pp, m", [(8, 4, 32), (4, 2, 16), (2, 8, 16)])
 def test_uniform_1f1b_agrees_with_the_closed_form(tp, pp, m):
     """Analytic network for TP, free p2p, no LM head or embedding, no DP traffic: the simulated
-    1F1B step equals (m + p - 1) micro-batch times of the notes' TP formula, plus NCCL's latency of
-    each TP collective (which the notes leave out), plus the layers' compute, within 1%. The
+    1F1B step is (m + p - 1) micro-batch times of the notes' TP formula, plus NCCL's latency of
+    each TP collective (which the notes leave out), plus the layers' compute, less the backward
+    collectives hidden behind the GEMMs. The
     compute is the kernel model's: the notes' FLOPs at the flat efficiency, plus the fused
     attention backward's extra products and the memory-bound kernels the notes leave out."""
     dp = 64 // (tp * pp)
@@ -50,7 +51,11 @@ def test_uniform_1f1b_agrees_with_the_closed_form(tp, pp, m):
               if op.rank == 0 and op.stream == STREAM["tp"] for part, size in [op_parts(op)]]
     latency = sum(net.planner.price(c, g, size).latency_s for parts, g, size in tp_ops for c in parts) / m
     t_mb = layers * layer_s + tp_c + latency
-    assert step == pytest.approx((m + pp - 1) * t_mb, rel=0.01)
+    # the backward's collectives run beside its GEMMs (Megatron-LM's overlap, with two re-gathers
+    # per layer): the step lies between every backward collective hidden and every one exposed
+    regather = layers * 2 * (tp - 1) / tp * act_bytes / 450e9
+    assert (m + pp - 1) * (layers * layer_s + tp_c / 2) < step < (m + pp - 1) * (t_mb + regather)
+    assert step < 0.99 * (m + pp - 1) * t_mb
 
 
 def test_compare_names_largest_differences():

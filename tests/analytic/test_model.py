@@ -88,7 +88,7 @@ def test_schedules_without_closed_form_are_refused(llama70b, seed64):
         api.resolve(settings, recompute_rule="ledger")
     assert api.resolve(settings).parallel.schedule == "zb-auto"  # the simulation's rule works
     # a schedule with a closed form that does not cover the layout: the configuration is refused
-    uncovered = r"no closed form for pp=4, 6 micro-batches, vpp=2 \(it needs vpp = 1, or pp divides m"
+    uncovered = r"no closed form for pp=4, 6 micro-batches, vpp=2 \(it needs vpp >= 2 and pp divides m"
     with pytest.raises(SpecError, match=uncovered):
         analytic_report(llama70b, seed64, replace(par, gbs=12, vpp=2, schedule="interleaved-1f1b"))
 

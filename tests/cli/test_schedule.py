@@ -55,3 +55,14 @@ def test_example_schedule_files_by_name():
     assert rep["makespan"] == 27
     code, _, err = cli("schedule", "hand-4x4", "--pp", 2, "--microbatches", 4)
     assert code == 2 and "pp=2" in err
+
+
+def test_interleaved_closed_form_is_the_schedule_run():
+    """The closed form printed is the one of the schedule actually built: vpp is required for
+    interleaved-1f1b, refused for a schedule without chunks, and used by the closed form."""
+    rep = cli_json("schedule", "interleaved-1f1b", "--pp", 4, "--microbatches", 8, "--vpp", 2)
+    assert rep["makespan"] == pytest.approx(28.5) and rep["closed_form_makespan"] == pytest.approx(28.5)
+    code, _, err = cli("schedule", "interleaved-1f1b", "--pp", 4, "--microbatches", 8)
+    assert code == 2 and "--vpp 2" in err
+    code, _, err = cli("schedule", "1f1b", "--pp", 4, "--microbatches", 8, "--vpp", 2)
+    assert code == 2 and "only interleaved-1f1b takes --vpp" in err

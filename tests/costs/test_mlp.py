@@ -8,7 +8,7 @@ import pytest
 
 from helpers import tiny_model
 from simtrain.costs.kernels import Gemm
-from simtrain.costs.mlp import moe_cost, moe_costs, mlp_cost
+from simtrain.costs.mlp import mlp_cost, mlp_parts, moe_cost, moe_costs
 from simtrain.costs.shape import Shape
 from simtrain.specs.model import load_model
 
@@ -21,6 +21,19 @@ def test_dense_mlp_hand_flops():
     gated = load_model("llama3-8b")
     fc1 = next(k for k in mlp_cost(gated, Shape(tokens=512, seq=512, tp=2, sp=True), "F").kernels if k.name == "mlp.fc1")
     assert (fc1.m, fc1.n, fc1.k) == (512, 2 * 14336 // 2, 4096)  # gate and up in one GEMM
+
+
+@pytest.mark.parametrize("kind", ["F", "I", "W"])
+def test_mlp_parts_split_the_block_at_its_linear_layers(kind):
+    m = load_model("llama3-8b")
+    sh = Shape(tokens=512, seq=512, tp=2, sp=True)
+    head, core, tail = mlp_parts(m, sh, kind)
+    assert head.kernels + core.kernels + tail.kernels == mlp_cost(m, sh, kind).kernels
+    first, second = ("fc1", "fc2") if kind == "F" else ("fc2", "fc1")
+    assert any(k.name.startswith(f"mlp.{first}") for k in head.kernels)
+    assert not any(k.name.startswith(f"mlp.{second}") for k in head.kernels + core.kernels)
+    assert all(k.name.startswith(f"mlp.{second}") for k in tail.kernels if isinstance(k, Gemm))
+    assert (core.kernels == ()) == (kind == "W")  # the activation has no weights
 
 
 def test_moe_costs_hand_computed():

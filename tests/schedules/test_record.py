@@ -35,7 +35,7 @@ def test_analytic_bubbles():
     assert bubble("1f1b", 4, 8, 0.1) == 3 * 0.1  # (p - 1) t_mb, not a sum of thirds
     assert bubble("interleaved-1f1b", 4, 8, t, vpp=2) == 4.5
     assert bubble("interleaved-1f1b", 4, 6, t, vpp=2) is None  # m % p != 0
-    assert bubble("interleaved-1f1b", 4, 6, t, vpp=1) == 9.0
+    assert bubble("interleaved-1f1b", 4, 8, t, vpp=1) is None  # vpp 1 is not interleaved
     assert bubble("zb-h1", 4, 8, t) == 3.0  # (p-1)(F+I-W)
     assert bubble("zb-h1", 4, 3, t) is None
     assert bubble("zb-h2", 4, 8, t) == 3.0  # (p-1)F start-up

@@ -18,7 +18,8 @@ def test_registry_names():
     with pytest.raises(SpecError, match="unknown schedule .zb-h9."):
         generate("zb-h9", 4, 8)
     for name in BUILTIN_SCHEDULES:
-        assert generate(name, 2, 4).name == name  # each generator builds the schedule of its record
+        kw = {"vpp": 2} if REGISTRY[name].takes("vpp") else {}  # interleaved-1f1b requires it
+        assert generate(name, 2, 4, **kw).name == name  # each generator builds the schedule of its record
         assert f"\n{name}\n    {REGISTRY[name].description}." in schedules.__doc__
 
 

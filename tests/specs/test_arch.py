@@ -28,3 +28,14 @@ def test_presets_in_gib_with_their_architecture():
     for name, gib in (("h100-sxm", 79.65), ("h200", 140.40), ("b200", 179.06)):
         assert get_gpu(name).hbm_bytes / GiB == pytest.approx(gib, abs=0.01)
     assert get_gpu("seed-h100").efficiency == 0.6 and get_gpu("h100-sxm").efficiency is None
+
+
+def test_communication_holds_sms_that_compute_loses():
+    """comm_sms of sm_count SMs leave compute sm_count - comm_sms: it runs that much longer."""
+    from dataclasses import replace
+
+    assert get_gpu("h100-sxm").comm_interference == pytest.approx(20 / 112)
+    assert get_gpu("a100-80g").comm_interference == pytest.approx(20 / 88)
+    assert replace(get_gpu("h100-sxm"), comm_sms=0).comm_interference == 0
+    with pytest.raises(SpecError, match="comm_sms = 132: must be in"):
+        replace(get_gpu("h100-sxm"), comm_sms=132)

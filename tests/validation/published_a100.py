@@ -10,7 +10,10 @@ step time derived from the paper's equation 3 and its achieved TFLOP/s per GPU. 
 the stock ``a100-hdr`` topology and :data:`ASSUMPTIONS`, one set for all rows: the 2021-22
 Megatron-LM these runs used had the unfused attention core, no distributed optimizer, gradients
 reduced in fp32 after the backward (``--overlap-grad-reduce`` came later) and pipeline sends that
-block until done (``batch_isend_irecv`` and a wait). TFLOP/s per GPU counts each paper's FLOPs:
+block until done (``batch_isend_irecv`` and a wait), and ran the backward's tensor-parallel
+collectives synchronously, each after the GEMM producing its input (``tp_backward_overlap`` off:
+the asynchronous TP communication of ``LinearWithGradAccumulationAndAsyncCommunication`` is a later
+addition). TFLOP/s per GPU counts each paper's FLOPs:
 Korthikanti's model FLOPs ``72 B s l h^2 (1 + s/6h + V/12lh)``, SC21's equation 3
 ``96 B s l h^2 (1 + s/6h + V/16lh)`` (full recompute included).
 """
@@ -30,7 +33,8 @@ HERE = Path(__file__).parent
 CASES = HERE / "published_a100.json"
 TOPOLOGY = "a100-hdr"
 ASSUMPTIONS: dict[str, Any] = {"attention": "eager", "zero": 0, "grad_dtype": "fp32",
-                               "overlap_grad_reduce": False, "overlap_p2p_comm": False}
+                               "overlap_grad_reduce": False, "overlap_p2p_comm": False,
+                               "tp_backward_overlap": False}
 MEAN_LIMIT_PCT = 5.0  # mean |error| of each paper's rows
 ROW_LIMIT_PCT = 10.0  # |error| of any row
 PAPERS = {"A100-korthikanti": "Korthikanti et al. 2022", "A100-megatron-sc21": "Narayanan et al. 2021 (SC21)"}

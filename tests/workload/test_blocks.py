@@ -1,5 +1,6 @@
 """Layer blocks: the CP ring on the timeline, MoE experts and all-to-all following the routing skew,
-the MoE presets, recompute placed just before its backward."""
+the MoE presets, recompute placed just before its backward, TP collectives overlapped as Megatron-LM
+and TransformerEngine overlap them."""
 
 from __future__ import annotations
 
@@ -7,6 +8,9 @@ import numpy as np
 import pytest
 
 from helpers import SEED_70B, simulate_settings
+from simtrain import costs
+from simtrain.errors import SpecError
+from simtrain.specs.model import load_model
 from simtrain.workload.moe_routing import Routing, load_factors
 
 
@@ -74,3 +78,88 @@ def test_recompute_runs_just_before_its_backward():
         if span.kind == "R" and span.name == "mlp.R":
             nxt = next(s for s in comp[i + 1:] if s.kind != "R")
             assert nxt.kind == "B" and nxt.layer == span.layer and nxt.mb == span.mb
+
+
+SMALL_TP = {**SEED_70B, "tp": 8, "pp": 2, "gbs": 8, "recompute": "none"}
+
+
+def _span(comp, name, layer, mb=0):
+    return next(s for s in comp if s.name == name and s.layer == layer and s.mb == mb)
+
+
+def _tp_beside(tp_spans, span):
+    """TP spans that start while ``span`` runs."""
+    return [s for s in tp_spans if span.start_s <= s.start_s < span.end_s]
+
+
+def test_backward_regathers_the_input_and_overlaps_both_tp_collectives():
+    res = simulate_settings(**SMALL_TP)
+    tl = res.timeline
+    comp = tl.spans(tl.mask(rank=0, stream="compute"))
+    tp = tl.spans(tl.mask(rank=0, stream="tp"))
+    for block, column in (("mlp", "fc1"), ("attn", "proj_qkv")):
+        dgrad, wgrad = _span(comp, f"{block}.{column}.B", 3), _span(comp, f"{block}.{column}.wgrad.B", 3)
+        assert wgrad.start_s >= dgrad.end_s
+        # the input's re-gather runs beside the column-parallel input gradient, the input
+        # gradient's reduce-scatter beside its weight gradient
+        assert [s.name for s in _tp_beside(tp, dgrad)] == ["tp.all_gather"]
+        assert [s.name.split("+")[0] for s in _tp_beside(tp, wgrad)] == ["tp.reduce_scatter"]
+    # per layer and micro-batch: 4 forward collectives, 4 backward ones and 2 re-gathers
+    layers = res.report["layers_per_chunk"][0]
+    one = costs.tp_collective_bytes(load_model("llama3-70b"), costs.Shape.of(res.scenario.parallel))
+    moved = sum(s.bytes for s in tp if s.mb == 0)
+    assert moved == pytest.approx(10 * layers * one)
+
+
+def test_zero_bubble_weight_pass_regathers_beside_the_row_parallel_weight_gradient():
+    res = simulate_settings(**SMALL_TP, schedule="zb-h1")
+    tl = res.timeline
+    comp = tl.spans(tl.mask(rank=0, stream="compute"))
+    tp = tl.spans(tl.mask(rank=0, stream="tp"))
+    assert not any(s.kind == "I" and "wgrad" in s.name for s in comp)  # I stays input gradient only
+    row, column = _span(comp, "mlp.fc2.W", 5), _span(comp, "mlp.fc1.W", 5)
+    gather = _tp_beside(tp, row)
+    assert [s.name for s in gather] == ["tp.all_gather"] and gather[0].end_s <= column.start_s + 1e-12
+
+
+def _busy(starts, ends):
+    """Length of the union of the intervals."""
+    total, reach = 0.0, -np.inf
+    for a, b in sorted(zip(starts.tolist(), ends.tolist())):
+        total += max(0.0, b - max(a, reach))
+        reach = max(reach, b)
+    return total
+
+
+def _exposure_sums_hold(res):
+    rep, tl = res.report, res.timeline
+    assert sum(rep["breakdown_s"].values()) == pytest.approx(rep["step_time_s"], rel=1e-9)
+    ranks = sorted(set(tl.cols["rank"].tolist()))
+    for kind in ("tp", "pp", "dp"):
+        busy = []
+        for r in ranks:
+            m = tl.mask(rank=r, kind=kind)
+            busy.append(_busy(tl.cols["start_s"][m], tl.cols["end_s"][m]))
+        total = rep["exposed_comm_s"][kind] + rep["overlapped_comm_s"][kind]
+        assert total == pytest.approx(float(np.mean(busy)), rel=1e-9, abs=1e-12)
+
+
+def test_tp_comm_overlap_lowers_exposed_tp_time_of_the_default_scenario():
+    base = simulate_settings()
+    chunked = simulate_settings(tp_comm_overlap=True)
+    for res in (base, chunked):
+        _exposure_sums_hold(res)
+    assert chunked.report["exposed_comm_s"]["tp"] < 0.5 * base.report["exposed_comm_s"]["tp"]
+    assert chunked.report["step_time_s"] < base.report["step_time_s"]
+    tl = chunked.timeline
+    comp = tl.spans(tl.mask(rank=0, stream="compute"))
+    tp = tl.spans(tl.mask(rank=0, stream="tp"))
+    qkv = _span(comp, "attn.proj_qkv.F", 2)
+    beside = _tp_beside(tp, qkv)  # the all-gather's other tp - 1 chunks run beside the QKV GEMM
+    assert [s.name for s in beside] == ["tp.all_gather"]
+    assert beside[0].bytes == pytest.approx(7 * _span(tp, "tp.all_gather", 0).bytes)
+
+
+def test_tp_comm_overlap_needs_sequence_parallelism():
+    with pytest.raises(SpecError, match="sequence parallelism"):
+        simulate_settings(**SMALL_TP, sp=False, tp_comm_overlap=True)

@@ -1,9 +1,19 @@
-"""Data parallelism: ZeRO-3's parameter gathers hide behind compute on a fast network, not on a slow one."""
+"""Data parallelism: ZeRO-3's parameter gathers hide behind compute on a fast network, not on a slow one;
+gradients reduce in fp32 unless bf16; ZeRO-2/3 reduce-scatter every micro-batch (m times ZeRO-1's
+traffic, never a shorter step) while ZeRO-3 keeps its per-micro-batch gathers; the buckets in flight
+in static memory."""
 
 from __future__ import annotations
 
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
 from simtrain import api
 from simtrain.topology.cluster import build_topology
+from simtrain.units import GiB
+from simtrain.workload.data_parallel import bucket_size
+from simtrain.workload.options import WorkloadOptions
 
 
 def test_zero3_gathers_hidden_on_fast_network_exposed_on_slow():
@@ -31,10 +41,59 @@ def test_gradients_reduce_in_fp32_unless_bf16_and_after_the_backward_without_ove
     base = dict(model="llama3-8b", topology="h100-ib", gpus=16, tp=1, pp=1, seq=2048, gbs=16, zero=0)
     fp32 = api.simulate(api.resolve(base))
     bf16 = api.simulate(api.resolve({**base, "grad_dtype": "bf16"}))
-    assert sum(s.bytes for s in _dp_spans(fp32)) == 2 * sum(s.bytes for s in _dp_spans(bf16))
+    assert _bytes(fp32, "all_reduce") == 2 * _bytes(bf16, "all_reduce")
     assert fp32.report["peak_memory_gib"][0] > bf16.report["peak_memory_gib"][0]  # 2 bytes per parameter more
     late = api.simulate(api.resolve({**base, "overlap_grad_reduce": False}))
     tl = late.timeline
     backward_end = max(s.end_s for s in tl.spans(tl.mask(rank=0, stream="compute")) if s.name != "optimizer")
     assert min(s.start_s for s in _dp_spans(late)) >= backward_end
     assert late.report["exposed_comm_s"]["dp"] > fp32.report["exposed_comm_s"]["dp"]
+
+
+def _bytes(res, comm: str) -> float:
+    return sum(s.bytes for s in _dp_spans(res) if s.name == f"dp.{comm}")
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(tp=st.sampled_from([1, 2]), pp=st.sampled_from([1, 2]), dp=st.sampled_from([2, 4]),
+       m=st.integers(2, 4), schedule=st.sampled_from(["1f1b", "zb-h1"]),
+       network=st.sampled_from(["analytic", "flow"]))
+def test_zero2_reduces_every_micro_batch_and_is_never_faster_than_zero1(tp, pp, dp, m, schedule, network):
+    """ZeRO-2 reduce-scatters each micro-batch's gradients: m times ZeRO-1's reduce-scatter
+    traffic, the same parameter gathers, and a step never shorter than ZeRO-1's."""
+    base = dict(model="llama3-8b", topology="h100-ib", gpus=tp * pp * dp, tp=tp, pp=pp, seq=1024,
+                gbs=dp * m, schedule=schedule, network=network)
+    one, two = (api.simulate(api.resolve({**base, "zero": z})) for z in (1, 2))
+    assert _bytes(two, "reduce_scatter") == pytest.approx(m * _bytes(one, "reduce_scatter"))
+    assert _bytes(two, "all_gather") == pytest.approx(_bytes(one, "all_gather"))
+    assert two.report["step_time_s"] >= one.report["step_time_s"] * (1 - 1e-12)
+
+
+def test_zero3_reduces_and_gathers_every_micro_batch_behind_the_backward():
+    """ZeRO-3: each micro-batch's buckets are reduce-scattered while later micro-batches still
+    compute, and every layer is gathered before each pass of each micro-batch."""
+    m, layers = 4, 32
+    res = api.simulate(api.resolve(dict(model="llama3-8b", topology="h100-ib", gpus=8, tp=1, pp=1, seq=1024,
+                                        gbs=8 * m, zero=3)))
+    spans = _dp_spans(res)
+    scatters = [s for s in spans if s.name == "dp.reduce_scatter"]
+    gathers = [s for s in spans if s.name == "dp.all_gather"]
+    assert len(gathers) == 2 * layers * m  # forward and backward of every micro-batch
+    assert len(scatters) % m == 0 and len(scatters) >= m
+    tl = res.timeline
+    backward_end = max(s.end_s for s in tl.spans(tl.mask(rank=0, stream="compute")) if s.name != "optimizer")
+    assert sum(s.start_s < backward_end for s in scatters) >= len(scatters) // m  # the first micro-batch's at least
+
+
+def test_zero2_static_memory_is_the_gradient_shard_plus_two_buckets():
+    """ZeRO-2 holds the sharded gradients plus two buckets of unsharded fp32 gradients (one
+    reducing while the next fills; one without overlap); ZeRO-1 the whole gradient."""
+    base = dict(model="llama3-8b", topology="h100-ib", gpus=16, tp=1, pp=1, seq=1024, gbs=32)
+    static = {z: api.simulate(api.resolve({**base, "zero": z})).static_bytes[0] for z in (1, 2)}
+    late = api.simulate(api.resolve({**base, "zero": 2, "overlap_grad_reduce": False})).static_bytes[0]
+    sc = api.resolve({**base, "zero": 2})
+    bucket = static[2] - late  # the largest bucket's fp32 gradient
+    assert bucket >= 4 * bucket_size(sc.parallel, WorkloadOptions())
+    n = sc.model.params_total
+    assert static[1] - static[2] == pytest.approx(4 * n * (1 - 1 / 16) - 2 * bucket)
+    assert (static[1] - static[2]) / GiB > 20

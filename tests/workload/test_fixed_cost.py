@@ -88,6 +88,6 @@ def test_runs_match_closed_forms(name):
 
 
 def test_closed_form_uses_the_schedules_own_vpp():
-    sched = generate("interleaved-1f1b", 4, 8)  # vpp 2 by default
+    sched = generate("interleaved-1f1b", 4, 8, vpp=2)
     assert run_schedule(sched).closed_form == 28.5 == run_schedule(sched).makespan
     assert run_schedule(generate("interleaved-1f1b", 4, 8, vpp=4)).closed_form == 26.25

@@ -68,3 +68,57 @@ def test_folded_equals_unfolded_with_blocking_sends_and_late_reductions():
              overlap_p2p_comm=False, overlap_grad_reduce=False, schedule="interleaved-1f1b", vpp=2)
     folded, unfolded = simulate_settings(**s).report, simulate_settings(**s, fold=False).report
     assert folded["step_time_s"] == pytest.approx(unfolded["step_time_s"], rel=1e-12)
+
+
+@pytest.mark.parametrize("fold", [True, False])
+def test_the_optimizer_waits_for_the_global_gradient_norm(fold):
+    """Every simulated rank joins one all-reduce of one fp32 over every GPU after its reductions,
+    and its optimizer step waits for it: all optimizers start together."""
+    from simtrain.workload.program import KIND
+
+    model = tiny_model(layers=4)
+    cluster = build_topology({"gpu": "h100-sxm", "nodes": 2, "node": {"gpus": 8, "nic_gbps": 400},
+                              "fabric": {"kind": "fat-tree", "nodes_per_leaf": 2, "spines": 2}}, "c")
+    par = ParallelSpec(tp=2, dp=4, pp=2, gbs=16, seq=1024)
+    net = AnalyticNetwork(cluster, Router(cluster))
+    prog, res, _ = simulate(model, par, opts=WorkloadOptions(fold=fold), network=net)
+    norms = [op for op in prog.ops if op.key == ("grad_norm", 0)]
+    assert len(norms) == len(prog.ranks) == prog.members[("grad_norm", 0)]
+    assert all(op.comm == "all_reduce" and op.nbytes == 4 for op in norms)
+    assert {prog.group_sets[op.group_set] for op in norms} == {(tuple(range(16)),)}
+    opts = [op for op in prog.ops if op.kind == KIND["opt"]]
+    assert all(norm.id in opt.deps for norm, opt in zip(norms, opts, strict=True))
+    tl = res.timeline
+    starts = {s.start_s for s in tl.spans(tl.mask(kind="opt"))}
+    assert len(starts) == 1
+
+
+def test_no_optimizer_no_gradient_norm():
+    prog, _, _ = simulate(tiny_model(layers=2), ParallelSpec(pp=2, gbs=2, seq=256))
+    assert not any(op.key == ("grad_norm", 0) for op in prog.ops)
+
+
+@pytest.mark.parametrize("sync", ["grad-norm", "post-validation"])
+def test_consecutive_steps_follow_the_optimizer(sync):
+    """Each step ends in its optimizer step (after the global norm, unless post-validated); the
+    next step's parameter gathers wait for it, and its transfers are its own."""
+    from simtrain.workload.program import KIND, STREAM
+
+    model = tiny_model(layers=4)
+    cluster = build_topology({"gpu": "h100-sxm", "nodes": 2, "node": {"gpus": 8, "nic_gbps": 400},
+                              "fabric": {"kind": "fat-tree", "nodes_per_leaf": 2, "spines": 2}}, "c")
+    par = ParallelSpec(tp=2, dp=4, pp=2, gbs=16, seq=1024)
+    opts = WorkloadOptions(steps=2, optimizer_sync=sync)
+    prog, res, _ = simulate(model, par, opts=opts, network=AnalyticNetwork(cluster, Router(cluster)))
+    for rank in prog.ranks:
+        optimizers = [op for op in prog.ops if op.rank == rank and op.kind == KIND["opt"]]
+        assert len(optimizers) == 2
+        gathers = [op for op in prog.ops if op.rank == rank and op.stream == STREAM["dp"]
+                   and op.comm == "all_gather" and op.id > optimizers[0].id]
+        assert gathers and all(optimizers[0].id in op.deps for op in gathers)
+    norms = {op.key for op in prog.ops if op.key is not None and op.key[0] == "grad_norm"}
+    assert norms == ({("grad_norm", 0), ("grad_norm", 1)} if sync == "grad-norm" else set())
+    sends = [op for op in prog.ops if op.comm == "p2p"]
+    assert len(sends) == 2 * 2 * 4  # two steps of 4 micro-batches, an activation and a gradient each
+    ends = res.timeline.step_ends()
+    assert len(ends) == 2 and 0 < ends[0] < ends[1]

@@ -66,6 +66,7 @@ def test_cp_cuts_activation_memory_at_128k():
     dict(recompute="3"), dict(recompute="full", schedule="zb-h1"), dict(recompute="5", schedule="zb-v"),
     dict(schedule="interleaved-1f1b", vpp=2, recompute="2"), dict(schedule="dualpipev", gbs=64),
     dict(schedule="gpipe"), dict(schedule="zb-h2", recompute="selective"),
+    dict(zero=2), dict(zero=3, schedule="zb-h1"), dict(zero=2, overlap_grad_reduce=False),
 ])
 def test_memory_plan_is_the_simulated_peak(extra):
     sc = api.resolve({**SEED_70B, "tp": 8, "pp": 4, "gbs": 32, "recompute": "none", **extra})
