@@ -71,9 +71,6 @@ class _SharedSMs:
         """Wait out ``seconds`` of compute on ``rank``, slowed while communication runs there:
         the time left is re-planned at every start or end of a communication op."""
         env = self.env
-        if self.interference <= 0:
-            yield env.timeout(seconds)
-            return
         start, left = env.now, seconds
         while True:
             slow = 1.0 + self.interference if self.active.get(rank, 0) > 0 else 1.0
@@ -104,7 +101,7 @@ class _Run:
         self.recv_free: dict[int, simpy.Resource] = {}
         self.executed = 0
         self.tl = TimelineBuilder()
-        self.arrows = 0  # send -> recv arrows of the trace (the timeline's ``flow`` column)
+        self.arrows = 0  # send -> recv arrows of the trace (the timeline's ``arrow`` column)
         self.waiters: dict[int, simpy.Event] = {}  # network token -> the event its transfer ends
         self.wake = self.env.event()  # wakes the network process when a transfer hands out a token
         self.shared = _SharedSMs(self.env, comm_interference, program.ranks)
@@ -185,7 +182,10 @@ class _Run:
             if op.comm is None:
                 start = env.now
                 if op.duration_s > 0:
-                    yield from self.shared.compute(rank, op.duration_s)
+                    if self.shared.interference > 0:
+                        yield from self.shared.compute(rank, op.duration_s)
+                    else:  # compute alone on its SMs: one timeout, no re-planning
+                        yield env.timeout(op.duration_s)
                 self._record(op, rank, stream, op.name, start, env.now, alloc=op.alloc, free=op.free)
                 self._finish(op, start, env.now)
             elif op.comm == "p2p":

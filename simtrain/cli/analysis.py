@@ -114,17 +114,17 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 def cmd_search(args: argparse.Namespace) -> int:
     from simtrain.outputs.tables import table
-    from simtrain.schedules import GENERATORS
+    from simtrain.schedules import REGISTRY
     from simtrain.search import simulated_search
     from simtrain.specs.model import load_model
     from simtrain.topology.cluster import load_topology
 
     load_model(args.model)
     for name in args.schedules:
-        if name not in GENERATORS:
+        if name not in REGISTRY:
             from simtrain.errors import unknown_name
 
-            raise unknown_name("schedule", name, GENERATORS)
+            raise unknown_name("schedule", name, list(REGISTRY))
     cluster = load_topology(args.topology, nodes=args.nodes or None)
     nodes = args.nodes or -(-args.gpus // cluster.gpus_per_node)
     base = {"model": args.model, "topology": args.topology, "nodes": nodes, "seq": args.seq, "gbs": args.gbs}

@@ -8,8 +8,6 @@ file. The registered schedules (generated from their records):
 
 from __future__ import annotations
 
-from types import MappingProxyType
-
 from simtrain.schedules.csvio import read_schedule_csv, schedule_from_csv, schedule_to_csv
 from simtrain.schedules.ir import Action, Schedule, parse_action
 from simtrain.schedules.record import ScheduleRecord
@@ -20,9 +18,6 @@ from simtrain.schedules.validate import validate
 if __doc__ is not None:
     __doc__ += REGISTRY.describe() + "\n"
 
-#: Generator of each registered schedule, by name (read-only; the records are in :data:`REGISTRY`).
-GENERATORS = MappingProxyType({name: rec.generator for name, rec in REGISTRY.items()})
-
-__all__ = ["Action", "Schedule", "ScheduleRecord", "Registry", "REGISTRY", "GENERATORS", "Replay",
+__all__ = ["Action", "Schedule", "ScheduleRecord", "Registry", "REGISTRY", "Replay",
            "example_schedules", "generate", "load_schedule", "parse_action", "replay", "scaled_costs",
            "validate", "schedule_to_csv", "schedule_from_csv", "read_schedule_csv"]
