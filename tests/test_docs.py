@@ -101,16 +101,13 @@ def readme_examples() -> list[str]:
     return out
 
 
-@pytest.fixture(scope="module")
-def examples_dir(tmp_path_factory):
-    return tmp_path_factory.mktemp("readme-examples")
-
-
-@pytest.mark.parametrize("cmd", readme_examples())
-def test_readme_examples_run(cmd, examples_dir, monkeypatch):
-    monkeypatch.chdir(examples_dir)
-    code, out, err = cli(*cmd.split()[1:])
-    assert code == 0, err
+def test_readme_examples_run(tmp_path, monkeypatch):
+    """Every example, in README order in one folder (a later one reads what an earlier one wrote,
+    so they must not be spread over test workers)."""
+    monkeypatch.chdir(tmp_path)
+    for cmd in readme_examples():
+        code, out, err = cli(*cmd.split()[1:])
+        assert code == 0, f"{cmd}: {err}"
 
 
 def test_readme_examples_found():
