@@ -22,10 +22,14 @@ step  repeats                     actions
 DualPipe: ``H = p/2``, ``h = min(r, p-1-r)``, ``n = m/2`` micro-batches per direction; the
 first step of step 4 on the two middle ranks is not overlapped (F own, then B other).
 DualPipeV: ``H = p``, ``h = r``, ``n = m``; the not-overlapped first step is on the last rank.
-Pending W run oldest first (the repository's FIFO ``WeightGradStore``).
+Pending W run oldest first (the repository's FIFO ``WeightGradStore``). For DualPipeV this is,
+action for action, the order of PyTorch's ``ScheduleDualPipeV._calculate_single_rank_operations``
+(pytorch/pytorch ``torch/distributed/pipelining/schedules.py``), whose steps 6 and 7 split the
+same backwards into I and W and whose W queue is the same FIFO.
 
-Bubble per the DualPipe README: ``(PP/2 - 1)(F&B + B - 3W)``, activation memory ``PP + 1`` (in
-stage activations), parameters twice (DualPipe) or once (DualPipeV).
+Bubble per the DualPipe README: ``(PP/2 - 1)(F&B + B - 3W)``, activation memory ``PP + 1``
+chunk activations (``PP`` chunks: ``p`` stages for DualPipe, ``2p`` half stages for DualPipeV),
+parameters twice (DualPipe) or once (DualPipeV).
 """
 
 from __future__ import annotations
@@ -170,6 +174,13 @@ def _in_flight(p: int, stage: int, m: int, v: int) -> float:
     return min(p + 1, m)
 
 
+def _v_in_flight(p: int, stage: int, m: int, v: int) -> float:
+    """``p + 1/2`` on every rank: DualPipe's ``PP + 1`` chunk activations with PP = 2p chunks
+    of half a stage each (DualPipe repository README, "DualPipeV"), within DualPipe's ``p + 1``
+    (DeepSeek-V3 report, table 2). At most ``m``."""
+    return min(p + 0.5, m)
+
+
 def _dualpipe_covers(p: int, m: int, v: int) -> bool:
     return not (p % 2 or m % 2 or m < 2 * p)
 
@@ -185,7 +196,7 @@ DUALPIPE = ScheduleRecord(
 
 DUALPIPEV = ScheduleRecord(
     "dualpipev", dualpipev, "DualPipe cut in half: one V-shaped pipeline (DeepSeek-V3 DualPipe repo)",
-    closed_form=ClosedForm(_dualpipev_bubble, _in_flight, _dualpipev_covers, "m >= 2 pp"))
+    closed_form=ClosedForm(_dualpipev_bubble, _v_in_flight, _dualpipev_covers, "m >= 2 pp"))
 
 #: This module's schedules, read by :mod:`simtrain.schedules.registry`.
 RECORDS = (DUALPIPE, DUALPIPEV)

@@ -60,14 +60,26 @@ def zb_h1(pp: int, m: int, **_) -> Schedule:
 
 def zb_h2(pp: int, m: int, **_) -> Schedule:
     """ZB-H2 (Qi et al. 2024, section 2.2, figure 3 bottom): extra warm-up forwards fill the
-    bubble before the first backward, at a peak of ``2p - 1`` in-flight micro-batches.
+    bubble before the first backward, and deferred W fill the tail, so that each rank works
+    without a gap: the schedule is a parallelogram rather than 1F1B's trapezoid.
 
-    Rank r runs ``2(p - 1 - r)`` warm-up forwards (``p - 1 - r`` more than 1F1B/ZB-H1), then
-    ``F I W`` steps with W deferred by ``2r`` steps, so every rank holds ``2p - 1``
-    micro-batches at its peak: the last ranks, whose backward runs first, keep pending W to fill
-    the tail while the input gradients travel to rank 0 (the schedule's "parallelogram").
-    With F = I = W the paper's bubble ``(p-1)(F+I-2W)`` is zero; a single step still pays the
-    ``(p-1)F`` start-up of the last rank, so the replayed makespan is ``3mF + (p-1)F``.
+    Rank r runs ``2(p - r) - 1`` forwards before its first I (``p - 1 - r`` more than
+    1F1B/ZB-H1: the time the first input gradient takes to come back), then ``F I W`` steps
+    with W deferred by ``2r`` steps; the last ranks, whose backward starts first, run ``F I``
+    pairs while rank 0 is still warming up and keep those W for the tail, where they fill the
+    time the last input gradients take to travel to rank 0. With ``F = I = W`` rank r is busy
+    without a gap from ``rF`` to ``rF + m(F + I + W)``; with ``I <= F`` the most idle a rank
+    has inside its span is the paper's bubble ``(p - 1) max(0, F + I - 2W)`` (table 2).
+
+    A single step still pays the ``(p - 1)F`` start-up of the last rank, so its makespan with
+    F = I = W is ZB-H1's (``3mF + (p - 1)F``). The gain is across steps, when nothing
+    synchronises the ranks between them (the paper's optimizer post-validation, "bypassing
+    optimizer synchronizations"): rank 0 starts the next step while the last rank finishes
+    this one, and with fixed costs the step period is ``m(F + I + W) + (p - 1) max(0, F + I -
+    2W)`` when ``I <= F`` or ``W <= F``, where ZB-H1's stays its single-step makespan.
+
+    Every rank holds ``2p - 1`` micro-batches at its peak, just before its first W: the
+    paper's ``(2p - 1) M_B`` (table 1).
     """
     _check("zb-h2", pp, m)
     rows = tuple(_deferred_w_row(r, m, warmup=2 * (pp - 1 - r), lag=2 * r) for r in range(pp))
@@ -150,7 +162,8 @@ def _h2_bubble(p: int, m: int, c: Costs, v: int) -> float:
     state, where the optimizer post-validation lets the next step start while this one drains.
     One step from t = 0 cannot hide the last rank's ``(p - 1)F`` start-up: with F = I = W the
     makespan equals ZB-H1's (3mF + (p-1)F). :func:`~simtrain.schedules.replay.replay` matches
-    it except when I is much larger than F (then it is longer)."""
+    it for ``I <= 2F``; with a larger I the input gradients, not the forwards, pace the
+    pipeline and the replay is longer."""
     return (p - 1) * max(c.F, c.F + c.I - 2 * c.W)
 
 
@@ -163,8 +176,12 @@ def _v_bubble(p: int, m: int, c: Costs, v: int) -> float:
 
 
 def _h2_in_flight(p: int, stage: int, m: int, v: int) -> float:
-    """``2(p - stage) - 1`` (Qi et al. 2024, table 2: 2p - 1 on the first stage)."""
-    return min(2 * (p - stage) - 1, m)
+    """``2p - 1`` on every stage (Qi et al. 2024, table 1: (2p - 1) M_B). The paper's peak is
+    the first worker's after its warm-up; in the parallelogram the last workers reach it too,
+    because an activation is held until its W (as :mod:`~simtrain.schedules.replay` and the
+    memory plan count it): rank r runs ``2(p - r) - 1`` forwards before its first I and ``2r``
+    more before its first W. At most ``m``."""
+    return min(2 * p - 1, m)
 
 
 def _m_at_least_p(p: int, m: int, v: int) -> bool:

@@ -46,5 +46,7 @@ def test_analytic_bubbles():
     assert bubble("dualpipe", 3, 8, t) is None
     assert bubble("dualpipev", 4, 8, t) == 3.0  # (p-1)(F&B+B-3W)/2
     assert REGISTRY["dualpipe"].static_copies == 2 and REGISTRY["dualpipev"].static_copies == 1
-    assert [REGISTRY.closed_form("zb-h2").in_flight(4, s, 8) for s in range(4)] == [7, 5, 3, 1]
+    # 2p - 1 on every stage: the parallelogram's last ranks hold their deferred W's activations
+    assert [REGISTRY.closed_form("zb-h2").in_flight(4, s, 8) for s in range(4)] == [7, 7, 7, 7]
+    assert REGISTRY.closed_form("dualpipev").in_flight(4, 0, 8) == 4.5  # PP + 1 = 9 half-stage chunks
     assert REGISTRY.closed_form("interleaved-1f1b").in_flight(4, 0, 8, 2) == 5.5  # p + (p - 1)/v
