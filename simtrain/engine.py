@@ -1,11 +1,12 @@
-"""The engine: runs per-rank programs as SimPy processes and records the timeline.
+"""The engine: runs per-rank programs on a SimPy event queue and records the timeline.
 
-The only module that imports ``simpy``. Each (rank, stream) is one process that walks its ops in
-program order. An op starts when its stream is free (the previous op on the stream is done), its
-dependencies are done, and, for a collective, every simulated member of its group has reached
-it; it then lasts what the cost model (compute) or the network says. A point-to-point transfer
-is owned by the sender's ``pp_send`` stream and also occupies the receiver's ``pp_recv`` stream
-while it runs (receives are posted early, as Megatron-LM does).
+The only module that imports ``simpy``. Each (rank, stream) walks its ops in program order. An op
+starts when its stream is free (the previous op on the stream is done), its dependencies are
+done, and, for a collective, every simulated member of its group has reached it; it then lasts
+what the cost model (compute) or the network says. A point-to-point transfer is owned by the
+sender's ``pp_send`` stream and also occupies the receiver's ``pp_recv`` stream while it runs
+(receives are posted early, as Megatron-LM does); transfers to one receiver run one at a time, in
+the order they were ready.
 
 Communication slows compute: while a communication op runs on a rank (a collective on each
 member, a transfer on the sender and the receiver), that rank's compute progresses at
@@ -15,8 +16,15 @@ op whose rate changes mid-way re-plans its end from the work it has left; with
 ``comm_interference = 0`` every compute op lasts exactly its cost.
 
 The engine talks to the network only through :class:`~simtrain.network.protocol.NetworkModel`:
-an op the network prices up front is one timeout (per member of a collective); any other runs
-the network's transfer steps, and one network process wakes the ops whose tokens finish.
+an op the network prices up front is one timeout (one for all members of a collective); any
+other runs the network's transfer steps, and one network process wakes the ops whose tokens
+finish.
+
+Speed: a stream is an object whose bound methods are the callbacks of its timeouts (not a SimPy
+process), so an op whose dependencies are done costs one event; a finished op resumes the streams
+waiting for it directly. Spans are recorded as (op id, start, end) and become the timeline's
+columns after the run (:func:`~simtrain.timeline.program_timeline`). A re-plan at the instant a
+compute op starts leaves its work as it is; one at the instant it ends is skipped.
 
 After the run the engine checks its invariants (every op ran exactly once, no stream ran two ops
 at once, no op started before its dependencies ended) and the network's own. A state where ops
@@ -26,7 +34,10 @@ budget stops runaway runs.
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass
+from itertools import chain
+from operator import attrgetter
 
 import numpy as np
 import simpy
@@ -34,7 +45,7 @@ import simpy
 from simtrain.errors import SimulationError
 from simtrain.network.protocol import NetworkModel
 from simtrain.workload.program import STREAM, Program
-from simtrain.timeline import Timeline, TimelineBuilder
+from simtrain.timeline import Timeline, program_timeline
 
 DEFAULT_MAX_EVENTS = 50_000_000
 
@@ -46,44 +57,101 @@ class RunResult:
     slowdown_s: dict[int, float]  # simulated rank -> compute seconds communication added
 
 
-class _SharedSMs:
-    """Compute and communication sharing a GPU's SMs: while communication runs on a rank, its
-    compute progresses at ``1 / (1 + interference)`` of full speed."""
+class _Stream:
+    """One (rank, stream) queue: starts its ops in order, each when its dependencies are done."""
 
-    def __init__(self, env: simpy.Environment, interference: float, ranks: list[int]):
-        self.env = env
-        self.interference = interference
-        self.active: dict[int, int] = {}  # rank -> communication ops running on it
-        self.change: dict[int, simpy.Event] = {}  # rank -> fires when that count changes
-        self.slowdown: dict[int, float] = {r: 0.0 for r in ranks}  # compute seconds added
+    __slots__ = ("run", "rank", "ops", "pos", "op", "start", "left", "t0", "slow", "end", "ev", "on_end",
+                 "on_solo_end", "on_p2p_end")
 
-    def running(self, ranks: tuple[int, ...], delta: int) -> None:
-        """A communication op starts (``delta`` 1) or ends (-1) on ``ranks``; wakes their compute."""
-        if self.interference <= 0:
+    def __init__(self, run: "_Run", rank: int, ops: list):
+        self.run, self.rank, self.ops, self.pos = run, rank, ops, 0
+        self.op = self.ev = None
+        self.start = self.left = self.t0 = self.end = 0.0
+        self.slow = 1.0
+        # callbacks bound once, not per op
+        self.on_end, self.on_solo_end, self.on_p2p_end = self._compute_end, self.solo_end, self.p2p_end
+
+    def next(self) -> None:
+        """Start ops until one has to wait (for a dependency, a timeout, a peer or members)."""
+        run = self.run
+        finished, ops = run.finished, self.ops
+        while self.pos < len(ops):
+            op = ops[self.pos]
+            for d in op.deps:
+                if not finished[d]:
+                    w = run.waiting[d]
+                    if w is None:
+                        run.waiting[d] = self
+                    elif type(w) is list:
+                        w.append(self)
+                    else:
+                        run.waiting[d] = [w, self]
+                    return
+            now = run.env._now
+            if op.comm is None:
+                if op.duration_s > 0:
+                    self.op, self.start = op, now
+                    delay = op.duration_s
+                    if run.interference > 0:
+                        self.left, self.t0 = delay, now
+                        self.slow = slow = run.slow_factor if run.active.get(self.rank, 0) > 0 else 1.0
+                        delay *= slow
+                    # else compute alone on its SMs: one timeout, no re-planning
+                    self.end = now + delay
+                    self.ev = ev = run.timeout(delay)
+                    ev.callbacks.append(self.on_end)
+                    return
+                self.pos += 1
+                run.finish(op.id, now)
+            elif op.comm == "p2p":
+                run.request_peer(self, op)
+                return
+            else:
+                run.arrive(self, op)
+                return
+
+    # ---- compute -----------------------------------------------------------------------------
+    def replan(self, now: float) -> None:
+        """Communication started or ended on this rank: the compute running here re-plans its end
+        from the work it has left at the new speed (unless it ends right now)."""
+        if self.ev is None or self.end == now:
             return
-        for rank in ranks:
-            self.active[rank] = self.active.get(rank, 0) + delta
-            ev = self.change.pop(rank, None)
-            if ev is not None:
-                ev.succeed()
+        self.left = max(0.0, self.left - (now - self.t0) / self.slow)
+        self.t0 = now
+        run = self.run
+        self.slow = run.slow_factor if run.active.get(self.rank, 0) > 0 else 1.0
+        delay = self.left * self.slow
+        self.end = now + delay
+        self.ev = ev = run.timeout(delay)
+        ev.callbacks.append(self.on_end)
 
-    def compute(self, rank: int, seconds: float):
-        """Wait out ``seconds`` of compute on ``rank``, slowed while communication runs there:
-        the time left is re-planned at every start or end of a communication op."""
-        env = self.env
-        start, left = env.now, seconds
-        while True:
-            slow = 1.0 + self.interference if self.active.get(rank, 0) > 0 else 1.0
-            change = self.change.get(rank)
-            if change is None:
-                change = self.change[rank] = env.event()
-            t0 = env.now
-            done = env.timeout(left * slow)
-            fired = yield done | change
-            if done in fired:
-                break
-            left = max(0.0, left - (env.now - t0) / slow)
-        self.slowdown[rank] += (env.now - start) - seconds
+    def _compute_end(self, ev) -> None:
+        if ev is not self.ev:  # a re-planned end superseded this one
+            return
+        self.ev = None
+        run, op = self.run, self.op
+        now = run.env._now
+        if run.interference > 0:
+            run.slowdown[self.rank] += (now - self.start) - op.duration_s
+        self.pos += 1
+        run.finish(op.id, self.start)
+        run.resume(self)
+
+    # ---- communication -------------------------------------------------------------------------
+    def solo_end(self, _event) -> None:
+        """Callback: this stream's collective of one simulated member ended."""
+        self.run.running(self.rank, -1)
+        self.comm_done(self.run.env._now)
+
+    def p2p_end(self, _event) -> None:
+        """Callback: this stream's transfer ended."""
+        self.run.p2p_end(self)
+
+    def comm_done(self, now: float) -> None:
+        """This stream's communication op (started at ``self.start``) ended ``now``."""
+        self.pos += 1
+        self.run.finish(self.op.id, self.start)
+        self.run.resume(self)
 
 
 class _Run:
@@ -91,21 +159,57 @@ class _Run:
         self.prog = program
         self.net = network
         self.max_events = max_events
-        self.env = simpy.Environment()
-        n = len(program.ops)
-        self.finished = [False] * n
-        self.end_time = [0.0] * n
-        self.start_time = [0.0] * n
-        self.done_events: list = [None] * n
-        self.arrivals: dict[tuple, list] = {}
-        self.recv_free: dict[int, simpy.Resource] = {}
-        self.executed = 0
-        self.tl = TimelineBuilder()
-        self.arrows = 0  # send -> recv arrows of the trace (the timeline's ``arrow`` column)
-        self.waiters: dict[int, simpy.Event] = {}  # network token -> the event its transfer ends
-        self.wake = self.env.event()  # wakes the network process when a transfer hands out a token
-        self.shared = _SharedSMs(self.env, comm_interference, program.ranks)
-        network.prepare(program, lambda: self.env.now)
+        self.interference = comm_interference
+        self.slow_factor = 1.0 + comm_interference
+
+    # ---- bookkeeping -------------------------------------------------------------------------
+    def finish(self, i: int, start: float) -> None:
+        """Op ``i``, started at ``start``, ends now: record its span, wake the streams waiting for it."""
+        if self.finished[i]:
+            raise AssertionError(f"op ran twice: {self.prog.ops[i].label()}")
+        now = self.env._now
+        self.finished[i] = True
+        self.end_time[i] = now
+        self.rows.append(i)
+        self.starts.append(start)
+        self.ends.append(now)
+        self.executed += 1
+        if self.executed > self.max_events:
+            raise SimulationError(
+                f"event budget exhausted: more than max_events={self.max_events} operations ran; "
+                f"raise --max-events or simulate fewer micro-batches (smaller --gbs)")
+        waiter = self.waiting[i]
+        if waiter is not None:
+            self.waiting[i] = None
+            if type(waiter) is list:  # several streams wait for this op: in the order they came
+                for w in waiter:
+                    self.resume(w)
+            else:
+                self.resume(waiter)
+
+    def resume(self, stream: _Stream) -> None:
+        """Let ``stream`` start its next ops now. Inside another resumption it is queued and run
+        right after, so that chains of ops that take no time do not nest calls without bound."""
+        if self.resuming:
+            self.ready.append(stream)
+            return
+        self.resuming = True
+        try:
+            stream.next()
+            ready = self.ready
+            while ready:
+                ready.popleft().next()
+        finally:
+            self.resuming = False
+
+    def running(self, rank: int, delta: int) -> None:
+        """A communication op starts (``delta`` 1) or ends (-1) on ``rank``; its compute re-plans."""
+        if self.interference <= 0:
+            return
+        self.active[rank] = self.active.get(rank, 0) + delta
+        compute = self.compute.get(rank)
+        if compute is not None and compute.ev is not None:  # a compute op is running there
+            compute.replan(self.env._now)
 
     # ---- network -----------------------------------------------------------------------------
     def network_process(self):
@@ -133,150 +237,156 @@ class _Run:
             elif step.delay_s > 0:
                 yield self.env.timeout(step.delay_s)
 
-    def _communicate(self, op):
-        """Wait out one point-to-point op: the network's price of it, or its transfer."""
-        duration = self.net.fixed_duration(op)
+    def _after(self, duration: float | None, op, done) -> None:
+        """Call ``done(event)`` once ``op``'s communication is over: the network's up-front price
+        ``duration``, or (None) the network's transfer steps; at once when it takes no time."""
         if duration is None:
-            yield from self._transfer(op)
+            self.env.process(self._transfer(op)).callbacks.append(done)
         elif duration > 0:
-            yield self.env.timeout(duration)
+            self.env.timeout(duration).callbacks.append(done)
+        else:
+            done(None)
 
-    # ---- processes ---------------------------------------------------------------------------
-    def _wait(self, dep: int):
-        ev = self.done_events[dep]
-        if ev is None:
-            ev = self.done_events[dep] = self.env.event()
-        return ev
+    # ---- point-to-point ----------------------------------------------------------------------
+    def request_peer(self, stream: _Stream, op) -> None:
+        """``op`` is ready: it starts when the receiver's ``pp_recv`` stream is free."""
+        queue = self.recv_queue.get(op.peer)
+        if queue is None:
+            self.recv_queue[op.peer] = deque()
+            self._start_p2p(stream, op)
+        else:
+            queue.append((stream, op))
 
-    def _finish(self, op, start: float, end: float) -> None:
-        i = op.id
-        if self.finished[i]:
-            raise AssertionError(f"op ran twice: {op.label()}")
-        self.finished[i] = True
-        self.start_time[i] = start
-        self.end_time[i] = end
-        ev = self.done_events[i]
-        if ev is not None:
-            ev.succeed()
-        self.executed += 1
-        if self.executed > self.max_events:
-            raise SimulationError(
-                f"event budget exhausted: more than max_events={self.max_events} operations ran; "
-                f"raise --max-events or simulate fewer micro-batches (smaller --gbs)")
+    def _start_p2p(self, stream: _Stream, op) -> None:
+        stream.op, stream.start = op, self.env._now
+        self.running(stream.rank, 1)
+        self.running(op.peer, 1)
+        self._after(self.net.fixed_duration(op), op, stream.on_p2p_end)
 
-    def _record(self, op, rank: int, stream: int, name: str, start: float, end: float, arrow: int = -1,
-                alloc: float = 0.0, free: float = 0.0, stage: int | None = None) -> None:
-        tl = self.tl
-        tl.add(rank, stream, op.kind, tl.name_id(name), op.stage if stage is None else stage,
-               op.layer, op.mb, start, end, op.flops, op.nbytes, arrow, alloc, free)
+    def p2p_end(self, stream: _Stream) -> None:
+        op = stream.op
+        now = self.env._now
+        self.running(stream.rank, -1)
+        self.running(op.peer, -1)
+        self.rows.append(~op.id)  # the receiver's span of the same transfer
+        self.starts.append(stream.start)
+        self.ends.append(now)
+        queue = self.recv_queue[op.peer]
+        stream.comm_done(now)
+        if queue:
+            self._start_p2p(*queue.popleft())
+        else:
+            del self.recv_queue[op.peer]
 
-    def stream_process(self, rank: int, stream: int, op_ids: list[int]):
-        env = self.env
-        ops = self.prog.ops
-        finished = self.finished
-        for i in op_ids:
-            op = ops[i]
-            for d in op.deps:
-                if not finished[d]:
-                    yield self._wait(d)
-            if op.comm is None:
-                start = env.now
-                if op.duration_s > 0:
-                    if self.shared.interference > 0:
-                        yield from self.shared.compute(rank, op.duration_s)
-                    else:  # compute alone on its SMs: one timeout, no re-planning
-                        yield env.timeout(op.duration_s)
-                self._record(op, rank, stream, op.name, start, env.now, alloc=op.alloc, free=op.free)
-                self._finish(op, start, env.now)
-            elif op.comm == "p2p":
-                res = self.recv_free.get(op.peer)
-                if res is None:
-                    res = self.recv_free[op.peer] = simpy.Resource(env, capacity=1)
-                with res.request() as req:
-                    yield req
-                    start = env.now
-                    self.shared.running((rank, op.peer), 1)
-                    yield from self._communicate(op)
-                    self.shared.running((rank, op.peer), -1)
-                arrow = self.arrows
-                self.arrows += 1
-                self._record(op, rank, stream, op.name, start, env.now, arrow=arrow)
-                self._record(op, op.peer, STREAM["pp_recv"], op.name.replace("send", "recv"), start,
-                             env.now, arrow=arrow, stage=op.peer_stage)
-                self._finish(op, start, env.now)
-            else:
-                entry = self.arrivals.get(op.key)
-                if entry is None:
-                    entry = self.arrivals[op.key] = [0, env.event()]
-                entry[0] += 1
-                if entry[0] == self.prog.members[op.key]:
-                    # the last member to arrive prices the collective, or launches its transfer;
-                    # every member then waits out the price, or the one transfer
-                    duration = self.net.fixed_duration(op)
-                    entry[1].succeed(duration)
-                    if duration is None:
-                        entry.append(env.process(self._transfer(op)))
-                duration = yield entry[1]
-                start = env.now
-                self.shared.running((rank,), 1)
-                if duration is None:
-                    yield entry[2]
-                elif duration > 0:
-                    yield env.timeout(duration)
-                self.shared.running((rank,), -1)
-                self._record(op, rank, stream, op.name, start, env.now)
-                self._finish(op, start, env.now)
+    # ---- collectives -------------------------------------------------------------------------
+    def arrive(self, stream: _Stream, op) -> None:
+        """A member reaches collective ``op``; the last one prices it (or launches its transfer)
+        and every member then runs it from now."""
+        need = self.prog.members[op.key]
+        if need == 1:  # one simulated member (a folded group): the stream's own callback ends it
+            stream.op, stream.start = op, self.env._now
+            self.running(stream.rank, 1)
+            self._after(self.net.fixed_duration(op), op, stream.on_solo_end)
+            return
+        members = self.arrivals.setdefault(op.key, [])
+        members.append(stream)
+        if len(members) < need:
+            return
+        del self.arrivals[op.key]
+        now = self.env._now
+        for s in members:
+            s.op, s.start = s.ops[s.pos], now
+            self.running(s.rank, 1)
+        self._after(self.net.fixed_duration(op), op, _CollectiveEnd(self, members))
 
     # ---- driver ------------------------------------------------------------------------------
     def run(self) -> RunResult:
-        self.env.process(self.network_process())
-        for (rank, stream), op_ids in sorted(self.prog.order.items()):
-            self.env.process(self.stream_process(rank, stream, op_ids))
-        self.env.run()
+        prog = self.prog
+        n = len(prog.ops)
+        self.env = env = simpy.Environment()
+        self.timeout = env.timeout
+        self.finished, self.end_time = [False] * n, [0.0] * n
+        self.waiting: list = [None] * n  # op id -> the stream (or list of streams) waiting for it
+        self.rows, self.starts, self.ends = [], [], []  # the spans: op id (~id: receiver), start, end
+        self.arrivals: dict[tuple, list] = {}  # collective key -> the members arrived so far
+        self.recv_queue: dict[int, deque] = {}  # receiver -> transfers waiting for its pp_recv
+        self.active: dict[int, int] = {}  # rank -> communication ops running on it
+        self.slowdown: dict[int, float] = {r: 0.0 for r in prog.ranks}
+        self.waiters: dict[int, simpy.Event] = {}  # network token -> the event its transfer ends
+        self.wake = env.event()  # wakes the network process when a transfer hands out a token
+        self.executed, self.resuming = 0, False
+        self.ready: deque[_Stream] = deque()  # streams to resume once the current one waits
+        self.net.prepare(prog, lambda: env.now)
+        env.process(self.network_process())
+        ops = prog.ops
+        streams = [_Stream(self, rank, [ops[i] for i in ids]) for (rank, _), ids in sorted(prog.order.items())]
+        self.compute = {s.rank: s for (key, s) in zip(sorted(prog.order), streams) if key[1] == STREAM["compute"]}
+        for s in streams:
+            self.resume(s)
+        env.run()
         if not all(self.finished):
             raise SimulationError(self._deadlock_message())
-        self._check_invariants()
-        return RunResult(self.tl.build(), self.executed, self.shared.slowdown)
+        timeline = program_timeline(prog.ops, self.rows, self.starts, self.ends)
+        _check_invariants(self)
+        return RunResult(timeline, self.executed, self.slowdown)
 
     def _deadlock_message(self) -> str:
-        ops = self.prog.ops
-        parts = []
-        heads = [(key, next((i for i in ids if not self.finished[i]), None))
-                 for key, ids in sorted(self.prog.order.items())]
-        for (rank, stream), i in heads:
-            if i is None:
-                continue
-            op = ops[i]
+        ops, parts = self.prog.ops, []
+        heads = [next((i for i in ids if not self.finished[i]), None) for _, ids in sorted(self.prog.order.items())]
+        for op in (ops[i] for i in heads if i is not None):
             pending = [ops[d].label() for d in op.deps if not self.finished[d]]
             why = f"waits for {pending[0]}" if pending else "waits for the other members of its collective"
             parts.append(f"[{op.label()} {why}]")
         return "deadlock: operations remain but none can start; blocked: " + "; ".join(parts[:16]) + \
             (f"; ... {len(parts) - 16} more" if len(parts) > 16 else "")
 
-    def _check_invariants(self) -> None:
-        ops = self.prog.ops
-        start = np.asarray(self.start_time)
-        end = np.asarray(self.end_time)
-        tol = 1e-12 * max(1.0, float(end.max(initial=0.0)))
-        for op in ops:
-            for d in op.deps:
-                if start[op.id] + tol < end[d]:
-                    raise AssertionError(f"dependency violated: {op.label()} started before "
-                                         f"{ops[d].label()} ended")
-        for op_ids in self.prog.order.values():
-            s, e = start[op_ids], end[op_ids]
-            if len(op_ids) > 1 and np.any(s[1:] + tol < e[:-1]):
-                raise AssertionError("a stream ran two operations at once")
-        self.net.check()
-        recv: dict[int, list[tuple[float, float]]] = {}
-        for op in ops:
-            if op.comm == "p2p":
-                recv.setdefault(op.peer, []).append((start[op.id], end[op.id]))
-        for spans in recv.values():
-            spans.sort()
-            for (s0, e0), (s1, e1) in zip(spans, spans[1:]):
-                if s1 + tol < e0:
-                    raise AssertionError("a pp_recv stream ran two transfers at once")
+
+def _check_invariants(run: _Run) -> None:
+    """Raise AssertionError when the run broke an invariant: an op started before one of its
+    dependencies ended, a stream or a receiver's ``pp_recv`` ran two ops at once, or the
+    network's own."""
+    ops = run.prog.ops
+    n = len(ops)
+    rows = np.asarray(run.rows, dtype=np.int64)
+    own = rows >= 0
+    start = np.zeros(n)
+    start[rows[own]] = np.asarray(run.starts)[own]
+    end = np.asarray(run.end_time)
+    tol = 1e-12 * max(1.0, float(end.max(initial=0.0)))
+    deps = list(map(attrgetter("deps"), ops))
+    src = np.repeat(np.arange(n), np.fromiter(map(len, deps), dtype=np.int64, count=n))
+    dst = np.fromiter(chain.from_iterable(deps), dtype=np.int64, count=len(src))
+    bad = np.nonzero(start[src] + tol < end[dst])[0]
+    if len(bad):
+        i, d = int(src[bad[0]]), int(dst[bad[0]])
+        raise AssertionError(f"dependency violated: {ops[i].label()} started before {ops[d].label()} ended")
+    for op_ids in run.prog.order.values():
+        s, e = start[op_ids], end[op_ids]
+        if len(op_ids) > 1 and np.any(s[1:] + tol < e[:-1]):
+            raise AssertionError("a stream ran two operations at once")
+    run.net.check()
+    recv = ~rows[~own]
+    for peer in set(ops[i].peer for i in recv.tolist()):
+        ids = np.asarray([i for i in recv.tolist() if ops[i].peer == peer])
+        order = np.argsort(start[ids], kind="stable")
+        s, e = start[ids][order], end[ids][order]
+        if np.any(s[1:] + tol < e[:-1]):
+            raise AssertionError("a pp_recv stream ran two transfers at once")
+
+
+class _CollectiveEnd:
+    """Callback: a collective ended on every member (in the order they arrived)."""
+
+    __slots__ = ("run", "members")
+
+    def __init__(self, run: _Run, members: list[_Stream]):
+        self.run, self.members = run, members
+
+    def __call__(self, _event) -> None:
+        run, now = self.run, self.run.env._now
+        for s in self.members:
+            run.running(s.rank, -1)
+            s.comm_done(now)
 
 
 def run(program: Program, network: NetworkModel, max_events: int = DEFAULT_MAX_EVENTS,

@@ -1,16 +1,21 @@
 """The timeline of a simulated step: one span per operation a rank ran on one of its streams.
 
 Spans are stored column-wise in numpy arrays (strings as small integer codes into name tables) so
-that a timeline of millions of spans stays compact, and round-trip through JSON.
+that a timeline of millions of spans stays compact, and round-trip through JSON. The engine records
+only (op id, start, end) per span; :func:`program_timeline` gathers the other columns from the
+program's ops once, after the run.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from itertools import chain
+from operator import attrgetter
 
 import numpy as np
 
-from simtrain.workload.program import KINDS, STREAMS
+from simtrain.workload.program import KINDS, STREAM, STREAMS, Op
 
 _INT_COLUMNS = ("rank", "stream", "kind", "name", "stage", "layer", "mb", "arrow")
 _FLOAT_COLUMNS = ("start_s", "end_s", "flops", "bytes", "alloc_bytes", "free_bytes")
@@ -90,6 +95,23 @@ class Timeline:
     def __init__(self, cols: dict[str, np.ndarray], names: list[str]):
         self.cols = cols
         self.names = names
+
+    @classmethod
+    def from_columns(cls, cols: dict[str, np.ndarray], names: list[str]) -> "Timeline":
+        """The timeline of spans given column-wise in any order (``name`` codes index ``names``):
+        sorted stably by start time, then rank, stream and the given order, with the names
+        renumbered by first appearance in that order (so the codes do not depend on the order
+        the spans were recorded in)."""
+        n = len(cols["start_s"])
+        order = np.lexsort((np.arange(n), cols["stream"], cols["rank"], cols["start_s"]))
+        out = {c: np.asarray(cols[c])[order].astype(np.int32) for c in _INT_COLUMNS}
+        out.update({c: np.asarray(cols[c], dtype=np.float64)[order] for c in _FLOAT_COLUMNS})
+        used, first = np.unique(out["name"], return_index=True)
+        by_first = used[np.argsort(first, kind="stable")]
+        code = np.zeros(len(names), dtype=np.int32)
+        code[by_first] = np.arange(len(by_first), dtype=np.int32)
+        out["name"] = code[out["name"]]
+        return cls(out, [names[i] for i in by_first.tolist()])
 
     def __len__(self) -> int:
         return len(self.cols["rank"])
@@ -176,3 +198,47 @@ class Timeline:
         for c in _FLOAT_COLUMNS:
             cols[c] = np.asarray(data["columns"][c], dtype=np.float64)
         return cls(cols, list(data["names"]))
+
+
+def program_timeline(ops: Sequence[Op], rows: list[int], starts: list[float], ends: list[float]) -> "Timeline":
+    """The timeline of a run of ``ops`` from its recorded rows: ``rows[k]`` is the id of the op
+    that ran from ``starts[k]`` to ``ends[k]``, or ``~i`` for the receiver's span of transfer ``i``
+    (on the peer's ``pp_recv`` stream, of the stage it delivers to, named ``recv`` for ``send``).
+    Both spans of a transfer carry its ``arrow`` id: transfers are numbered in the order they
+    ended, those that ended together in program order. Only compute spans allocate and free
+    memory."""
+    n = len(ops)
+    ints = np.fromiter(chain.from_iterable(map(attrgetter("rank", "stream", "kind", "stage", "layer", "mb"), ops)),
+                       dtype=np.int64, count=6 * n).reshape(n, 6)
+    floats = np.fromiter(chain.from_iterable(map(attrgetter("flops", "nbytes", "alloc", "free"), ops)),
+                         dtype=np.float64, count=4 * n).reshape(n, 4)
+    op_names = list(map(attrgetter("name"), ops))
+    names = dict.fromkeys(op_names, 0)  # in order of first use
+    for code, nm in enumerate(names):
+        names[nm] = code
+    name = np.fromiter(map(names.__getitem__, op_names), dtype=np.int64, count=n)
+    idx = np.asarray(rows, dtype=np.int64)
+    recv = idx < 0
+    op_of = np.where(recv, ~idx, idx)
+    compute = np.fromiter([c is None for c in map(attrgetter("comm"), ops)], dtype=bool, count=n)
+    cols = {c: ints[op_of, k] for k, c in enumerate(("rank", "stream", "kind", "stage", "layer", "mb"))}
+    cols["name"] = name[op_of]
+    arrow = np.full(n, -1, dtype=np.int64)
+    if recv.any():
+        where = np.nonzero(recv)[0]
+        cols["rank"][where] = [ops[i].peer for i in op_of[where].tolist()]
+        cols["stream"][where] = STREAM["pp_recv"]
+        cols["stage"][where] = [ops[i].peer_stage for i in op_of[where].tolist()]
+        cols["name"][where] = [names.setdefault(ops[i].name.replace("send", "recv"), len(names))
+                               for i in op_of[where].tolist()]
+        sent = op_of[where]
+        order = np.lexsort((sent, np.asarray(ends, dtype=np.float64)[where]))
+        arrow[sent[order]] = np.arange(len(sent))
+    cols["arrow"] = arrow[op_of]
+    cols["start_s"] = np.asarray(starts, dtype=np.float64)
+    cols["end_s"] = np.asarray(ends, dtype=np.float64)
+    cols["flops"] = floats[op_of, 0]
+    cols["bytes"] = floats[op_of, 1]
+    cols["alloc_bytes"] = np.where(compute, floats[:, 2], 0.0)[op_of]
+    cols["free_bytes"] = np.where(compute, floats[:, 3], 0.0)[op_of]
+    return Timeline.from_columns(cols, list(names))

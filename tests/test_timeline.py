@@ -52,3 +52,29 @@ def test_a_window_clips_and_shifts_the_spans_inside_it():
     assert [s.flops for s in spans if s.kind == "F"] == [5.0, 7.5]
     assert [(s.alloc_bytes, s.free_bytes) for s in spans if s.kind == "F"] == [(0.0, 4.0), (0.0, 4.0)]
     assert w.end_s == 2.0
+
+
+def test_from_columns_sorts_stably_and_numbers_names_by_first_appearance():
+    """Rows given out of order come back by (start, rank, stream, given order); names unused by any
+    row are dropped and the rest numbered as they first appear."""
+    import numpy as np
+
+    names = ["unused", "b", "a"]
+    rows = [  # rank, stream, name, start
+        (1, 0, 1, 2.0),
+        (0, 1, 2, 1.0),
+        (0, 0, 1, 1.0),
+        (0, 0, 2, 1.0),  # ties with the row above: stays after it
+    ]
+    cols = {c: np.asarray([r[i] for r in rows]) for i, c in enumerate(("rank", "stream", "name"))}
+    cols["start_s"] = np.asarray([r[3] for r in rows])
+    cols["end_s"] = cols["start_s"] + 0.5
+    for c in ("kind", "stage", "layer", "mb", "arrow"):
+        cols[c] = np.arange(len(rows))  # the given position, to follow the rows
+    for c in ("flops", "bytes", "alloc_bytes", "free_bytes"):
+        cols[c] = np.zeros(len(rows))
+    tl = Timeline.from_columns(cols, names)
+    assert tl["stage"].tolist() == [2, 3, 1, 0]
+    assert tl.names == ["b", "a"]
+    assert [tl.names[i] for i in tl["name"]] == ["b", "a", "a", "b"]
+    assert tl["rank"].dtype == np.int32 and tl["start_s"].dtype == np.float64

@@ -33,6 +33,9 @@ def atomic_open(path: str | os.PathLike, mode: str = "w") -> Iterator[IO]:
 
 
 def write_json_atomic(obj: Mapping[str, Any], path: str | os.PathLike) -> None:
-    """Dump ``obj`` as compact JSON with sorted keys to ``path``, atomically."""
+    """Dump ``obj`` as compact JSON with sorted keys to ``path``, atomically. The text is encoded
+    in one piece (``json.dumps``, the C encoder) and then written: ``json.dump`` to a file encodes
+    chunk by chunk in Python, an order of magnitude slower on large objects."""
+    text = json.dumps(obj, sort_keys=True, separators=(",", ":"))
     with atomic_open(path) as fh:
-        json.dump(obj, fh, sort_keys=True, separators=(",", ":"))
+        fh.write(text)

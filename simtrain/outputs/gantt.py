@@ -5,8 +5,8 @@ planned by :func:`simtrain.outputs.view.plan_rows`; a time window (``--window``)
 x-axis to a stretch of seconds or to a range of micro-batches. matplotlib is imported lazily, so
 importing this module is cheap.
 
-Boxes are drawn as one ``PolyCollection`` per (kind, shade), not one artist per span, so a
-timeline of a few hundred thousand spans draws in seconds; micro-batch numbers are written only
+Boxes are drawn as one ``PolyCollection`` per (kind, shade), not one artist per span, and boxes
+less than a pixel apart merge, so a timeline of a few hundred thousand spans draws in seconds; micro-batch numbers are written only
 into boxes wide enough to hold them, and at most :data:`MAX_LABELS` of them. Every legend sits
 outside the data: the kinds' above the chart, the memory lines' under the memory panel.
 """
@@ -193,7 +193,7 @@ def gantt_figure(timeline: Timeline, *, title: str | None = None,
     kinds = timeline["kind"][idx]
     px_per_unit = ax_w_in * _DPI / (scale * (t1 - t0))
     wide = len(idx) <= 2000 and (len(idx) == 0 or float(np.median(x1 - x0)) * px_per_unit >= _OUTLINE_PX)
-    _boxes(ax, x0, x1, span_row, kinds, levels, outlined=wide)
+    _boxes(ax, x0, x1, span_row, kinds, levels, outlined=wide, pixel=1.0 / px_per_unit)
     _mb_labels(ax, x0, x1, span_row, kinds, levels, timeline["mb"][idx], timeline["stage"][idx],
                px_per_unit, _LABEL_PT + (1.0 if textbook else 0.0))
     _step_marks(ax, timeline.step_ends(), t0, t1, scale)
@@ -247,9 +247,27 @@ def _separators(ax, rows: list[tuple[int, str]], x_lo: float, x_hi: float) -> No
         ax.hlines(bounds[new_rank], x_lo, x_hi, colors="#BBBBBB", linewidths=0.7, zorder=0)
 
 
-def _boxes(ax, x0, x1, span_row, kinds, levels, outlined: bool) -> None:
+def _merged(x0: np.ndarray, x1: np.ndarray, rows: np.ndarray, gap: float) -> tuple[np.ndarray, ...]:
+    """Boxes of one row closer than ``gap`` (a pixel) merged: (x0, x1, row) of the merged boxes.
+    Rows are laid end to end on one line (each shifted past the previous one's extent) so one
+    running maximum finds every row's runs at once."""
+    if len(x0) == 0:
+        return x0, x1, rows
+    order = np.lexsort((x0, rows))
+    a, b, r = x0[order], x1[order], rows[order]
+    shift = (r - r.min()) * (float(b.max() - a.min()) + 2 * gap + 1.0)
+    reach = np.maximum.accumulate(b + shift)
+    starts = np.ones(len(a), dtype=bool)
+    starts[1:] = (a[1:] + shift[1:] > reach[:-1] + gap) | (r[1:] != r[:-1])
+    first = np.flatnonzero(starts)
+    return a[first], np.maximum.reduceat(b, first), r[first]
+
+
+def _boxes(ax, x0, x1, span_row, kinds, levels, outlined: bool, pixel: float) -> None:
     """One PolyCollection per (kind, shade); communication kinds hatched in a contrasting colour,
-    compute boxes ``outlined`` in white (when they are wide enough for outlines to help)."""
+    compute boxes ``outlined`` in white (when they are wide enough for outlines to help). Without
+    outlines, boxes of one row and shade less than a ``pixel`` apart are drawn as one (they look
+    the same, and hatching each of hundreds of thousands of boxes is what takes a chart's time)."""
     from matplotlib.collections import PolyCollection
 
     half = _BAR / 2
@@ -260,10 +278,12 @@ def _boxes(ax, x0, x1, span_row, kinds, levels, outlined: bool) -> None:
         hatch = KIND_HATCHES.get(kind)
         for level in np.unique(levels[sel_k]).tolist():
             sel = sel_k & (levels == level)
-            verts = np.empty((int(sel.sum()), 4, 2))
-            y = span_row[sel]
-            verts[:, 0, 0] = verts[:, 3, 0] = x0[sel]
-            verts[:, 1, 0] = verts[:, 2, 0] = x1[sel]
+            a, b, y = x0[sel], x1[sel], span_row[sel]
+            if not outlined:
+                a, b, y = _merged(a, b, y, pixel)
+            verts = np.empty((len(a), 4, 2))
+            verts[:, 0, 0] = verts[:, 3, 0] = a
+            verts[:, 1, 0] = verts[:, 2, 0] = b
             verts[:, 0, 1] = verts[:, 1, 1] = y - half
             verts[:, 2, 1] = verts[:, 3, 1] = y + half
             fill = lighten(KIND_COLOURS[kind], CHUNK_LIGHTEN[level])

@@ -3,7 +3,10 @@
 Compute ops are timed by the kernel model (or a calibration) once per distinct cost; collectives are
 keyed so that the members of one group meet in the engine. With folding (the default) one representative rank per
 pipeline rank is simulated: the ranks that share its pipeline position run identical programs,
-and each collective it joins costs as much as the slowest of the groups it stands for.
+and each collective it joins costs as much as the slowest of the groups it stands for. Folded by
+EP position (:mod:`simtrain.workload.fold`), a representative stands for the ranks of the
+pipeline groups given by :meth:`Emitter.stand_for`, and representatives whose groups along a
+dimension are the same join one collective as its simulated members.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from simtrain.topology.mesh import DeviceMesh
 from simtrain.workload.program import KIND, STREAM, Op, Program
 
 T = TypeVar("T")
+_COMPUTE = STREAM["compute"]
 
 
 class Emitter:
@@ -34,13 +38,22 @@ class Emitter:
         self.prog = Program()
         self.pp_groups = mesh.groups("pp")
         self._counters: dict[tuple[int, int], int] = {}  # (rank, stream) -> collectives so far
+        self._stands_for: dict[int, list[list[int]]] = {}  # rank -> its pipeline groups (EP folding)
         self._group_cache: dict[tuple, tuple[tuple[int, ...], ...]] = {}
         self._time_cache: dict[costs.OpCost, float] = {}
+        self._priced: dict[costs.OpCost, tuple[float, float, float]] = {}  # cost -> flops, bytes, seconds
         self._memo: dict[tuple, object] = {}  # cost function and arguments -> its value
 
     # ---- groups ------------------------------------------------------------------------------
+    def stand_for(self, rank: int, pp_groups: list[list[int]]) -> None:
+        """Let simulated ``rank`` stand for the ranks at its pipeline position in ``pp_groups``."""
+        self._stands_for[rank] = pp_groups
+
     def slices(self, rank: int) -> list[list[int]]:
         """The pipeline groups ``rank``'s program stands for (all of them when folding)."""
+        given = self._stands_for.get(rank)
+        if given is not None:
+            return given
         if self.fold:
             return self.pp_groups
         return [self.mesh.group_of("pp", rank)]
@@ -48,7 +61,7 @@ class Emitter:
     def groups(self, dim: str, rank: int) -> tuple[tuple[int, ...], ...]:
         """Groups along ``dim`` the op of ``rank`` stands for; ``dpcp`` = DP including CP ranks."""
         pp_index = self.prog.pipeline_rank_of[rank]
-        cache_key = (dim, rank if not self.fold else -1, pp_index)
+        cache_key = (dim, rank if not self.fold or self._stands_for else -1, pp_index)
         cached = self._group_cache.get(cache_key)
         if cached is not None:
             return cached
@@ -88,23 +101,38 @@ class Emitter:
             deps = [d for d in deps if d is not None]
         op = Op(0, rank, STREAM[stream], KIND[kind], name, stage, layer, mb, deps=deps, **kw)
         if cost is not None:
-            op.flops = cost.flops
-            op.nbytes = cost.bytes
-            op.duration_s = self._time(cost)
+            op.flops, op.nbytes, op.duration_s = self._priced.get(cost) or self._price(cost)
         return self.prog.add(op)
+
+    def _price(self, cost: costs.OpCost) -> tuple[float, float, float]:
+        """FLOPs, bytes and seconds of ``cost``, once per distinct cost (equal costs built apart
+        share one entry)."""
+        priced = self._priced[cost] = (cost.flops, cost.bytes, self._time(cost))
+        return priced
 
     def compute(self, rank: int, kind: str, name: str, stage: int, layer: int, mb: int,
                 cost: costs.OpCost, last: int | None, **kw) -> Op:
-        """A compute op after op ``last`` (none: no dependency)."""
-        return self.emit(rank, "compute", kind, name, stage, layer, mb,
-                         [last] if last is not None else [], cost, **kw)
+        """A compute op after op ``last`` (none: no dependency). The most frequent op: built
+        here directly rather than through :meth:`emit`."""
+        flops, nbytes, seconds = self._priced.get(cost) or self._price(cost)
+        return self.prog.add(Op(0, rank, _COMPUTE, KIND[kind], name, stage, layer, mb, seconds, flops, nbytes,
+                                deps=[last] if last is not None else [], **kw))
 
     def collective(self, rank: int, stream: str, dim: str, op_name: str, nbytes: float,
-                   stage: int, layer: int, mb: int, deps: list[int]) -> Op:
-        """A collective ``op_name`` of ``nbytes`` over ``rank``'s groups along ``dim``."""
+                   stage: int, layer: int, mb: int, deps: list[int | None]) -> Op:
+        """A collective ``op_name`` of ``nbytes`` over ``rank``'s groups along ``dim`` (its kind is
+        its stream's name); ``None`` dependencies are dropped."""
         groups = self.groups(dim, rank)
-        n = self._counters.get((rank, STREAM[stream]), 0)
-        self._counters[(rank, STREAM[stream])] = n + 1
-        key = (stream, groups[0], n) if not self.fold else (stream, rank, n)
-        return self.emit(rank, stream, stream, f"{stream}.{op_name}", stage, layer, mb, deps,
-                         nbytes=nbytes, comm=op_name, group_set=self.prog.group_set_id(groups), key=key)
+        counter = (rank, STREAM[stream])
+        n = self._counters.get(counter, 0)
+        self._counters[counter] = n + 1
+        if not self.fold:
+            key = (stream, groups[0], n)
+        elif self._stands_for:  # representatives standing for the same groups meet
+            key = (stream, self.prog.group_set_id(groups), n)
+        else:
+            key = (stream, rank, n)
+        if None in deps:
+            deps = [d for d in deps if d is not None]
+        return self.prog.add(Op(0, rank, counter[1], KIND[stream], f"{stream}.{op_name}", stage, layer, mb,
+                                0.0, 0.0, nbytes, op_name, self.prog.group_set_id(groups), key, deps=deps))

@@ -92,9 +92,13 @@ class Program:
     _group_ids: dict = field(default_factory=dict, repr=False)
 
     def add(self, op: Op) -> Op:
-        op.id = len(self.ops)
+        op.id = i = len(self.ops)
         self.ops.append(op)
-        self.order.setdefault((op.rank, op.stream), []).append(op.id)
+        queue = self.order.get((op.rank, op.stream))
+        if queue is None:
+            self.order[(op.rank, op.stream)] = [i]
+        else:
+            queue.append(i)
         if op.key is not None:
             self.members[op.key] = self.members.get(op.key, 0) + 1
         return op

@@ -13,7 +13,7 @@ from helpers import assert_user_error, cli, two_rank_timeline
 from simtrain import api
 from simtrain.metrics import memory_timeline
 from simtrain.outputs.colors import KIND_HATCHES
-from simtrain.outputs.gantt import draw_gantt, gantt_figure
+from simtrain.outputs.gantt import _merged, draw_gantt, gantt_figure
 from simtrain.outputs.view import parse_window
 from simtrain.timeline import Timeline, TimelineBuilder
 from outputs.test_view import many_rank_timeline
@@ -190,3 +190,16 @@ def test_counts_of_one_are_singular():
     code, out, err = cli("schedule", "1f1b", "--pp", "1", "--microbatches", "1")
     assert code == 0, err
     assert out.startswith("1f1b: 1 rank, 1 micro-batch, 1 stage;")
+
+
+def test_boxes_less_than_a_pixel_apart_merge_per_row():
+    x0 = np.array([0.0, 1.05, 3.0, 0.5, 2.0, 2.2])
+    x1 = np.array([1.0, 2.0, 4.0, 1.5, 2.1, 2.3])
+    rows = np.array([0, 0, 0, 1, 1, 1])
+    a, b, r = _merged(x0, x1, rows, gap=0.1)
+    assert a.tolist() == [0.0, 3.0, 0.5, 2.0]
+    assert b.tolist() == [2.0, 4.0, 1.5, 2.3]
+    assert r.tolist() == [0, 0, 1, 1]
+    # a box inside another, and rows far apart in time, stay in their rows
+    a, b, r = _merged(np.array([5.0, 5.5, 0.0]), np.array([9.0, 6.0, 0.5]), np.array([3, 3, 7]), gap=0.01)
+    assert (a.tolist(), b.tolist(), r.tolist()) == ([5.0, 0.0], [9.0, 0.5], [3, 7])

@@ -108,3 +108,52 @@ def test_counter_events():
         {"ph": "C", "name": "memory", "pid": 4, "ts": 0.0, "args": {"value": 1.0}},
         {"ph": "C", "name": "memory", "pid": 4, "ts": 2e-3 * 1e6, "args": {"value": 5.0}},
     ]
+
+
+def _awkward_timeline():
+    """Spans whose JSON is easy to get wrong by hand: non-ASCII and quoted names, -0.0 and huge or
+    tiny floats, no micro-batch, two steps (a step mark), a flow."""
+    b = TimelineBuilder()
+    add_span(b, 0, "compute", "F", 'attn "q" \u00e9\u4e2d', 0.0, 1e-7, mb=3, layer=2, flops=-0.0, nbytes=1e22)
+    add_span(b, 0, "compute", "opt", "optimizer", 1e-7, 2.5e-7, flops=1.5e-300)
+    add_span(b, 0, "pp_send", "pp", "send", 2.5e-7, 3e-7, mb=0, arrow=4, nbytes=123456789012345678.0)
+    add_span(b, 1, "pp_recv", "pp", "recv", 2.5e-7, 3e-7, mb=0, arrow=4)
+    add_span(b, 0, "compute", "opt", "optimizer", 3e-7, 1.0 / 3.0)
+    add_span(b, 1, "compute", "opt", "optimizer", 3e-7, 0.5)
+    add_span(b, 1, "compute", "opt", "optimizer", 0.6, 0.7)
+    return b.build()
+
+
+@pytest.mark.parametrize("group_by", ["rank", "node"])
+def test_written_trace_is_the_encoders_json_byte_for_byte(tmp_path, group_by):
+    """The directly formatted file equals ``json.dumps(..., sort_keys=True)`` of the event dicts,
+    counters included (those of counter_events and any other shape), and parses back."""
+    import numpy as np
+
+    tl = _awkward_timeline()
+    counters = counter_events("memory \u00b5", rank_pid(0), [(0.0, 1.0), (1e-7, -0.0), (0.25, 1e300)], key="GiB")
+    counters += [{"ph": "M", "name": "process_name", "pid": 1_000_000, "tid": 0, "args": {"name": "link a->b"}},
+                 {"ph": "C", "name": "odd", "pid": 2, "ts": 1.0, "args": {"value": np.float64(0.5)}},
+                 {"ph": "C", "name": "two", "pid": 2, "ts": 2.0, "args": {"a": 1.0, "b": 2.0}}]
+    kw = dict(rank_labels={1: "stage \u00e9"}, group_by=group_by, counters=counters)
+    if group_by == "node":
+        kw["gpus_per_node"] = 2
+    path = tmp_path / "t.json"
+    write_trace(tl, path, **kw)
+    expected = json.dumps(trace_events(tl, **kw), sort_keys=True, separators=(",", ":"))
+    assert path.read_text(encoding="utf-8") == expected
+    trace = json.loads(path.read_text(encoding="utf-8"))
+    xs = [e for e in trace["traceEvents"] if e["ph"] == "X"]
+    assert xs[0]["name"] == 'attn "q" \u00e9\u4e2d mb3' and str(xs[0]["args"]["flops"]) == "-0.0"
+    assert xs[0]["args"]["bytes"] == 1e22 and xs[0]["dur"] == 1e-7 * 1e6
+    assert [e["name"] for e in trace["traceEvents"] if e["ph"] == "i"] == ["end of step 1"]
+
+
+def test_written_trace_spells_non_finite_numbers_as_the_encoder_does(tmp_path):
+    b = TimelineBuilder()
+    add_span(b, 0, "compute", "F", "attn.F", 0.0, 1.0, flops=float("nan"), nbytes=float("inf"))
+    tl = b.build()
+    write_trace(tl, tmp_path / "t.json")
+    text = (tmp_path / "t.json").read_text(encoding="utf-8")
+    assert text == json.dumps(trace_events(tl), sort_keys=True, separators=(",", ":"))
+    assert '"bytes":Infinity,"flops":NaN' in text
