@@ -12,7 +12,6 @@ from __future__ import annotations
 import itertools
 import json
 import os
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -20,6 +19,7 @@ from typing import Callable
 import numpy as np
 
 from simtrain.errors import SimtrainError, SpecError
+from simtrain.executors import run_unordered
 from simtrain.schedules import REGISTRY
 
 
@@ -99,8 +99,10 @@ def load_results(path: Path) -> dict[str, dict]:
 
 
 def run_candidates(candidates: list[Candidate], *, jobs: int, results: Path | None, resume: bool,
-                   progress: Callable[[int, int, str], None] | None = None) -> dict[str, dict]:
-    """Simulate ``candidates`` over ``jobs`` processes; append each to ``results`` as it finishes."""
+                   progress: Callable[[int, int, str], None] | None = None, executor: str = "local",
+                   scheduler: str | None = None) -> dict[str, dict]:
+    """Simulate ``candidates`` over ``jobs`` processes, or on a dask cluster (``executor``,
+    ``scheduler``: :mod:`simtrain.executors`); append each to ``results`` as it finishes."""
     done = load_results(results) if (results is not None and resume) else {}
     if results is not None and not resume and results.exists():
         results.unlink()
@@ -122,14 +124,8 @@ def run_candidates(candidates: list[Candidate], *, jobs: int, results: Path | No
         if progress:
             progress(finished, total, _label(c.as_dict()))
 
-    if jobs <= 1:
-        for c in todo:
-            record(c, simulate_candidate(c))
-    else:
-        with ProcessPoolExecutor(max_workers=jobs) as pool:
-            futures = {pool.submit(simulate_candidate, c): c for c in todo}
-            for fut in as_completed(futures):
-                record(futures[fut], fut.result())
+    for c, report in run_unordered(simulate_candidate, todo, executor=executor, jobs=jobs, scheduler=scheduler):
+        record(c, report)
     return done
 
 
@@ -160,8 +156,11 @@ def _ranks(x: np.ndarray) -> np.ndarray:
 
 
 def simulated_search(base: dict, *, gpus: int, gpus_per_node: int, top: int | None, jobs: int,
-                     results: Path | None, resume: bool, progress=None, **grid) -> dict:
-    """Enumerate, estimate, simulate and rank. Returns a JSON-ready result.
+                     results: Path | None, resume: bool, progress=None, executor: str = "local",
+                     scheduler: str | None = None, **grid) -> dict:
+    """Enumerate, estimate, simulate (where ``executor`` says) and rank. Returns a JSON-ready
+    result; ``progress(done, total, label)`` hears of every stage: ``label`` "estimate" while
+    the closed form ranks the layouts, then each finished candidate.
 
     >>> out = simulated_search({"model": "llama3-8b", "topology": "seed-h100", "nodes": 1, "seq": 8192,
     ...                         "gbs": 64}, gpus=8, gpus_per_node=8, top=2, jobs=1, results=None, resume=False)
@@ -170,7 +169,9 @@ def simulated_search(base: dict, *, gpus: int, gpus_per_node: int, top: int | No
     """
     candidates = enumerate_candidates(base, gpus=gpus, gpus_per_node=gpus_per_node, **grid)
     estimated = []
-    for c in candidates:
+    for i, c in enumerate(candidates):
+        if progress:
+            progress(i, len(candidates), "estimate")
         est = analytic_estimate(c)
         if est is not None and est.get("fits_in_memory", True):
             estimated.append((c, est))
@@ -179,7 +180,8 @@ def simulated_search(base: dict, *, gpus: int, gpus_per_node: int, top: int | No
                         f"the closed-form memory ledger (try more GPUs, a longer --gbs, or --recompute full)")
     estimated.sort(key=lambda ce: ce[1]["step_time_s"])
     chosen = estimated[:top] if top else estimated
-    done = run_candidates([c for c, _ in chosen], jobs=jobs, results=results, resume=resume, progress=progress)
+    done = run_candidates([c for c, _ in chosen], jobs=jobs, results=results, resume=resume, progress=progress,
+                          executor=executor, scheduler=scheduler)
     rows = []
     for analytic_rank, (c, est) in enumerate(chosen, 1):
         rep = done[c.key]["report"]

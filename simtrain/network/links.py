@@ -39,6 +39,12 @@ class LinkUsage:
         self.bytes += link_rate * dt
         self.busy[link_rate > 0] += dt
 
+    def carry_links(self, links: np.ndarray, rates: np.ndarray, dt: float) -> None:
+        """Links ``links`` (each once) carried ``rates`` > 0 bytes/s for ``dt`` seconds; the others
+        nothing (:meth:`carry` with the zero rates left out: the same sums)."""
+        self.bytes[links] += rates * dt
+        self.busy[links] += dt
+
     def raise_peak(self, links: np.ndarray, rates: np.ndarray) -> None:
         """``links`` now carry ``rates`` bytes/s."""
         self.peak[links] = np.maximum(self.peak[links], rates / self.capacity[links])

@@ -9,10 +9,11 @@ Rates are max-min fair over all active flows and the links' achievable bandwidth
 the line rate times the link kind's efficiency, :mod:`simtrain.topology.spec`), computed by
 progressive filling (water-filling): raise every unfrozen flow's rate together until some link
 saturates, freeze the flows crossing it, repeat (Bertsekas and Gallager, "Data Networks", 2nd ed.
-1992, section 6.5.2). Rates are recomputed whenever a flow starts or ends, lazily (once per instant
-however many flows changed) and only on the connected component (flows linked through shared
-links) that changed, since max-min allocations decompose over components; each recompute is
-vectorised with numpy over the flow-link incidence pairs.
+1992, section 6.5.2; :mod:`simtrain.network.maxmin`). Rates are recomputed whenever a flow
+starts or ends, lazily (once per instant however many flows changed) and only on the connected
+component (flows linked through shared links) that changed, since max-min allocations decompose
+over components; each recompute is vectorised with numpy over the flow-link incidence pairs.
+Link statistics advance only over the links that carry traffic.
 
 The caller owns the clock; the model never schedules anything itself::
 
@@ -34,74 +35,10 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from simtrain.network.links import Link, LinkUsage
+from simtrain.network.maxmin import REL_TOL, MaxMinMemo, max_min_rates  # noqa: F401
 from simtrain.topology.cluster import Cluster
 
 FlowSpec = tuple[Sequence[Link], float]  # (path as directed edges, bytes)
-
-REL_TOL = 1e-9  # relative slack for "this flow is done" and for the capacity invariant
-
-
-def max_min_rates(pair_flow: np.ndarray, pair_link: np.ndarray, capacity: np.ndarray,
-                  num_flows: int) -> np.ndarray:
-    """Max-min fair rates by progressive filling. ``pair_flow[i]`` crosses link ``pair_link[i]``
-    (indices into ``range(num_flows)`` and ``capacity``); every flow must cross >= 1 link.
-
-    Each round all unfrozen flows share one rate, the level; a link saturates when level *
-    (unfrozen flows on it) reaches its capacity left by frozen flows; the smallest such level wins
-    and the flows on the links reaching it (within REL_TOL, rounding down) freeze there.
-    """
-    nlinks = capacity.shape[0]
-    rate = np.zeros(num_flows)
-    frozen = np.zeros(num_flows, dtype=bool)
-    load = np.zeros(nlinks)
-    pf, pl = pair_flow, pair_link
-    while pf.size:
-        count = np.bincount(pl, minlength=nlinks)
-        used = count > 0
-        share = np.full(nlinks, np.inf)
-        share[used] = np.maximum(capacity[used] - load[used], 0.0) / count[used]
-        level = share.min()
-        saturated = share <= level * (1 + REL_TOL)
-        newly = pf[saturated[pl]]
-        rate[newly] = level
-        frozen[newly] = True
-        gone = frozen[pf]
-        load += level * np.bincount(pl[gone], minlength=nlinks)
-        pf, pl = pf[~gone], pl[~gone]
-    return rate
-
-
-class MaxMinMemo:
-    """Max-min fair rates of a set of paths on links of bandwidth ``capacity``, memoised by the
-    set: the same set (a TP ring alone on its links, say) recurs thousands of times, and its
-    solution depends only on the paths. Paths must be interned (one array per distinct path)."""
-
-    def __init__(self, capacity: np.ndarray) -> None:
-        self.capacity = capacity
-        self._memo: dict[tuple[int, ...], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
-
-    def rates(self, paths: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """The rate of each path (in the order given), the links used, each used link's load."""
-        pids = [id(p) for p in paths]
-        order = sorted(range(len(pids)), key=pids.__getitem__)
-        key = tuple(pids[i] for i in order)
-        hit = self._memo.get(key)
-        if hit is None:
-            ordered = [paths[i] for i in order]
-            lens = np.fromiter((p.size for p in ordered), dtype=np.int64, count=len(ordered))
-            pair_link = np.concatenate(ordered)
-            pair_flow = np.repeat(np.arange(len(ordered)), lens)
-            used, local = np.unique(pair_link, return_inverse=True)
-            sorted_rates = max_min_rates(pair_flow, local, self.capacity[used], len(ordered))
-            link_rates = np.bincount(local, weights=sorted_rates[pair_flow], minlength=used.size)
-            if len(self._memo) > 50_000:
-                self._memo.clear()
-            hit = self._memo[key] = (sorted_rates, used, link_rates)
-        sorted_rates, used, link_rates = hit
-        rates = np.empty(len(order))
-        rates[order] = sorted_rates
-        return rates, used, link_rates
-
 
 class FlowTable:
     """The active flows in slots (reused smallest first, grown by doubling): each one's bytes
@@ -113,11 +50,14 @@ class FlowTable:
         self.rem, self.rate, self.size = np.zeros(n), np.zeros(n), np.zeros(n)
         self.active = np.zeros(n, dtype=bool)
         self.paths: list[np.ndarray | None] = [None] * n
+        self.path_sets: list[frozenset[int]] = [frozenset()] * n  # the same paths as sets
         self.transfer = [-1] * n
+        self._sets: dict[int, tuple[np.ndarray, frozenset[int]]] = {}  # id of a path -> it, its links
         self._free = list(range(n))
         self.link_flows: list[set[int]] = [set() for _ in range(num_links)]
         self.pairs = 0  # active flow-link pairs
         self.dirty: set[int] = set()
+        self._live: np.ndarray | None = None  # the active slots, None when they changed
 
     def start(self, tid: int, path: np.ndarray, nbytes: float) -> None:
         """A flow of transfer ``tid`` with ``nbytes`` to carry along ``path``, at rate 0 until the
@@ -128,22 +68,29 @@ class FlowTable:
         self.rem[s] = self.size[s] = nbytes
         self.rate[s] = 0.0
         self.active[s] = True
+        self._live = None
         self.paths[s] = path
+        known = self._sets.get(id(path))
+        if known is None or known[0] is not path:  # the array is kept, so its id stays its own
+            known = self._sets[id(path)] = (path, frozenset(path.tolist()))
+        links = self.path_sets[s] = known[1]
         self.transfer[s] = tid
         self.pairs += path.size
-        for link in path.tolist():
+        for link in links:
             self.link_flows[link].add(s)
-            self.dirty.add(link)
+        self.dirty |= links
 
     def end(self, s: int) -> int:
         """Free slot ``s``; the transfer its flow belonged to."""
         path = self.paths[s]
         self.active[s] = False
+        self._live = None
         self.rem[s] = self.rate[s] = 0.0
         self.pairs -= path.size
-        for link in path.tolist():
+        links = self.path_sets[s]
+        for link in links:
             self.link_flows[link].discard(s)
-            self.dirty.add(link)
+        self.dirty |= links
         self.paths[s] = None
         heapq.heappush(self._free, s)
         return self.transfer[s]
@@ -154,14 +101,21 @@ class FlowTable:
                                           for a in (self.rem, self.rate, self.size))
         self.active = np.concatenate([self.active, np.zeros(n, dtype=bool)])
         self.paths += [None] * n
+        self.path_sets += [frozenset()] * n
         self.transfer += [-1] * n
-        for s in range(n, 2 * n):
-            heapq.heappush(self._free, s)
+        self._free.extend(range(n, 2 * n))  # all larger than the (used) slots below n
+
+    def live(self) -> np.ndarray:
+        """The active slots, in order (kept until a flow starts or ends)."""
+        if self._live is None:
+            self._live = np.flatnonzero(self.active)
+        return self._live
 
     def time_to_first_end(self) -> float:
         """Seconds until the first flow delivers its last byte at current rates (inf: never)."""
-        live = self.active & (self.rate > 0)
-        if not live.any():
+        live = self.live()
+        live = live[self.rate[live] > 0]
+        if not live.size:
             return np.inf
         return float(np.min(self.rem[live] / self.rate[live]))
 
@@ -177,23 +131,20 @@ class FlowTable:
         and the links visited; (all active flows, None) once the search passes half the pairs."""
         budget = self.pairs // 2
         seen_links = set(self.dirty)
-        stack = sorted(seen_links)
+        stack = list(seen_links)
         flows: set[int] = set()
         visited = 0
-        link_flows, paths = self.link_flows, self.paths
-        while stack:
-            for s in link_flows[stack.pop()]:
-                if s in flows:
-                    continue
-                flows.add(s)
-                path = paths[s]
-                visited += path.size
+        link_flows, path_sets, paths = self.link_flows, self.path_sets, self.paths
+        while stack:  # the result does not depend on the order of the search
+            new = link_flows[stack.pop()] - flows
+            flows |= new
+            for s in new:
+                visited += paths[s].size
                 if visited > budget:
                     return np.flatnonzero(self.active), None
-                for link in path.tolist():
-                    if link not in seen_links:
-                        seen_links.add(link)
-                        stack.append(link)
+                fresh = path_sets[s] - seen_links
+                seen_links |= fresh
+                stack.extend(fresh)
         return np.array(sorted(flows), dtype=np.int64), sorted(seen_links)
 
 
@@ -217,6 +168,7 @@ class FlowModel:
         self.finish_s: dict[int, float] = {}
         self.now = 0.0
         self.recomputes = 0
+        self._busy = np.zeros(0, dtype=np.int64)  # the links with a rate > 0, sorted
 
     # ---- public interface -----------------------------------------------------------------
     def add(self, now_s: float, transfer_id: int, flows: Iterable[FlowSpec],
@@ -346,7 +298,7 @@ class FlowModel:
         """Move every flow to ``t`` at its current rate and end the flows that are done."""
         dt = t - self.now
         flows = self.flows
-        live = np.flatnonzero(flows.active)
+        live = flows.live()
         if live.size == 0:
             self.now = t
             return
@@ -355,7 +307,7 @@ class FlowModel:
             finish = np.where(rate > 0, self.now + flows.rem[live] / rate, np.inf)
         if dt > 0:
             flows.rem[live] -= rate * dt
-            self.usage.carry(self.link_rate, dt)
+            self.usage.carry_links(self._busy, self.link_rate[self._busy], dt)
         self.now = t
         ended = (flows.rem[live] <= REL_TOL * flows.size[live])
         if flows_end:
@@ -372,20 +324,20 @@ class FlowModel:
         slots, links = flows.component()
         flows.dirty = set()
         self.recomputes += 1
-        if usage.history is not None:
-            touched = np.flatnonzero(self.link_rate) if links is None else np.asarray(links, dtype=np.int64)
-        if links is None:
-            self.link_rate[:] = 0.0
-        else:
-            self.link_rate[links] = 0.0
+        busy = self._busy  # the links with a rate > 0 (the others are 0), sorted
+        touched = busy if links is None else np.asarray(links, dtype=np.int64)
+        self.link_rate[touched] = 0.0
+        rest = busy[:0] if links is None else busy[~np.isin(busy, touched)]
         if slots.size == 0:
+            self._busy = rest
             if usage.history is not None:
                 usage.remember(self.now, touched, self.link_rate[touched])
             return
         rates, used, link_rates = self._max_min.rates([flows.paths[s] for s in slots.tolist()])
         flows.rate[slots] = rates
         self.link_rate[used] = link_rates
+        self._busy = np.sort(np.concatenate((rest, used[link_rates > 0])))  # disjoint: used lies in touched
         usage.raise_peak(used, self.link_rate[used])
         if usage.history is not None:
-            both = np.union1d(touched, used)
+            both = touched if links is not None else np.union1d(touched, used)
             usage.remember(self.now, both, self.link_rate[both])

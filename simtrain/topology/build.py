@@ -116,9 +116,8 @@ def check_graph(g: nx.DiGraph, spec: TopologySpec, source: str) -> None:
     gpus = sorted((d["index"], n) for n, d in g.nodes(data=True) if d["kind"] == "gpu")
     if len(gpus) < 2:
         return
-    rest = g.subgraph(n for n, d in g.nodes(data=True) if d["kind"] != "gpu").to_undirected()
-    comp = {n: i for i, c in enumerate(nx.connected_components(rest)) for n in c}
-    signature: dict[frozenset[int], int] = {}  # component set -> first GPU with it
+    comp = _components(g)
+    signature: dict[frozenset[str], int] = {}  # component set -> first GPU with it
     for index, name in gpus:
         sig = frozenset(comp[m] for m in g.successors(name))
         if not sig:  # an isolated GPU
@@ -126,10 +125,35 @@ def check_graph(g: nx.DiGraph, spec: TopologySpec, source: str) -> None:
             _disconnected(spec, source, min(index, other), max(index, other))
         signature.setdefault(sig, index)
     sigs = sorted(signature.items(), key=lambda kv: kv[1])
+    if frozenset.intersection(*signature):  # one component (the fabric) reaches every GPU
+        return
     for i, (sa, a) in enumerate(sigs):
         for sb, b in sigs[i + 1:]:
             if not sa & sb:
                 _disconnected(spec, source, a, b)
+
+
+def _components(g: nx.DiGraph) -> dict[str, str]:
+    """The connected component of every non-GPU node of ``g`` with all GPUs removed, as a
+    representative node (union-find with path halving, Tarjan and van Leeuwen, JACM 1984, over
+    the edges; no copy of the graph)."""
+    kind = dict(g.nodes(data="kind"))
+    parent = {n: n for n, k in kind.items() if k != "gpu"}
+
+    def find(x: str) -> str:
+        while parent[x] != x:
+            parent[x] = x = parent[parent[x]]
+        return x
+
+    for u, nbrs in g.adj.items():
+        if kind[u] == "gpu":
+            continue
+        for v in nbrs:
+            if kind[v] != "gpu":
+                ru, rv = find(u), find(v)
+                if ru != rv:
+                    parent[ru] = rv
+    return {n: find(n) for n in parent}
 
 
 def _disconnected(spec: TopologySpec, source: str, a: int, b: int) -> None:

@@ -88,6 +88,8 @@ class Cluster:
         return self.num_nodes * self.gpus_per_node
 
     def _check(self, g: int) -> int:
+        if g.__class__ is int and 0 <= g < self.num_nodes * self.gpus_per_node:
+            return g
         if isinstance(g, bool) or not isinstance(g, int) or not 0 <= g < self.num_gpus:
             raise SpecError(f"topology {self.name}: gpu {g!r}: must be an int in "
                             f"[0, {self.num_gpus})")
@@ -99,6 +101,8 @@ class Cluster:
 
     def node_of(self, g: int) -> int:
         """The node (server or rack) holding GPU ``g``."""
+        if g.__class__ is int and 0 <= g < self.num_nodes * self.gpus_per_node:
+            return g // self.gpus_per_node
         return self._check(g) // self.gpus_per_node
 
     @property

@@ -13,6 +13,7 @@ attention layers' DP x CP ranks.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -39,12 +40,17 @@ class Grid:
     def _axis(self, dim: str) -> int:
         return len(self.dims) - 1 - self.dims.index(dim)
 
-    def groups(self, dim: str) -> list[list[int]]:
-        """Every communication group along ``dim``, ordered by their smallest rank."""
+    def group_array(self, dim: str) -> np.ndarray:
+        """Every communication group along ``dim`` as the rows of one integer array (groups x
+        size), ordered by their smallest rank: O(world) numpy, no per-rank Python loop."""
         arr = self._array()
         axis = self._axis(dim)
         lines = np.moveaxis(arr, axis, -1).reshape(-1, arr.shape[axis])
-        return sorted((line.tolist() for line in lines), key=lambda g: g[0])
+        return lines[np.argsort(lines[:, 0], kind="stable")]
+
+    def groups(self, dim: str) -> list[list[int]]:
+        """Every communication group along ``dim``, ordered by their smallest rank."""
+        return self.group_array(dim).tolist()
 
     def coords(self, rank: int) -> dict[str, int]:
         """The index of ``rank`` along each dimension."""
@@ -54,16 +60,19 @@ class Grid:
             rank //= size
         return out
 
+    def stride(self, dim: str) -> int:
+        """The rank distance between neighbours along ``dim`` (the product of the sizes of the
+        dimensions inside it)."""
+        return math.prod(self.sizes[:self.dims.index(dim)])
+
     def group_of(self, dim: str, rank: int) -> list[int]:
-        """The group along ``dim`` that contains ``rank``."""
-        c = self.coords(rank)
-        stride = 1
-        for d, size in zip(self.dims, self.sizes):
-            if d == dim:
-                base = rank - c[dim] * stride
-                return [base + i * stride for i in range(size)]
-            stride *= size
-        raise KeyError(dim)
+        """The group along ``dim`` that contains ``rank``: ``size`` ranks ``stride`` apart."""
+        if dim not in self.dims:
+            raise KeyError(dim)
+        i = self.dims.index(dim)
+        size, stride = self.sizes[i], math.prod(self.sizes[:i])
+        base = rank - (rank // stride) % size * stride
+        return list(range(base, base + size * stride, stride))
 
 
 @dataclass(frozen=True)
@@ -116,7 +125,9 @@ class DeviceMesh:
 
     def intra_node(self, dim: str) -> bool:
         """True when every group along ``dim`` stays inside one node."""
-        return all(len({self.node_of(r) for r in g}) == 1 for g in self.groups(dim))
+        grid, d = self._grid_dim(dim)
+        nodes = grid.group_array(d) // self.gpus_per_node
+        return bool((nodes.min(axis=1) == nodes.max(axis=1)).all())
 
 
 def build_mesh(tp: int, cp: int, dp: int, pp: int, ep: int = 1, etp: int | None = None,

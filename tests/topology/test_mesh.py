@@ -24,3 +24,36 @@ def test_mesh_moe_folding():
     assert info["groups"]["ep"][0] == [0, 2, 4, 6]
     assert info["groups"]["edp"][0] == [0]
     assert info["coords"]["ep"] == 2
+
+
+def test_groups_and_group_of_by_strides_at_131072_gpus():
+    """TP8 x DP1024 x PP16 in the default order tp-cp-ep-dp-pp: TP groups are 8 consecutive ranks,
+    DP groups 1024 ranks 8 apart, PP groups 16 ranks 8192 apart (stride = product of the sizes of
+    the dimensions inside)."""
+    from simtrain.topology.mesh import build_mesh
+
+    mesh = build_mesh(tp=8, cp=1, dp=1024, pp=16)
+    r = 127_513  # = 15 * 8192 + 579 * 8 + 1: pp 15, dp 579, tp 1
+    assert mesh.coords(r) == {"tp": 1, "cp": 0, "dp": 579, "pp": 15}
+    assert mesh.group_of("tp", r) == list(range(127_512, 127_520))
+    assert mesh.group_of("dp", r) == list(range(15 * 8192 + 1, 16 * 8192, 8))
+    assert mesh.group_of("pp", r) == list(range(4633, 131_072, 8192))
+    pp = mesh.dense.group_array("pp")
+    assert pp.shape == (8192, 16) and pp[4633].tolist() == mesh.group_of("pp", r)
+    assert (pp[:, 0] == range(8192)).all()
+    assert mesh.intra_node("tp") and not mesh.intra_node("dp") and not mesh.intra_node("pp")
+    assert mesh.dense.stride("pp") == 8192
+
+
+def test_group_array_rows_are_the_groups_of_their_members():
+    from simtrain.topology.mesh import build_mesh
+
+    mesh = build_mesh(tp=2, cp=2, dp=3, pp=2, ep=2, order="tp-cp-dp-ep-pp")
+    for grid in (mesh.dense, mesh.expert):
+        for dim, size in zip(grid.dims, grid.sizes):
+            rows = grid.group_array(dim)
+            assert rows.shape == (grid.world // size, size)
+            assert sorted(rows.ravel().tolist()) == list(range(grid.world))  # a partition
+            for row in rows.tolist():
+                for member in row:
+                    assert grid.group_of(dim, member) == row

@@ -104,3 +104,37 @@ def test_rail_optimized_same_rail_one_leaf():
     assert node_kinds(c, cross) == ["gpu", "nic", "leaf", "spine", "leaf", "nic", "gpu"]
     other_group = r.route(3, 4 * 8 + 3)  # rail 3 of node 4 (second group)
     assert node_kinds(c, other_group)[3] == "spine"
+
+
+# Routes from the fabric's structure equal the graph search's, on every preset topology.
+from simtrain.topology.cluster import list_topologies, load_topology  # noqa: E402
+
+# node counts that give several leaves (several pods, several rail groups) on each preset
+_STRUCTURE_NODES = {"h100-3tier": 40, "h100-rail": 40, "h800-rail": 33, "gb200-nvl72": 3}
+
+
+@pytest.mark.parametrize("preset", list_topologies())
+def test_structural_routes_equal_breadth_first_search(preset):
+    c = load_topology(preset, nodes=_STRUCTURE_NODES.get(preset, 9))
+    fast, slow = Router(c), Router(c, structural=False)
+    n = c.num_gpus
+    gpus = sorted({0, 1, c.gpus_per_node - 1, n - 1, n // 2, n // 3 + 5 if n > 16 else 0}
+                  | set(range(0, n, max(1, n // 24))))
+    for a in gpus:
+        for b in gpus:
+            assert fast.route(a, b) == slow.route(a, b), (preset, a, b)
+    leaves = [x for x, k in c.graph.nodes(data="kind") if k == "leaf"]
+    for a in leaves:
+        for b in leaves:
+            assert fast._mids(a, b) == slow._mids(a, b), (preset, a, b)
+
+
+def test_structural_three_tier_paths_by_hand():
+    """Two pods of 4 leaves (4 nodes per leaf), 8 spines per pod, 16 cores: leaves 0 and 5 are in
+    pods 0 and 1 and meet through each of the 16 cores, core c via spine c % 8 of both pods."""
+    c = load_topology("h100-3tier", nodes=32)
+    paths, _ = Router(c)._mids("leaf0", "leaf5")
+    assert len(paths) == 16
+    assert ("leaf0", "pod0/spine3", "core11", "pod1/spine3", "leaf5") in paths
+    assert Router(c)._mids("leaf0", "leaf3")[0] == tuple(sorted(
+        ("leaf0", f"pod0/spine{s}", "leaf3") for s in range(8)))

@@ -1,0 +1,164 @@
+"""Wall time, operations, rate and peak memory of six standard scenarios, small to 131,072 GPUs.
+
+Run: python benchmarks/bench_scale.py [--quick] [--only S1,S5] [--jobs 2]
+
+Each scenario runs in a fresh process, so its peak RSS is its own; ``cpu s`` is the process's
+CPU time over the same span (the search's is its own, not its workers'), steadier than the wall
+time on a shared machine. In that process a bare SimPy
+loop of timeouts is timed first: ``engine/bare`` is the simulator's operations per second over
+that loop's events per second, a machine-independent measure of the engine's overhead. Not a
+test: machines are noisy; compare rows of one machine, as ratios.
+
+S1  the README's 70B example (64 GPUs, TP8 PP4 DP2, gbs 512, 1F1B) with every output written
+S2  Llama-3-405B on 16,384 H100s, TP8 PP16 DP128, interleaved 1F1B (vpp 2), gbs 2048 (analytic,
+    then flow)
+S3  Llama-3-70B on 1,024 GPUs, TP8 PP8 DP16, gbs 512, 1F1B, every rank simulated (--no-fold)
+S4  the course notes' 70B / 64-GPU search over every schedule
+S5  Llama-3-405B on 131,072 GPUs, TP8 PP16 DP1024, gbs 16384 (analytic)
+S6  Mixtral 8x7B, TP8 x EP8 across nodes on a 2:1 oversubscribed fabric, flow network (and the
+    same run analytic, for the ratio)
+``--quick`` runs each at a reduced size (a few seconds each); the test suite runs it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+L405 = dict(model="llama3-405b", topology="h100-ib", tp=8, pp=16, seq=8192)
+MIXTRAL = dict(model="mixtral-8x7b", topology="h100-ib-2to1", gpus=64, tp=8, ep=8, pp=1,
+               order="tp-cp-dp-ep-pp", seq=4096, gbs=64)
+
+#: name -> (what, kind, full settings, quick settings)
+SCENARIOS: dict[str, tuple[str, str, dict, dict]] = {
+    "S1": ("70B 64 GPUs gbs 512, all outputs", "outputs",
+           dict(model="llama3-70b", topology="seed-h100", gpus=64, tp=8, pp=4, dp=2, seq=8192, gbs=512,
+                schedule="1f1b"),
+           dict(model="llama3-70b", topology="seed-h100", gpus=64, tp=8, pp=4, dp=2, seq=8192, gbs=16,
+                schedule="1f1b")),
+    "S2": ("405B 16,384 GPUs interleaved, analytic", "run",
+           dict(L405, gpus=16384, dp=128, schedule="interleaved-1f1b", vpp=2, first_stage_layers=3,
+                last_stage_layers=3, gbs=2048),
+           dict(L405, gpus=256, pp=4, dp=8, schedule="interleaved-1f1b", vpp=2, gbs=32)),
+    "S2-flow": ("405B 16,384 GPUs interleaved, flow", "run",
+                dict(L405, gpus=16384, dp=128, schedule="interleaved-1f1b", vpp=2, first_stage_layers=3,
+                     last_stage_layers=3, gbs=2048, network="flow"),
+                dict(L405, gpus=64, pp=4, dp=2, schedule="interleaved-1f1b", vpp=2, gbs=8, network="flow")),
+    "S3": ("70B 1,024 GPUs 1F1B --no-fold", "run",
+           dict(model="llama3-70b", topology="h100-ib", gpus=1024, tp=8, pp=8, dp=16, seq=8192, gbs=512,
+                schedule="1f1b", fold=False),
+           dict(model="llama3-70b", topology="h100-ib", gpus=64, tp=8, pp=4, dp=2, seq=8192, gbs=16,
+                schedule="1f1b", fold=False)),
+    "S4": ("70B 64 GPUs search, all schedules", "search",
+           dict(base=dict(model="llama3-70b", topology="seed-h100", nodes=8, seq=8192, gbs=512), gpus=64,
+                top=None, schedules=None),
+           dict(base=dict(model="llama3-70b", topology="seed-h100", nodes=8, seq=8192, gbs=32), gpus=64,
+                top=2, schedules=("1f1b",))),
+    "S5": ("405B 131,072 GPUs, analytic", "run",
+           dict(L405, gpus=131072, dp=1024, gbs=16384),
+           dict(L405, gpus=4096, pp=4, dp=128, gbs=512)),
+    "S6": ("Mixtral TP8 EP8 2:1 fabric, flow", "run", dict(MIXTRAL, network="flow"),
+           dict(MIXTRAL, network="flow", gbs=8, seq=1024)),
+    "S6-analytic": ("Mixtral TP8 EP8 2:1 fabric, analytic", "run", dict(MIXTRAL), dict(MIXTRAL, gbs=8, seq=1024)),
+}
+
+
+def bare_simpy_rate(events: int = 200_000) -> float:
+    """Events per second of a SimPy loop that only waits on timeouts: the ceiling of any
+    SimPy-based engine on this machine and interpreter."""
+    import simpy
+
+    env = simpy.Environment()
+
+    def loop(env: simpy.Environment):
+        for _ in range(events):
+            yield env.timeout(1.0)
+
+    env.process(loop(env))
+    t0 = time.perf_counter()
+    env.run()
+    return events / (time.perf_counter() - t0)
+
+
+def run_one(name: str, quick: bool, jobs: int) -> dict:
+    """Run scenario ``name`` in this process; its row (JSON-ready)."""
+    from simtrain import api
+
+    what, kind, full, small = SCENARIOS[name]
+    settings = small if quick else full
+    bare = bare_simpy_rate(50_000 if quick else 200_000)
+    t0 = time.perf_counter()
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    cpu0 = usage.ru_utime + usage.ru_stime
+    if kind == "search":
+        ops = _search(settings, jobs)
+    else:
+        result = api.simulate(api.resolve(settings))
+        ops = result.report["num_events"]
+        if kind == "outputs":
+            with tempfile.TemporaryDirectory() as out:
+                api.write_outputs(result, out, plot=True)
+    wall = time.perf_counter() - t0
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    cpu = usage.ru_utime + usage.ru_stime - cpu0
+    rss = usage.ru_maxrss / 1024  # KiB on Linux
+    if kind == "search":  # candidates ran in child processes: add their peak
+        rss = max(rss, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024)
+    return {"scenario": name, "what": what, "wall_s": wall, "cpu_s": cpu, "operations": ops, "ops_per_s": ops / wall,
+            "peak_rss_mib": rss, "bare_simpy_per_s": bare, "engine_over_bare": ops / wall / bare}
+
+
+def _search(settings: dict, jobs: int) -> int:
+    """Run the search; its operations are those of every simulated candidate."""
+    from simtrain.schedules import REGISTRY
+    from simtrain.search import load_results, simulated_search
+
+    schedules = settings["schedules"] or tuple(REGISTRY)
+    with tempfile.TemporaryDirectory() as tmp:
+        results = Path(tmp) / "r.jsonl"
+        simulated_search(settings["base"], gpus=settings["gpus"], gpus_per_node=8, top=settings["top"], jobs=jobs,
+                         results=results, resume=False, schedules=schedules, vpps=(1, 2))
+        return sum(row["report"].get("num_events", 0) for row in load_results(results).values())
+
+
+def main(argv: list[str] | None = None) -> list[dict]:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="reduced sizes, a few seconds each")
+    ap.add_argument("--only", default=",".join(SCENARIOS), help="comma-separated scenarios")
+    ap.add_argument("--jobs", type=int, default=2, help="processes of the search (S4)")
+    ap.add_argument("--one", help=argparse.SUPPRESS)  # run one scenario here, print its row as JSON
+    args = ap.parse_args(argv)
+    if args.one:
+        print(json.dumps(run_one(args.one, args.quick, args.jobs)))
+        return []
+    names = args.only.split(",")
+    unknown = [n for n in names if n not in SCENARIOS]
+    if unknown:
+        ap.error(f"--only {unknown[0]}: unknown scenario; valid: {', '.join(SCENARIOS)}")
+    head = (f"{'scenario':<12} {'what':<40} {'wall s':>8} {'cpu s':>8} {'operations':>11} {'ops/s':>9} {'peak RSS MiB':>12} "
+            f"{'bare SimPy/s':>12} {'engine/bare':>11}")
+    print(head)
+    rows = []
+    for name in names:
+        cmd = [sys.executable, __file__, "--one", name, "--jobs", str(args.jobs)] + (["--quick"] if args.quick else [])
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode:
+            print(f"{name:<12} failed: {(proc.stderr.strip().splitlines() or ['?'])[-1]}", flush=True)
+            rows.append({"scenario": name, "error": proc.stderr})
+            continue
+        r = json.loads(proc.stdout.strip().splitlines()[-1])
+        rows.append(r)
+        print(f"{name:<12} {r['what']:<40} {r['wall_s']:>8.2f} {r['cpu_s']:>8.2f} {r['operations']:>11,} {r['ops_per_s']:>9,.0f} "
+              f"{r['peak_rss_mib']:>12,.0f} {r['bare_simpy_per_s']:>12,.0f} {r['engine_over_bare']:>11.3f}",
+              flush=True)
+    return rows
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,36 @@
+"""The scale benchmark's quick form runs every scenario to the end (no timing is asserted: the
+point is that the benchmark never rots)."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parent.parent / "benchmarks" / "bench_scale.py"
+
+
+def _bench():
+    spec = importlib.util.spec_from_file_location("bench_scale", BENCH)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_quick_scale_benchmark_runs_every_scenario(capsys):
+    bench = _bench()
+    rows = bench.main(["--quick", "--jobs", "1"])
+    out = capsys.readouterr().out
+    assert [r["scenario"] for r in rows] == list(bench.SCENARIOS)
+    assert not [r for r in rows if "error" in r], out
+    by = {r["scenario"]: r for r in rows}
+    for r in rows:
+        assert r["operations"] > 0 and r["peak_rss_mib"] > 0 and r["bare_simpy_per_s"] > 0
+        assert r["engine_over_bare"] == r["ops_per_s"] / r["bare_simpy_per_s"]
+        assert f"{r['operations']:,}" in out
+    # the network model prices operations, it does not add or remove them
+    assert by["S2"]["operations"] == by["S2-flow"]["operations"]
+    assert by["S6"]["operations"] == by["S6-analytic"]["operations"]
+
+
+def test_bare_simpy_rate_counts_its_events():
+    assert _bench().bare_simpy_rate(1000) > 0
