@@ -131,7 +131,7 @@ def _resolve(s: dict[str, Any], recompute_rule: str) -> Scenario:
     par_kw = {k: s[k] for k in ("ep", "etp", "vpp", "mbs", "seq", "zero", "sp", "recompute", "schedule", "order",
                                 "first_stage_layers", "last_stage_layers", "balance_stages", "attention",
                                 "grad_dtype", "fp8", "overlap_grad_reduce",
-                                "overlap_p2p_comm", "tp_backward_overlap", "tp_comm_overlap")}
+                                "overlap_p2p_comm", "tp_backward_overlap", "tp_comm_overlap", "moe_dispatcher")}
     if s["fp8"] and gpu.peak_fp8_flops is None:
         raise SpecError(f"--fp8: gpu {gpu.name} has no FP8 tensor cores (Hopper or later has)")
     calibration = read_calibration(s["calibration"]) if s["calibration"] else None

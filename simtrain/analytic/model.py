@@ -72,6 +72,7 @@ from simtrain.specs.gpu import GpuSpec
 from simtrain.specs.model import ModelSpec
 from simtrain.specs.parallel import ParallelSpec
 from simtrain.topology.cluster import Cluster
+from simtrain.workload.moe_routing import Routing
 from simtrain.units import GB
 
 #: Fewest tokens a CP rank may hold (the notes' MIN_CP_CHUNK): smaller ring steps are too short.
@@ -131,6 +132,12 @@ def group_bandwidth(cluster: Cluster, span: int) -> float:
             if span > max(fb.leaves_per_pod * leaf_nodes // rails, leaf_nodes) * g:
                 out /= fb.core_oversubscription
     return out
+
+
+def _per_node(span: int, size: int, cluster: Cluster) -> int:
+    """Members per node of a group of ``size`` ranks spread evenly over ``span`` consecutive ranks."""
+    gpn = cluster.gpus_per_node
+    return size if span <= gpn else max(1, gpn // (span // size))
 
 
 def group_spans(par: ParallelSpec) -> dict[str, int]:
@@ -208,7 +215,8 @@ def _recompute_request(par: ParallelSpec, layers: int) -> int | None:
 
 
 def _evaluate(model: ModelSpec, cluster: Cluster, par: ParallelSpec, gpu: GpuSpec | None,
-              schedule: str | None, min_cp_chunk: int, n_params: float | None) -> _Outcome:
+              schedule: str | None, min_cp_chunk: int, n_params: float | None,
+              routing: Routing = Routing()) -> _Outcome:
     sched = schedule if schedule is not None else par.schedule
     rec = REGISTRY.closed_form(sched)
     gpu = gpu if gpu is not None else cluster.gpu
@@ -276,7 +284,7 @@ def _evaluate(model: ModelSpec, cluster: Cluster, par: ParallelSpec, gpu: GpuSpe
     slow = layers * f_layer * sec + recompute + f_head * sec
     spans = group_spans(par)
     if lay is not None:
-        spans |= {"ep": lay.ep_span, "edp": lay.edp_span}
+        spans |= {"ep": lay.ep_span, "edp": lay.edp_span, "etp": lay.etp_span}
 
     def bw(kind: str) -> float:
         out = group_bandwidth(cluster, spans[kind])
@@ -287,9 +295,13 @@ def _evaluate(model: ModelSpec, cluster: Cluster, par: ParallelSpec, gpu: GpuSpe
 
     act_bytes = s * b * h * 2
     moe_l = moe.moe_layers_on_last_stage(model, layers)
+    loads = moe.stage_load_factors(model, par, routing, moe_l) if lay is not None else []
+    slow += moe.skew_time(model, loads, max(0, rc - (layers - moe_l)), sec)  # the busiest EP rank
     tp_n = moe.tp_allreduces(model, par, layers, moe_l)  # 4 per dense layer
     tp_c = tp_n * 2 * (t - 1) / t * act_bytes / bw("tp") if t > 1 else 0.0
-    ep_c = moe.all_to_all_time(model, par, moe_l, bw("ep")) if lay is not None else 0.0
+    tp_c += moe.expert_tp_time(model, par, loads, bw("etp")) if lay is not None else 0.0
+    ep_c = moe.all_to_all_time(model, par, moe_l, bw("ep"), loads, _per_node(lay.ep_span, par.ep, cluster)) \
+        if lay is not None else 0.0
     ring = layers * 3 * (c - 1) * (2 * s * b * model.kv_width * 2) / bw("cp") if c > 1 else 0.0
     attention = layers * 6 * par.seq * model.q_width * sec
     cp_c = max(0.0, ring - attention)
@@ -334,7 +346,7 @@ def _evaluate(model: ModelSpec, cluster: Cluster, par: ParallelSpec, gpu: GpuSpe
 
 def estimate(model: ModelSpec, cluster: Cluster, par: ParallelSpec, *, gpu: GpuSpec | None = None,
              schedule: str | None = None, min_cp_chunk: int = MIN_CP_CHUNK,
-             n_params: float | None = None) -> AnalyticReport | None:
+             n_params: float | None = None, routing: Routing = Routing()) -> AnalyticReport | None:
     """The closed-form report of one step (course notes, parallel_plan.py), or None when the
     layout does not fit in memory or breaks the script's rules (tp within a node, pp divides the
     layers, at least ``min_cp_chunk`` tokens per CP rank, gbs divisible by dp*mbs; for an MoE
@@ -343,7 +355,9 @@ def estimate(model: ModelSpec, cluster: Cluster, par: ParallelSpec, *, gpu: GpuS
     ``gpu`` defaults to the cluster's GPU; ``schedule`` to ``par.schedule`` (one of
     :data:`ANALYTIC_SCHEDULES`, else :class:`SpecError`). ``n_params`` replaces the model's
     ``params_total`` as ``N`` (the notes use the published 70.6e9 for Llama 3 70B where the
-    exact count is 70.55e9). The recompute count is the smallest that fits, unless
+    exact count is 70.55e9). ``routing`` is an MoE model's token routing (its skew makes the
+    busiest EP rank's experts the slowest stage's: :mod:`simtrain.analytic.moe`). The recompute
+    count is the smallest that fits, unless
     ``par.recompute`` is ``full`` or a layer count. Only ZeRO-1 is modelled (``par.zero`` is not
     read), and the cluster's node count is not checked (see :func:`analytic_report`).
 
@@ -360,19 +374,20 @@ def estimate(model: ModelSpec, cluster: Cluster, par: ParallelSpec, *, gpu: GpuS
     >>> round(est["mfu"], 3), round(est["memory_gib"])  # the notes' best: MFU 53.7%, 66 GiB
     (0.537, 66)
     """
-    return _evaluate(model, cluster, par, gpu, schedule, min_cp_chunk, n_params).result
+    return _evaluate(model, cluster, par, gpu, schedule, min_cp_chunk, n_params, routing).result
 
 
 def analytic_report(model: ModelSpec, cluster: Cluster, par: ParallelSpec,
                     schedule: str | None = None, *, gpu: GpuSpec | None = None,
-                    min_cp_chunk: int = MIN_CP_CHUNK, n_params: float | None = None) -> AnalyticReport:
+                    min_cp_chunk: int = MIN_CP_CHUNK, n_params: float | None = None,
+                    routing: Routing = Routing()) -> AnalyticReport:
     """:func:`estimate`, raising a one-line :class:`SpecError` naming the configuration and the
     reason when it does not fit or is invalid, or when the layout needs more GPUs than the
     cluster has."""
     if par.world > cluster.num_gpus:
         raise SpecError(f"{_label(model, par)}: needs {par.world} GPUs, topology {cluster.name} "
                         f"has {cluster.num_gpus}")
-    out = _evaluate(model, cluster, par, gpu, schedule, min_cp_chunk, n_params)
+    out = _evaluate(model, cluster, par, gpu, schedule, min_cp_chunk, n_params, routing)
     if out.result is None:
         raise SpecError(out.reason)
     return out.result

@@ -13,7 +13,7 @@ from simtrain.cli.run import (RunArgs, add_run_flags, add_setting_flag, chart_of
                                run_args)
 from simtrain.cli.types import list_type, positive_int
 from simtrain.errors import SimtrainError
-from simtrain.settings import SETTINGS
+from simtrain.settings import SEARCH_OPTIONS, SETTINGS
 
 
 def _analytic_for(scenario):
@@ -23,7 +23,8 @@ def _analytic_for(scenario):
     if par.schedule not in ANALYTIC_SCHEDULES:
         raise SimtrainError(f"--schedule {par.schedule}: the closed-form model has bubble formulas for "
                             f"{', '.join(ANALYTIC_SCHEDULES)} only")
-    return analytic_report(scenario.model, scenario.cluster, par, schedule=par.schedule, gpu=scenario.gpu)
+    return analytic_report(scenario.model, scenario.cluster, par, schedule=par.schedule, gpu=scenario.gpu,
+                           routing=scenario.routing)
 
 
 def _resolve(run: RunArgs):
@@ -113,6 +114,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def cmd_search(args: argparse.Namespace) -> int:
+    from simtrain.executors import check_executor
+    from simtrain.outputs.progress import Progress, wanted
     from simtrain.outputs.tables import table
     from simtrain.schedules import REGISTRY
     from simtrain.search import simulated_search
@@ -131,18 +134,29 @@ def cmd_search(args: argparse.Namespace) -> int:
     results = Path(args.results) if args.results else None
     if args.resume and results is None:
         raise SimtrainError("--resume needs --results FILE (the file an earlier search appended to)")
-    quiet = args.json or not sys.stderr.isatty()
+    for name in SEARCH_OPTIONS:
+        if getattr(args, name) is not None:
+            SEARCH_OPTIONS[name].validate(getattr(args, name))
+    check_executor(args.executor, args.scheduler)
+    bar = Progress(sys.stderr, background=True, enabled=wanted(args.progress, sys.stderr, args.json))
 
     def progress(done: int, total: int, label: str) -> None:
-        width = 30
-        bar = "#" * (width * done // max(total, 1))
-        end = "\n" if quiet or done == total else ""
-        print(f"\r[{bar:<{width}}] {done}/{total} {label[:60]:<60}", end=end, file=sys.stderr, flush=True)
+        if label == "estimate":
+            if done == 0:
+                bar.phase("estimate", total, "layouts")
+            bar.update(done)
+        elif label in ("start", "resumed"):
+            bar.phase("simulate", total, "candidates")
+            bar.update(done)
+        else:
+            bar.update(done)
 
-    out = simulated_search(base, gpus=args.gpus, gpus_per_node=cluster.gpus_per_node, top=args.top,
-                           jobs=args.jobs, results=results, resume=args.resume, progress=progress,
-                           schedules=args.schedules, vpps=args.vpp, mbss=args.mbs, zeros=args.zero,
-                           recomputes=args.recompute)
+    with bar:
+        out = simulated_search(base, gpus=args.gpus, gpus_per_node=cluster.gpus_per_node, top=args.top,
+                               jobs=args.jobs, results=results, resume=args.resume, progress=progress,
+                               executor=args.executor, scheduler=args.scheduler,
+                               schedules=args.schedules, vpps=args.vpp, mbss=args.mbs, zeros=args.zero,
+                               recomputes=args.recompute)
     if args.json:
         print(json.dumps(out, sort_keys=True))
         return 0
@@ -183,10 +197,13 @@ def _add_search_flags(p: argparse.ArgumentParser) -> None:
                        f"comma-separated (default {','.join(map(str, default))})")
     p.add_argument("--top", type=positive_int, metavar="K", help="simulate only the analytic top K")
     p.add_argument("--jobs", type=positive_int, default=min(8, os.cpu_count() or 1), metavar="J",
-                   help="parallel processes (default: the CPUs, at most 8)")
+                   help="parallel processes (with --executor dask and no --scheduler: workers of the local dask "
+                   "cluster) (default: the CPUs, at most 8)")
     p.add_argument("--results", metavar="FILE.jsonl", help="append each finished candidate here")
     p.add_argument("--resume", action="store_true", help="skip candidates already in --results")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    for s in SEARCH_OPTIONS.values():
+        add_setting_flag(p, s, with_default=True, help=s.flag_help)
 
 
 def add_commands(sub: Any) -> None:

@@ -4,13 +4,14 @@ Dense MLP (Megatron-LM's ``megatron/core/transformer/mlp.py``): ``fc1`` h -> f /
 when gated: gate and up in one GEMM), the activation, ``fc2`` f / t -> h.
 
 MoE (Megatron-LM's ``megatron/core/transformer/moe``): the router GEMM h -> experts over the
-rank's tokens and its softmax/top-k; the token dispatcher's permutation of the routed tokens into
-expert order and back (a gather and a scatter of ``h`` wide rows); the routed experts as one
-grouped GEMM per linear layer over the rank's local experts (``num_experts / ep``) at the real
-tokens per expert: the busiest EP rank receives ``tokens x top_k x load_factor`` rows, spread
-over its local experts; the experts' ffn split over the expert-TP group. Shared experts
-(DeepSeek-V3, arXiv:2412.19437, section 2.1.2) run as a dense MLP over all the rank's tokens,
-split over the TP group.
+rank's sequence-parallel tokens and its softmax/top-k; the token dispatcher's permutation of the
+routed tokens into expert order and back (a gather and a scatter of ``h`` wide rows); the routed
+experts as one grouped GEMM per linear layer over the rank's local experts (``num_experts / ep``)
+at the real tokens per expert: an EP rank receives ``tokens x top_k x load`` rows (``load`` its
+share over the mean), times ``expert_tp`` after the expert-TP all-gather, spread over its local
+experts; the experts' ffn split over the expert-TP group. Shared experts (DeepSeek-V3,
+arXiv:2412.19437, section 2.1.2) run as a dense MLP over the TP-gathered tokens, split over the
+TP group.
 """
 
 from __future__ import annotations
@@ -71,33 +72,60 @@ class MoeCosts:
     """The work of one MoE block for one pass on one rank."""
 
     router: OpCost  # the block's norm, the gate over the rank's tokens and its top-k
-    experts: OpCost  # the routed experts of the busiest EP rank, with the token permutation
+    experts: OpCost  # the routed experts over the rank's own share of the tokens, with the permutation
     shared: OpCost | None  # the shared experts; None without them
-    all_to_all_bytes: float  # dispatch (= combine) volume of the busiest EP rank
 
 
-def moe_tokens(shape: Shape, expert_tp: int) -> float:
-    """Tokens entering one rank's MoE block: with sequence parallelism they stay split across
-    the TP ranks (expert TP 1), with expert TP > 1 they are gathered over the expert-TP group
-    first (Megatron-LM's all-to-all token dispatcher, ``megatron/core/transformer/moe``)."""
-    tokens = shape.tokens / shape.tp if shape.sp else shape.tokens
-    if expert_tp > 1:
-        tokens = shape.tokens
-    return tokens
+def moe_tokens(shape: Shape) -> float:
+    """Tokens entering one rank's MoE block: with sequence parallelism they stay split across the
+    TP ranks, and the all-to-all carries this share (Megatron-LM's all-to-all token dispatcher,
+    ``megatron/core/transformer/moe/token_dispatcher.py``, ``MoEAlltoAllTokenDispatcher``: the
+    expert-TP all-gather comes after the dispatch)."""
+    return shape.sp_tokens
+
+
+def moe_etp_gather(shape: Shape, expert_tp: int) -> int:
+    """Ranks whose tokens the expert-TP all-gather joins: ``expert_tp``, or 1 (no gather) when
+    the ranks of the group already hold the same tokens (TP > 1 without sequence parallelism)."""
+    return expert_tp if shape.sp or shape.tp == 1 else 1
+
+
+def moe_routed_rows(model: ModelSpec, shape: Shape, expert_tp: int, load: float = 1.0) -> float:
+    """Token rows one rank's local experts process: its EP position receives ``load`` times the
+    mean ``tokens x top_k`` rows in the dispatch, and with expert TP > 1 it all-gathers the rows
+    of the ranks of its expert-TP group (which share its EP position, so its load)."""
+    return moe_tokens(shape) * model.top_k * load * moe_etp_gather(shape, expert_tp)
+
+
+def moe_dispatch_bytes(model: ModelSpec, shape: Shape, load: float = 1.0) -> float:
+    """Bytes of one dispatch (= combine) all-to-all buffer of one rank: ``tokens x top_k x hidden``
+    in bf16 at the mean load, times ``load`` (the busiest EP rank's over the mean: a direct
+    all-to-all lasts as long as its busiest rank's transfers)."""
+    return A * moe_tokens(shape) * model.top_k * model.hidden * load
+
+
+def moe_etp_bytes(model: ModelSpec, shape: Shape, expert_tp: int, load: float = 1.0) -> float:
+    """Bytes of the expert-TP all-gather output (= reduce-scatter input) around the experts: the
+    rows of :func:`moe_routed_rows`, ``hidden`` wide in bf16 (Megatron-LM's
+    ``MoEAlltoAllTokenDispatcher``: ``gather_from_sequence_parallel_region`` over the expert-TP
+    group after the dispatch, ``reduce_scatter_to_sequence_parallel_region`` before the combine)."""
+    return A * moe_routed_rows(model, shape, expert_tp, load) * model.hidden
 
 
 def moe_costs(model: ModelSpec, shape: Shape, kind: str, expert_tp: int, ep: int = 1,
-              load_factor: float = 1.0) -> MoeCosts:
-    """Router, routed experts, shared experts and all-to-all volume of one MoE block in pass
-    ``kind`` (F, I, W or B) with ``ep`` expert-parallel ranks.
+              load: float = 1.0) -> MoeCosts:
+    """Router, routed experts and shared experts of one MoE block in pass ``kind`` (F, I, W or B)
+    on a rank of ``ep`` expert-parallel ranks whose EP position gets ``load`` times the mean
+    tokens (:func:`simtrain.workload.moe_routing.ep_loads`).
 
-    Each token goes to ``top_k`` routed experts; the busiest EP rank receives (dispatch) and
-    sends back (combine) ``load_factor`` times the mean volume
-    (:func:`simtrain.workload.moe_routing.load_factors`), and a direct all-to-all lasts as long as
-    its busiest rank's transfers.
+    The router runs over the rank's own tokens (:func:`moe_tokens`); the routed experts over the
+    rows of :func:`moe_routed_rows`, spread evenly over the ``num_experts / ep`` local experts;
+    the shared experts (DeepSeek-V3, arXiv:2412.19437, section 2.1.2) as a dense MLP over the
+    TP-gathered tokens with its ffn split over the TP group (Megatron-LM's
+    ``megatron/core/transformer/moe/shared_experts.py``).
     """
-    tokens = moe_tokens(shape, expert_tp)
-    routed = tokens * model.top_k * load_factor
+    tokens = moe_tokens(shape)
+    routed = moe_routed_rows(model, shape, expert_tp, load)
     local = model.num_experts // ep
     per_expert = max(1, math.ceil(routed / local))
     passes = ("I", "W") if kind == "B" else (kind,)
@@ -124,9 +152,7 @@ def moe_costs(model: ModelSpec, shape: Shape, kind: str, expert_tp: int, ep: int
     if model.shared_experts:
         shared = OpCost(_mlp_kernels(model, shape, kind, "moe.shared", model.shared_experts * model.moe_ffn,
                                      shape.tp, ends=False))
-    a2a = A * tokens * model.top_k * model.hidden * load_factor
-    return MoeCosts(router=OpCost(tuple(router)), experts=OpCost(tuple(experts)), shared=shared,
-                    all_to_all_bytes=a2a)
+    return MoeCosts(router=OpCost(tuple(router)), experts=OpCost(tuple(experts)), shared=shared)
 
 
 def moe_cost(model: ModelSpec, shape: Shape, kind: str, expert_tp: int, ep: int = 1) -> OpCost:

@@ -89,6 +89,7 @@ def hf_config_fields(data: dict, source: str, name: str | None = None) -> dict[s
             raise SpecError(f"{source}: moe_layer_freq = {data['moe_layer_freq']!r}: only 1 "
                             f"is supported")
         v.update(num_experts=req("n_routed_experts"), top_k=req("num_experts_per_tok"),
+                 expert_groups=opt("n_group", 1), expert_groups_per_token=opt("topk_group", 0),
                  moe_ffn=req("moe_intermediate_size"), shared_experts=opt("n_shared_experts", 0),
                  dense_layers=opt("first_k_dense_replace", 0), q_lora_rank=opt("q_lora_rank", 0),
                  kv_lora_rank=req("kv_lora_rank"), qk_nope_head_dim=req("qk_nope_head_dim"),

@@ -52,6 +52,10 @@ class ModelSpec:
     qk_norm: bool = False  # per-head RMSNorm on queries and keys (Qwen3), head_dim weights each
     num_experts: int = 0  # routed experts per MoE layer; 0 = dense model
     top_k: int = 0  # routed experts each token uses
+    # node-limited routing (DeepSeek-V3 n_group / topk_group): the routed experts form this many
+    # equal groups and a token's experts come from at most expert_groups_per_token of them (0: any)
+    expert_groups: int = 1
+    expert_groups_per_token: int = 0
     shared_experts: int = 0  # always-on experts per MoE layer (DeepSeek), each moe_ffn wide
     moe_ffn: int = 0  # inner width of one expert MLP
     dense_layers: int = 0  # the first N layers use the dense MLP (DeepSeek-V3: 3)
@@ -213,7 +217,7 @@ def _check_and_complete(spec: ModelSpec) -> None:
             check_value(f"{where}: {f.name}", getattr(spec, f.name), _kind(f.type))
     for key in ("hidden", "layers", "heads", "ffn", "vocab"):
         check_value(f"{where}: {key}", getattr(spec, key), int, positive=True)
-    for key in ("kv_heads", "head_dim", "learned_pos", "num_experts", "top_k",
+    for key in ("kv_heads", "head_dim", "learned_pos", "num_experts", "top_k", "expert_groups_per_token",
                 "shared_experts", "moe_ffn", "dense_layers", "q_lora_rank", "kv_lora_rank",
                 "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
         check_value(f"{where}: {key}", getattr(spec, key), int, min_value=0)
@@ -255,8 +259,17 @@ def _check_and_complete(spec: ModelSpec) -> None:
             raise bad("moe_ffn", "must be > 0 for an MoE model (num_experts > 0)")
         if spec.dense_layers > spec.layers:
             raise bad("dense_layers", f"must be <= layers = {spec.layers}")
+        if spec.expert_groups < 1 or spec.num_experts % spec.expert_groups:
+            raise bad("expert_groups", f"must divide num_experts = {spec.num_experts}")
+        if spec.expert_groups_per_token > spec.expert_groups:
+            raise bad("expert_groups_per_token", f"must be <= expert_groups = {spec.expert_groups} (0: no limit)")
+        if spec.expert_groups_per_token and spec.top_k > spec.expert_groups_per_token * (
+                spec.num_experts // spec.expert_groups):
+            raise bad("expert_groups_per_token", f"leaves fewer than top_k = {spec.top_k} experts to choose from")
     else:
-        for key in ("top_k", "shared_experts", "moe_ffn", "dense_layers"):
+        if spec.expert_groups != 1:
+            raise bad("expert_groups", "needs num_experts > 0 (an MoE model)")
+        for key in ("top_k", "expert_groups_per_token", "shared_experts", "moe_ffn", "dense_layers"):
             if getattr(spec, key):
                 raise bad(key, "needs num_experts > 0 (an MoE model)")
 

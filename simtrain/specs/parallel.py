@@ -22,6 +22,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 MIN_CP_TOKENS = 512  # shortest sequence slice per CP rank the simulator accepts
 RECOMPUTE_POLICIES = ("none", "selective", "full", "auto")
+MOE_DISPATCHERS = ("alltoall", "deepep")  # Megatron-LM's all-to-all token dispatcher, DeepEP's
 ATTENTION_KERNELS = ("flash", "eager")  # fused attention, or the unfused core of 2021-22 stacks
 GRAD_DTYPES = ("fp32", "bf16")
 
@@ -62,6 +63,7 @@ class ParallelSpec:
     overlap_p2p_comm: bool = True  # pipeline sends run beside the compute; False: the sender waits
     tp_backward_overlap: bool = True  # backward TP collectives beside the GEMMs (False: one after another)
     tp_comm_overlap: bool = False  # TransformerEngine's chunked TP all-gather/reduce-scatter beside the GEMMs
+    moe_dispatcher: str = "alltoall"  # EP all-to-all: Megatron-LM's alltoall or DeepEP's (simtrain.costs.dispatch)
 
     @property
     def world(self) -> int:
@@ -139,7 +141,11 @@ def validate_parallel(par: ParallelSpec, model: "ModelSpec", num_gpus: int | Non
             raise SpecError(f"{name}={value!r}: must be an integer >= 1")
     if par.etp is not None and par.etp < 1:
         raise SpecError(f"etp={par.etp}: must be an integer >= 1")
-    parse_order(par.order)
+    dims = parse_order(par.order)
+    if par.ep > 1 and par.pp > 1 and dims.index("pp") < dims.index("ep"):
+        raise SpecError(f"order {par.order!r} with ep={par.ep} and pp={par.pp}: pp is inside ep, so an EP group "
+                        f"would span pipeline stages that run different layers; put ep before pp "
+                        f"(e.g. {DEFAULT_ORDER!r})")
     parse_recompute(par.recompute)
     if par.zero not in (0, 1, 2, 3):
         raise SpecError(f"zero={par.zero!r}: ZeRO stage must be 0, 1, 2 or 3")
@@ -155,6 +161,8 @@ def validate_parallel(par: ParallelSpec, model: "ModelSpec", num_gpus: int | Non
     if par.pp * par.vpp > model.layers:
         raise SpecError(f"pp*vpp={par.pp * par.vpp} (pp={par.pp}, vpp={par.vpp}) exceeds the "
                         f"{model.layers} layers of {model.name}: every pipeline chunk needs a layer")
+    if par.moe_dispatcher not in MOE_DISPATCHERS:
+        raise SpecError(f"moe_dispatcher={par.moe_dispatcher!r}: must be one of {', '.join(MOE_DISPATCHERS)}")
     if par.attention not in ATTENTION_KERNELS:
         raise SpecError(f"attention={par.attention!r}: must be one of {', '.join(ATTENTION_KERNELS)}")
     if par.attention == "eager" and par.cp > 1:

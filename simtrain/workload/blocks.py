@@ -10,8 +10,8 @@ micro-batch, with the communication that sits between them.
   ``--tp-comm-overlap`` the sequence-parallel collectives run in ``tp`` chunks beside their GEMM
   (TransformerEngine's userbuffers), so one chunk is exposed.
 * CP: ring attention (Liu et al. 2023; Megatron-LM/TransformerEngine's ``cp_comm_type=p2p``).
-* EP: dispatch and combine all-to-alls around the routed experts (Megatron-LM's all-to-all token
-  dispatcher, ``megatron/core/transformer/moe``).
+* EP: dispatch and combine all-to-alls around the routed experts, expert-TP collectives and the
+  shared experts (:mod:`simtrain.workload.moe_block`).
 * Recompute: a fully recomputed layer runs its forward again (kind R) right before its backward.
 """
 
@@ -23,6 +23,7 @@ from simtrain.schedules.ir import Schedule
 from simtrain.specs.parallel import ParallelSpec
 from simtrain.workload.data_parallel import DataParallelOps
 from simtrain.workload.emit import Emitter
+from simtrain.workload.moe_block import MoeBlock
 from simtrain.workload.program import STREAM, Op
 
 
@@ -200,13 +201,13 @@ class Blocks:
     arguments and return values are op ids (``None``: nothing before)."""
 
     def __init__(self, em: Emitter, dp: DataParallelOps, par: ParallelSpec, schedule: Schedule,
-                 chunks: list[range], tp_comm: bool, load_factor: dict[int, float]):
+                 chunks: list[range], tp_comm: bool, loads: dict[int, tuple[float, ...]]):
         self.em, self.dp, self.par, self.sched, self.chunks = em, dp, par, schedule, chunks
-        self.load_factor = load_factor  # MoE layer -> busiest EP rank's load over the mean
         self.recompute_layers = par.recompute_layers(max(len(c) for c in chunks))
         self.selective = par.recompute == "selective"
         self.dense = DenseBlocks(em, dp, par, tp_comm, self.selective)
         self.tp = self.dense.tp
+        self.moe = MoeBlock(em, dp, par, tp_comm, loads, self.dense)  # loads: MoE layer -> per EP rank
 
     def recomputed(self, stage: int, layer: int) -> bool:
         """Whether ``layer`` of schedule stage ``stage`` runs a full recompute before its backward."""
@@ -269,49 +270,6 @@ class Blocks:
 
     def _moe(self, rank: int, kind: str, pass_kind: str, stage: int, layer: int, mb: int,
              last: int | None) -> int | None:
-        """An MoE block (costs: :func:`simtrain.costs.moe_costs`): router, dispatch all-to-all,
-        routed experts (the busiest EP rank's load), shared experts beside the all-to-all,
-        combine all-to-all; the backward mirrors it. With expert TP > 1 the tokens are gathered
-        over the expert-TP group first and scattered back after the backward."""
-        em, dp = self.em, self.dp
-        etp = self.par.expert_tp
-        c = em.cost(costs.moe_costs, pass_kind, etp, self.par.ep, self.load_factor.get(layer, 1.0))
-        if pass_kind == "W":
-            op = em.compute(rank, "W", "moe.experts.W", stage, layer, mb, c.experts, last)
-            dp.grad_done(stage, layer, op, "W")
-            if c.shared is not None:
-                op = em.compute(rank, "W", "moe.shared.W", stage, layer, mb, c.shared, op.id)
-            op = em.compute(rank, "W", "moe.router.W", stage, layer, mb, c.router, op.id)
-            dp.grad_done(stage, layer, op, "W")
-            return op.id
-        backward = pass_kind != "F"
-        if etp > 1 and not backward:
-            last = self.tp(rank, "all_gather", stage, layer, mb, last)
-        if not backward:
-            last = em.compute(rank, kind, f"moe.router.{kind}", stage, layer, mb, c.router, last).id
-        a2a = c.all_to_all_bytes
-        first_a2a = self._a2a(rank, "combine" if backward else "dispatch", stage, layer, mb, a2a, last)
-        side = last
-        if c.shared is not None:
-            side = em.compute(rank, kind, f"moe.shared.{kind}", stage, layer, mb, c.shared, last).id
-        op = em.compute(rank, kind, f"moe.experts.{kind}", stage, layer, mb, c.experts, first_a2a)
-        if side is not None and side not in op.deps:
-            op.deps.append(side)
-        dp.grad_done(stage, layer, op, pass_kind)
-        last = self._a2a(rank, "dispatch" if backward else "combine", stage, layer, mb, a2a, op.id)
-        if backward:
-            op = em.compute(rank, kind, f"moe.router.{kind}", stage, layer, mb, c.router, last)
-            dp.grad_done(stage, layer, op, pass_kind)
-            last = op.id
-        if etp > 1 and backward:
-            last = self.tp(rank, "reduce_scatter", stage, layer, mb, last)
-        return last
-
-    def _a2a(self, rank: int, what: str, stage: int, layer: int, mb: int, nbytes: float,
-             last: int | None) -> int | None:
-        """An EP all-to-all (``what``: dispatch or combine) after ``last``; none without EP."""
-        if self.par.ep == 1:
-            return last
-        op = self.em.collective(rank, "ep", "ep", "all_to_all", nbytes, stage, layer, mb, [last])
-        op.name = f"ep.{what}"
-        return op.id
+        """An MoE block with its dispatch, expert-TP and shared-expert communication
+        (:class:`simtrain.workload.moe_block.MoeBlock`)."""
+        return self.moe.emit(rank, kind, pass_kind, stage, layer, mb, last)

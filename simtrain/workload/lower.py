@@ -13,8 +13,8 @@ optimisation). Data-parallel
 gathers and reductions come from :mod:`simtrain.workload.data_parallel`; after the last reduction
 the global gradient norm is all-reduced over every GPU, then the optimizer steps.
 
-With folding (the default), one representative rank per pipeline rank is simulated
-(:mod:`simtrain.workload.emit`).
+With folding (the default), one representative rank per pipeline rank is simulated, or under
+MoE routing skew one per pipeline rank and EP position (:mod:`simtrain.workload.fold`).
 """
 
 from __future__ import annotations
@@ -31,8 +31,10 @@ from simtrain.topology.mesh import DeviceMesh
 from simtrain.workload.blocks import Blocks
 from simtrain.workload.data_parallel import EMBEDDING, LM_HEAD, DataParallelOps, ParamLayout
 from simtrain.workload.emit import Emitter
-from simtrain.workload.moe_routing import load_factors
+from simtrain.workload.fold import fold_classes
+from simtrain.workload.moe_routing import ep_loads
 from simtrain.workload.options import WorkloadOptions
+from simtrain.workload.overlap import interleave
 from simtrain.workload.program import STREAM, Op, Program
 from simtrain.workload.stages import split_layers
 
@@ -49,9 +51,11 @@ class _Lowering:
         self.chunks = split_layers(model, par, gpu, schedule.chain_length, opts)
         self.dp = DataParallelOps(self.em, ParamLayout(model, par, schedule, self.chunks), opts)
         moe_layers = [i for i in range(model.layers) if model.is_moe_layer(i)]
-        factors = load_factors(model.num_experts, par.ep, len(moe_layers), opts.routing) if moe_layers else []
+        loads = ep_loads(model.num_experts, par.ep, len(moe_layers), opts.routing) if moe_layers else []
         self.blocks = Blocks(self.em, self.dp, par, schedule, self.chunks, opts.tp_comm,
-                             dict(zip(moe_layers, factors)))
+                             dict(zip(moe_layers, loads)))
+        # skewed routing gives each EP position its own program: fold by EP position
+        self.by_ep = any(len(set(x)) > 1 for x in loads)
         self.step = 0  # the step being lowered
         self.sends: dict[tuple, int] = {}  # (step, stage, mb, "act"|"grad") -> p2p op id
         self.last_send: dict[int, int] = {}  # rank -> its latest p2p send (blocking sends wait for it)
@@ -65,11 +69,12 @@ class _Lowering:
         reductions, the global gradient norm and the optimizer step; finally each action waits for
         the transfer it needs."""
         prog, em, dp = self.prog, self.em, self.dp
-        slices = [self.mesh.group_of("pp", 0)] if self.opts.fold else em.pp_groups
-        for group in slices:
+        for group, stands_for in fold_classes(self.mesh, self.opts.fold, self.by_ep):
             for pp_index, rank in enumerate(group):
                 prog.pipeline_rank_of[rank] = pp_index
-                prog.rank_weight[rank] = len(em.pp_groups) if self.opts.fold else 1
+                prog.rank_weight[rank] = len(stands_for)
+                if self.opts.fold and self.by_ep:
+                    em.stand_for(rank, stands_for)
         for rank in prog.ranks:
             optimizer = None
             for step in range(self.opts.steps):
@@ -111,24 +116,40 @@ class _Lowering:
         sum of squares (one fp32) is all-reduced over every GPU of the job, as Megatron-LM's
         gradient clipping does (``clip_grad_norm_fp32``, ``megatron/core/optimizer/clip_grads.py``:
         over the model-parallel group, and over data parallelism where the optimizer is
-        distributed). The one collective makes every rank's optimizer wait for the slowest."""
+        distributed). The one collective makes every rank's optimizer wait for the slowest. The
+        sum of squares needs every gradient, so it also follows the rank's last compute op (with
+        no reduction to wait for, as without data parallelism, that is what orders it)."""
         world = (tuple(range(self.world)),)
-        return self.em.emit(rank, "dp", "dp", "dp.grad_norm", -1, -1, -1, reductions, nbytes=4.0,
+        computed = self.prog.order.get((rank, STREAM["compute"]), [])
+        after = [*reductions, computed[-1]] if computed else reductions
+        return self.em.emit(rank, "dp", "dp", "dp.grad_norm", -1, -1, -1, after, nbytes=4.0,
                             comm="all_reduce", group_set=self.prog.group_set_id(world),
                             key=("grad_norm", self.step)).id
 
     def _action(self, rank: int, action: Action) -> None:
-        """Lower one action; an overlapped F&B pair (DualPipe) starts when the inputs of both of
-        its halves have arrived, then runs the halves' ops back to back."""
+        """Lower one action. An overlapped F&B pair (DualPipe) starts when the inputs of both of
+        its halves have arrived; its halves' components then interleave
+        (:func:`~simtrain.workload.overlap.interleave`), and with blocking sends the pair as a
+        whole waits for the send before it."""
+        previous_send = self.last_send.get(rank)
+        if action.kind != "FB":
+            self._plain_action(rank, action, previous_send)
+            return
+        forward, backward = action.halves()
         start = len(self.prog.ops)
-        for half in action.halves():
-            self._plain_action(rank, half)
-        if action.kind == "FB":
-            _, next_stage = self.sched.stage_neighbours(action.b_stage)
-            self._needs_from(start, (next_stage, action.b_mb, "grad") if next_stage is not None else None)
+        self._plain_action(rank, forward, previous_send)
+        mid = len(self.prog.ops)
+        self._plain_action(rank, backward, previous_send)
+        _, next_stage = self.sched.stage_neighbours(action.b_stage)
+        self._needs_from(start, (next_stage, action.b_mb, "grad") if next_stage is not None else None)
+        interleave(self.prog, rank, start, mid, len(self.prog.ops))
+        sends = self.prog.order.get((rank, STREAM["pp_send"]), [])
+        if sends and sends[-1] >= start:  # the pair's send that leaves last
+            self.last_send[rank] = sends[-1]
 
-    def _plain_action(self, rank: int, a: Action) -> None:
-        """One F, B, I or W action of schedule stage ``a.stage`` on micro-batch ``a.mb``."""
+    def _plain_action(self, rank: int, a: Action, previous_send: int | None) -> None:
+        """One F, B, I or W action of schedule stage ``a.stage`` on micro-batch ``a.mb``; with
+        blocking sends it waits for op ``previous_send``."""
         dp, blocks = self.dp, self.blocks
         chunk = self.sched.chunk_of_stage(a.stage)
         layers = self.chunks[chunk]
@@ -137,7 +158,6 @@ class _Lowering:
         logits = costs.logits_bytes(self.model, self.em.shape)
         prev_stage, next_stage = self.sched.stage_neighbours(a.stage)
         start = len(self.prog.ops)
-        previous_send = self.last_send.get(rank)
         dp.begin_pass()
         last = None
         receives = prev_stage is not None if a.kind == "F" else (next_stage is not None and a.kind in ("B", "I"))

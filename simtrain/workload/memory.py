@@ -8,6 +8,11 @@ a forward keeps each layer's activations, or only its input when recomputed (Kor
 recompute rebuilds a layer's activations just before its backward; B, or W after I, releases them.
 Static memory includes, under ZeRO 2 and 3, the unsharded gradient buckets in flight
 (:meth:`~simtrain.workload.data_parallel.ParamLayout.reduce_buffer_bytes`).
+
+An overlapped F&B pair (DualPipe) is planned as its forward half, then its backward half; the
+simulation interleaves the halves (:mod:`simtrain.workload.overlap`), so the backward frees some
+activations before the forward has allocated all of its own: for such schedules the plan is an
+upper bound, above the simulated peak by less than one chunk's activations.
 """
 
 from __future__ import annotations

@@ -3,9 +3,10 @@
 Expert popularity follows a Zipf law, ``p_e ~ 1 / rank_e ** skew`` over a random permutation of
 the experts drawn from an explicit seed (skew 0 is uniform routing). Measured router statistics
 of trained MoE models are roughly of this shape (e.g. DeepSeek-V3 report, section 4.5 on expert
-load before and after bias balancing). The busiest EP rank sets the layer time, because the
-combine all-to-all waits for it; :func:`load_factors` gives, per MoE layer, the busiest rank's
-load divided by the mean load.
+load before and after bias balancing). :func:`ep_loads` gives, per MoE layer, each EP rank's load
+divided by the mean load: each rank computes its own tokens, and the busiest sets the layer time,
+because the combine all-to-all waits for it (:func:`load_factors`: the busiest rank's load over the
+mean).
 """
 
 from __future__ import annotations
@@ -39,13 +40,16 @@ def rank_loads(probs: np.ndarray, ep: int) -> np.ndarray:
     return probs.reshape(ep, -1).sum(axis=1)
 
 
+def ep_loads(num_experts: int, ep: int, num_layers: int, routing: Routing) -> list[tuple[float, ...]]:
+    """Each EP rank's load over the mean load (``ep`` values averaging 1), one tuple per MoE layer
+    in layer order (all 1.0 when uniform)."""
+    if routing.skew == 0:
+        return [(1.0,) * ep] * num_layers
+    rng = np.random.default_rng(routing.seed)
+    return [tuple(float(x) for x in rank_loads(expert_probabilities(num_experts, routing.skew, rng), ep) * ep)
+            for _ in range(num_layers)]
+
+
 def load_factors(num_experts: int, ep: int, num_layers: int, routing: Routing) -> list[float]:
     """Busiest-rank load over mean load, one value per MoE layer (1.0 everywhere when uniform)."""
-    if routing.skew == 0:
-        return [1.0] * num_layers
-    rng = np.random.default_rng(routing.seed)
-    out = []
-    for _ in range(num_layers):
-        loads = rank_loads(expert_probabilities(num_experts, routing.skew, rng), ep)
-        out.append(float(loads.max() * ep))
-    return out
+    return [max(loads) for loads in ep_loads(num_experts, ep, num_layers, routing)]

@@ -15,6 +15,7 @@ from simtrain.schedules import REGISTRY
 from simtrain.specs.model import load_model
 from simtrain.specs.parallel import ParallelSpec
 from simtrain.topology.cluster import load_topology
+from simtrain.workload.moe_routing import Routing, load_factors
 
 #: Mixtral 8x7B on 64 GPUs with EP 8 and PP 4. TP must be 1 (or 2 with expert TP 2): EP is folded
 #: from the DP x CP ranks of one pipeline position, so etp*ep*pp must divide the 64 GPUs, and with
@@ -36,15 +37,40 @@ def test_all_to_all_volume_by_hand(mixtral):
     # tp 1: the 4096 tokens of a micro-batch enter the MoE block; each goes to top_k=2 experts,
     # hidden 4096 in bf16, 7 of 8 shares leave the rank (DeepSpeed-MoE, section 5)
     par = ParallelSpec(**MIXTRAL)
-    assert moe.all_to_all_bytes(mixtral, par) == 7 / 8 * 2 * 4096 * 2 * 4096 == 58_720_256
+    assert moe.all_to_all_bytes(mixtral, par, 8) == 7 / 8 * 2 * 4096 * 2 * 4096 == 58_720_256
     # sequence parallelism keeps the tokens split over TP 2 when expert TP is 1 ...
     sp = ParallelSpec(**MIXTRAL | dict(tp=2, dp=8, etp=1))
-    assert moe.all_to_all_bytes(mixtral, sp) == 58_720_256 / 2
-    # ... expert TP 2 gathers them first
-    assert moe.all_to_all_bytes(mixtral, replace(sp, etp=2)) == 58_720_256
+    assert moe.all_to_all_bytes(mixtral, sp, 8) == 58_720_256 / 2
+    # ... and so does expert TP 2: Megatron-LM's MoEAlltoAllTokenDispatcher sends the sequence
+    # shard and all-gathers the received rows over the expert-TP group afterwards
+    assert moe.all_to_all_bytes(mixtral, replace(sp, etp=2), 8) == 58_720_256 / 2
     # dispatch and combine, forward and backward, over 8 MoE layers at 100 GB/s
     assert moe.all_to_all_time(mixtral, par, 8, 100e9) == pytest.approx(8 * 4 * 58_720_256 / 100e9)
     assert moe.all_to_all_time(mixtral, replace(par, ep=1), 8, 100e9) == 0.0
+    # under skew each layer moves its busiest rank's volume
+    assert moe.all_to_all_time(mixtral, par, 2, 100e9, [1.5, 2.0]) == pytest.approx(3.5 * 4 * 58_720_256 / 100e9)
+
+
+def test_deepep_all_to_all_by_hand(mixtral):
+    """EP 8 over two nodes of four: a token reaches the other node with P = 22/28 (4 of 8
+    experts there, top 2), so the buffer has 22/28 x 8/4 rows per token; with FP8 training the
+    transfers towards the experts carry 1 + 1/32 bytes per value, the ones back 2."""
+    par = ParallelSpec(**MIXTRAL | dict(moe_dispatcher="deepep", fp8=True))
+    buffer = 4096 * 4096 * 22 / 28 * 8 / 4
+    assert moe.all_to_all_bytes(mixtral, par, 4, True) == pytest.approx(7 / 8 * (1 + 1 / 32) * buffer)
+    assert moe.all_to_all_bytes(mixtral, par, 4, False) == pytest.approx(7 / 8 * 2 * buffer)
+    assert moe.all_to_all_time(mixtral, par, 8, 100e9, ep_per_node=4) == pytest.approx(
+        8 * 2 * 7 / 8 * (3 + 1 / 32) * buffer / 100e9)
+
+
+def test_expert_tp_collectives_by_hand(mixtral):
+    # TP 2 = expert TP 2, 4096 tokens: 2048 per rank x top 2 rows arrive, the all-gather joins the
+    # 2 ranks' rows (output 8192 x 4096 x 2 bytes), the reduce-scatter returns them; each moves
+    # half of that, forward and backward
+    par = ParallelSpec(**MIXTRAL | dict(tp=2, dp=8))
+    out = 2 * 2048 * 2 * 4096 * 2
+    assert moe.expert_tp_time(mixtral, par, [1.0, 1.0], 100e9) == pytest.approx(2 * 2 * 2 * 0.5 * out / 100e9)
+    assert moe.expert_tp_time(mixtral, replace(par, etp=1), [1.0, 1.0], 100e9) == 0.0
 
 
 def test_expert_layout_and_states(mixtral):
@@ -64,11 +90,12 @@ def test_expert_layout_and_states(mixtral):
 
 def test_tp_collectives_per_moe_layer(mixtral):
     base = ParallelSpec(**MIXTRAL | dict(tp=2, dp=8))
-    assert moe.tp_allreduces(mixtral, base, 8, 8) == 8 * 3  # expert TP 2: gather and scatter
+    assert moe.tp_allreduces(mixtral, base, 8, 8) == 8 * 2  # attention; expert TP: expert_tp_time
     assert moe.tp_allreduces(mixtral, replace(base, etp=1), 8, 8) == 8 * 2  # attention only
     deepseek = load_model("deepseek-v3")
     assert moe.moe_layers_on_last_stage(deepseek, 61) == 58  # the first 3 layers are dense
-    assert moe.tp_allreduces(deepseek, replace(base, etp=1), 61, 58) == 3 * 4 + 58 * 2
+    # DeepSeek's shared expert is a TP-sharded MLP: its gather and scatter, forward and backward
+    assert moe.tp_allreduces(deepseek, replace(base, etp=1), 61, 58) == 3 * 4 + 58 * 4
 
 
 def test_moe_step_uses_active_parameters(mixtral, h100ib):
@@ -126,3 +153,22 @@ def test_cp_ring_volume_by_hand():
                    ParallelSpec(tp=2, cp=4, pp=1, dp=1, seq=32768, gbs=4, recompute="auto"))
     ring = 32 * 3 * 3 * (2 * 8192 * 1024 * 2) / 450e9
     assert est["breakdown_s"]["cp"] + est["overlapped_comm_s"]["cp"] == pytest.approx(4 * ring)
+
+
+def test_skew_charges_the_busiest_rank_and_counts_real_work(mixtral, h100ib):
+    par = ParallelSpec(**MIXTRAL | dict(recompute="none"))
+    routing = Routing(skew=1.0, seed=3)
+    uniform = analytic_report(mixtral, h100ib, par)
+    skewed = analytic_report(mixtral, h100ib, par, routing=routing)
+    # FLOPs of the work done: the same as uniform routing, and MFU = HFU without recompute
+    assert skewed["model_flops_per_step"] == uniform["model_flops_per_step"]
+    assert skewed["hardware_flops_per_step"] == skewed["model_flops_per_step"]
+    assert skewed["mfu"] == skewed["hfu"] < uniform["mfu"]
+    # the last stage's 8 MoE layers: each adds (lf - 1) x 6 k psi_x FLOPs per token of the
+    # busiest EP rank, 4096 tokens per micro-batch at the GPU's sustained FLOP/s, 64 / 16 = 4 micro-batches
+    lf = load_factors(8, 8, 32, routing)[-8:]
+    sec = 4096 / h100ib.gpu.effective_flops
+    extra = sum(x - 1 for x in lf) * 6 * 2 * mixtral.expert_params() * sec
+    assert skewed["breakdown_s"]["imbalance"] - uniform["breakdown_s"]["imbalance"] == pytest.approx(4 * extra)
+    assert skewed["breakdown_s"]["compute"] == pytest.approx(uniform["breakdown_s"]["compute"])
+    assert skewed["breakdown_s"]["ep"] == pytest.approx(uniform["breakdown_s"]["ep"] * sum(lf) / 8)

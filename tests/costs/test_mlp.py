@@ -8,7 +8,8 @@ import pytest
 
 from helpers import tiny_model
 from simtrain.costs.kernels import Gemm
-from simtrain.costs.mlp import mlp_cost, mlp_parts, moe_cost, moe_costs
+from simtrain.costs.mlp import (mlp_cost, mlp_parts, moe_cost, moe_costs, moe_dispatch_bytes, moe_etp_bytes,
+                                moe_routed_rows)
 from simtrain.costs.shape import Shape
 from simtrain.specs.model import load_model
 
@@ -39,17 +40,26 @@ def test_mlp_parts_split_the_block_at_its_linear_layers(kind):
 def test_moe_costs_hand_computed():
     m = load_model("mixtral-8x7b")  # top 2 of 8 experts, no shared experts
     sh = Shape(tokens=4096, seq=4096, tp=2, sp=True)
-    f = moe_costs(m, sh, "F", expert_tp=1, ep=1, load_factor=1.5)
+    f = moe_costs(m, sh, "F", expert_tp=1, ep=1, load=1.5)
     tokens = 4096 / 2  # sequence parallelism keeps the tokens split over the TP ranks
-    assert f.all_to_all_bytes == pytest.approx(2 * tokens * 2 * m.hidden * 1.5)
+    assert moe_dispatch_bytes(m, sh, 1.5) == pytest.approx(2 * tokens * 2 * m.hidden * 1.5)
     per_expert = math.ceil(tokens * 2 * 1.5 / 8)
     assert f.experts.of_kind("gemm").flops == pytest.approx(2 * per_expert * 8 * m.expert_params())
     assert f.router.of_kind("gemm").flops == pytest.approx(2 * tokens * m.hidden * 8)
     assert f.shared is None
     i, b = moe_costs(m, sh, "I", 1), moe_costs(m, sh, "B", 1)
     assert b.experts.of_kind("gemm").flops == pytest.approx(2 * i.experts.of_kind("gemm").flops)
-    gathered = moe_costs(m, sh, "F", expert_tp=2)  # expert TP gathers the tokens first
-    assert gathered.all_to_all_bytes == pytest.approx(2 * 4096 * 2 * m.hidden)
+    # expert TP 2: the dispatch carries the sequence shard (Megatron-LM's MoEAlltoAllTokenDispatcher),
+    # the expert-TP all-gather after it joins the 2 ranks' rows: 2 x 2048 x 2 rows, ffn / 2
+    etp = moe_costs(m, sh, "F", expert_tp=2)
+    assert moe_dispatch_bytes(m, sh) == pytest.approx(2 * 2048 * 2 * m.hidden)
+    assert moe_routed_rows(m, sh, 2) == 2 * 2048 * 2
+    assert moe_etp_bytes(m, sh, 2, 0.5) == pytest.approx(2 * 2048 * 2 * 0.5 * m.hidden * 2)
+    up = next(k for k in etp.experts.kernels if k.name == "moe.expert.fc1")
+    assert isinstance(up, Gemm) and (up.m, up.n, up.batch) == (2 * 2048 * 2 // 8, 2 * 14336 // 2, 8)
+    assert etp.router.of_kind("gemm").flops == f.router.of_kind("gemm").flops  # router on the shard
+    # without sequence parallelism the TP ranks already hold the same tokens: nothing to gather
+    assert moe_routed_rows(m, Shape(tokens=4096, seq=4096, tp=2, sp=False), 2) == 4096 * 2
     expert_ep = moe_costs(m, sh, "F", expert_tp=1, ep=8)  # one local expert holds all the rank's share
     up = next(k for k in expert_ep.experts.kernels if k.name == "moe.expert.fc1")
     assert isinstance(up, Gemm) and (up.batch, up.m) == (1, math.ceil(tokens * 2 / 1))

@@ -38,6 +38,8 @@ def test_dp_derived():
     (dict(tp=8, cp=2, seq=4098, gbs=64), L70, "seq=4098 is not divisible by 2*cp=4"),
     (dict(tp=8, recompute="100", gbs=64), L70, "recompute=100 layers exceeds the 80"),
     (dict(tp=8, order="tp-cp-dp-pp", gbs=64), L70, "order 'tp-cp-dp-pp': must be a permutation"),
+    (dict(tp=1, pp=4, ep=8, order="tp-cp-pp-ep-dp", gbs=64), MIX, "pp is inside ep"),
+    (dict(tp=1, ep=8, moe_dispatcher="nccl", gbs=64), MIX, "moe_dispatcher='nccl': must be one of alltoall, deepep"),
 ])
 def test_impossible(kw, model, message):
     with pytest.raises(SpecError, match=re.escape(message)):

@@ -93,6 +93,26 @@ def test_the_optimizer_waits_for_the_global_gradient_norm(fold):
     assert len(starts) == 1
 
 
+def test_without_data_parallelism_the_norm_still_waits_for_the_last_gradient():
+    """With no reduction to wait for, the norm follows the rank's last compute op: every
+    optimizer starts after the slowest rank's last backward."""
+    from simtrain.workload.program import KIND, STREAM
+
+    model = tiny_model(layers=4)
+    cluster = build_topology({"gpu": "h100-sxm", "nodes": 1, "node": {"gpus": 8, "nic_gbps": 400},
+                              "fabric": {"kind": "fat-tree", "nodes_per_leaf": 1, "spines": 1}}, "c")
+    par = ParallelSpec(tp=1, dp=1, pp=2, gbs=4, seq=1024)
+    net = AnalyticNetwork(cluster, Router(cluster))
+    prog, res, _ = simulate(model, par, opts=WorkloadOptions(), network=net)
+    norms = [op for op in prog.ops if op.key == ("grad_norm", 0)]
+    for norm in norms:
+        computed = [i for i in prog.order[(norm.rank, STREAM["compute"])] if prog.ops[i].kind != KIND["opt"]]
+        assert computed[-1] in norm.deps
+    tl = res.timeline
+    last_backward = max(s.end_s for s in tl.spans(tl.mask(stream="compute")) if s.kind != "opt")
+    assert all(s.start_s >= last_backward for s in tl.spans(tl.mask(kind="opt")))
+
+
 def test_no_optimizer_no_gradient_norm():
     prog, _, _ = simulate(tiny_model(layers=2), ParallelSpec(pp=2, gbs=2, seq=256))
     assert not any(op.key == ("grad_norm", 0) for op in prog.ops)

@@ -8,7 +8,8 @@ import json
 import pytest
 
 from helpers import SEED_70B, cli, simulate_settings
-from simtrain import api
+from simtrain import api, costs
+from simtrain.costs import Shape
 from simtrain.analytic.model import estimate
 from simtrain.units import GiB
 from simtrain.workload.memory import memory_plan
@@ -64,7 +65,7 @@ def test_cp_cuts_activation_memory_at_128k():
 
 @pytest.mark.parametrize("extra", [
     dict(recompute="3"), dict(recompute="full", schedule="zb-h1"), dict(recompute="5", schedule="zb-v"),
-    dict(schedule="interleaved-1f1b", vpp=2, recompute="2"), dict(schedule="dualpipev", gbs=64),
+    dict(schedule="interleaved-1f1b", vpp=2, recompute="2"),
     dict(schedule="gpipe"), dict(schedule="zb-h2", recompute="selective"),
     dict(zero=2), dict(zero=3, schedule="zb-h1"), dict(zero=2, overlap_grad_reduce=False),
 ])
@@ -75,6 +76,21 @@ def test_memory_plan_is_the_simulated_peak(extra):
     plan = memory_plan(sc.model, par, sc.gpu, api.build_schedule(sc), n)
     simulated = api.simulate(sc).report["peak_memory_gib"]
     assert [p / GiB for p in plan] == pytest.approx(simulated, rel=1e-12)
+
+
+def test_memory_plan_bounds_the_interleaved_pairs_of_dualpipev():
+    """Overlapped pairs free the backward half's activations while the forward half allocates:
+    the plan (halves one after the other) is above the simulated peak by less than one chunk."""
+    sc = api.resolve({**SEED_70B, "tp": 8, "pp": 4, "gbs": 64, "recompute": "none", "schedule": "dualpipev"})
+    par = sc.parallel
+    sched = api.build_schedule(sc)
+    plan = [p / GiB for p in memory_plan(sc.model, par, sc.gpu, sched, 0)]
+    simulated = api.simulate(sc).report["peak_memory_gib"]
+    chunk_gib = costs.layer_activation_bytes(sc.model, Shape.of(par), full_recompute=False) / GiB \
+        * -(-sc.model.layers // sched.num_stages)
+    for p, s in zip(plan, simulated):
+        assert s <= p + 1e-9 and p - s < chunk_gib
+    assert any(p - s > 0.1 * chunk_gib for p, s in zip(plan, simulated))  # the overlap does free early
 
 
 def test_memory_order_between_schedules(tmp_path):

@@ -1,0 +1,69 @@
+"""Folding: which ranks a lowering simulates, and which ranks each of them stands for.
+
+Ranks that run identical programs in identical network situations can be folded into one simulated
+representative (design guide, section 3, "Scale"). Three levels:
+
+* no folding: every rank is simulated;
+* folding (the default): one pipeline group is simulated and each of its ranks stands for the
+  ranks at its pipeline position in every pipeline group;
+* folding by EP position (MoE routing skew, where each EP rank computes its own share of the
+  tokens): one pipeline group per EP position, each standing for the pipeline groups whose ranks
+  hold that EP position (in Megatron-LM's expert grid, ``megatron/core/parallel_state.py``). The
+  ranks sharing a (pipeline index, EP index) run identical programs; a collective whose groups span
+  several EP positions has several simulated members, which meet in the engine.
+
+Folding by EP position needs each pipeline group to keep one EP position along the pipeline, and
+the groups of every parallel dimension to fall either wholly inside one representative's share or
+to be shared identically by several; a rank order where that fails is simulated unfolded.
+"""
+
+from __future__ import annotations
+
+from simtrain.topology.mesh import DeviceMesh
+
+#: One simulated pipeline group and the pipeline groups its ranks stand for (itself included).
+FoldClass = tuple[list[int], list[list[int]]]
+
+#: The dimensions whose collectives a representative joins (``dpcp``: DP including the CP ranks).
+DIMS = ("tp", "cp", "ep", "etp", "dp", "edp", "dpcp")
+
+
+def _group(mesh: DeviceMesh, dim: str, rank: int) -> tuple[int, ...]:
+    if dim == "dpcp":
+        return tuple(sorted({d for c in mesh.group_of("cp", rank) for d in mesh.group_of("dp", c)}))
+    return tuple(mesh.group_of(dim, rank))
+
+
+def _consistent(mesh: DeviceMesh, classes: list[FoldClass]) -> bool:
+    """Whether, at every pipeline index and along every dimension, two representatives' sets of
+    groups are either equal (one collective, several simulated members) or disjoint."""
+    pp = len(classes[0][0])
+    for dim in DIMS:
+        for i in range(pp):
+            owner: dict[tuple[int, ...], frozenset] = {}
+            for _, groups in classes:
+                gs = frozenset(_group(mesh, dim, g[i]) for g in groups)
+                for g in gs:
+                    if owner.setdefault(g, gs) != gs:
+                        return False
+    return True
+
+
+def fold_classes(mesh: DeviceMesh, fold: bool, by_ep: bool) -> list[FoldClass]:
+    """The simulated pipeline groups with the pipeline groups each stands for, in rank order:
+    all of them unfolded (``fold`` False), the first one for all, or with ``by_ep`` one per EP
+    position (unfolded where the layout does not allow it: see the module docstring)."""
+    groups = mesh.groups("pp")
+    unfolded = [(g, [g]) for g in groups]
+    if not fold:
+        return unfolded
+    if not by_ep:
+        return [(groups[0], groups)]
+    by_position: dict[int, list[list[int]]] = {}
+    for g in groups:
+        positions = {mesh.expert.coords(r)["ep"] for r in g}
+        if len(positions) != 1:
+            return unfolded
+        by_position.setdefault(positions.pop(), []).append(g)
+    classes = [(gs[0], gs) for _, gs in sorted(by_position.items())]
+    return classes if _consistent(mesh, classes) else unfolded

@@ -1,0 +1,31 @@
+"""Folding: the simulated pipeline groups and the groups each stands for, by hand."""
+
+from __future__ import annotations
+
+from simtrain.topology.mesh import build_mesh
+from simtrain.workload.fold import fold_classes
+
+
+def test_three_levels_of_folding():
+    # 16 GPUs, DP 8 x PP 2: pipeline groups [r, r + 8]; EP 4 carved from DP, EP position r % 4
+    mesh = build_mesh(tp=1, cp=1, dp=8, pp=2, ep=4)
+    groups = [[r, r + 8] for r in range(8)]
+    assert fold_classes(mesh, fold=False, by_ep=True) == [(g, [g]) for g in groups]
+    assert fold_classes(mesh, fold=True, by_ep=False) == [([0, 8], groups)]
+    assert fold_classes(mesh, fold=True, by_ep=True) == [
+        ([j, j + 8], [[j, j + 8], [j + 4, j + 12]]) for j in range(4)]
+
+
+def test_expert_tp_ranks_share_an_ep_position():
+    # TP 2 = expert TP 2, DP 4, EP 2: ranks 0,1 hold EP position 0, ranks 2,3 position 1, ...
+    mesh = build_mesh(tp=2, cp=1, dp=4, pp=1, ep=2)
+    assert fold_classes(mesh, fold=True, by_ep=True) == [
+        ([0], [[0], [1], [4], [5]]), ([2], [[2], [3], [6], [7]])]
+
+
+def test_an_order_that_moves_the_ep_position_along_the_pipeline_is_not_folded():
+    # pp inside ep in the rank order: rank 2 is pipeline rank 1 of rank 0's pipeline but holds EP
+    # position 1 in the expert grid, so no pipeline group keeps one EP position
+    mesh = build_mesh(tp=1, cp=2, dp=2, pp=2, ep=2, order="tp-cp-pp-ep-dp")
+    assert [mesh.expert.coords(r)["ep"] for r in mesh.group_of("pp", 0)] == [0, 1]
+    assert fold_classes(mesh, fold=True, by_ep=True) == [(g, [g]) for g in mesh.groups("pp")]
