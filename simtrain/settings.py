@@ -17,8 +17,8 @@ derived from others when not given: ``nodes`` (enough for ``gpus``), ``dp`` (``g
 combination, the default values the user did not set.
 
 :data:`OUTPUTS` are the settings of the command's output rather than of the scenario (``out``,
-``plot``, ``json``, ``require_fit``, ``html`` and the Gantt chart's ``window``, ``ranks``,
-``streams``): a flag and a ``--config`` key each, like the others, but not
+``plot``, ``json``, ``require_fit``, ``html``, the Gantt chart's ``window``, ``ranks``,
+``streams`` and ``progress``): a flag and a ``--config`` key each, like the others, but not
 part of the scenario or its report.
 
 Adding a setting is one entry here plus the code that uses its value.
@@ -37,7 +37,7 @@ from simtrain.engine import DEFAULT_MAX_EVENTS
 from simtrain.errors import SpecError, unknown_name
 from simtrain.specs.strict import check_value
 from simtrain.specs.order import DEFAULT_ORDER
-from simtrain.specs.parallel import ATTENTION_KERNELS, GRAD_DTYPES
+from simtrain.specs.parallel import ATTENTION_KERNELS, GRAD_DTYPES, MOE_DISPATCHERS
 
 
 @dataclass(frozen=True)
@@ -55,6 +55,10 @@ NON_NEGATIVE_FINITE = Rule(lambda v: 0 <= v < math.inf, "must be a finite number
 
 #: How a step ends (see the ``optimizer_sync`` setting).
 OPTIMIZER_SYNCS = ("grad-norm", "post-validation")
+#: ``--progress`` values (:mod:`simtrain.outputs.progress`).
+PROGRESS_MODES = ("auto", "on", "off")
+#: ``simtrain search --executor`` values (:mod:`simtrain.executors`).
+EXECUTORS = ("local", "dask")
 #: Network models a run can use: alpha-beta per collective, max-min fair flows, free.
 NETWORKS = ("analytic", "flow", "none")
 
@@ -175,6 +179,9 @@ _TABLE = (
     Setting("routing_skew", float, 0.0, "MoE expert popularity skew (Zipf exponent; 0 = uniform routing)",
             rule=NON_NEGATIVE_FINITE, metavar="X"),
     Setting("routing_seed", int, 0, "seed of the skewed expert popularity", rule=NON_NEGATIVE, metavar="N"),
+    Setting("moe_dispatcher", str, "alltoall", "EP token dispatcher: alltoall (Megatron-LM's: one copy per "
+            "routed expert) or deepep (DeepSeek-V3's: one copy per destination node over the network, "
+            "FP8 towards the experts with --fp8)", choices=MOE_DISPATCHERS, metavar="|".join(MOE_DISPATCHERS)),
     Setting("efficiency", float, None, "run every GEMM and attention core at this flat fraction of peak FLOP/s "
             "instead of the efficiency its shape gets", default_text="by shape; the GPU's where it sets one",
             rule=FRACTION, metavar="X"),
@@ -238,6 +245,19 @@ OUTPUTS: Mapping[str, Setting] = MappingProxyType({s.name: s for s in (
             "rank, subsampled to 64 rows", metavar="R,R,..."),
     Setting("streams", str, None, "streams drawn in timeline.png: compute, tp, cp, ep, pp_send, pp_recv, dp",
             default_text="all", metavar="S,S,..."),
+    Setting("progress", str, "auto", "progress bar on stderr for commands longer than 2 s: auto (when stderr "
+            "is a terminal and the output is not --json), on (when stderr is a terminal) or off",
+            choices=PROGRESS_MODES, metavar="auto|on|off"),
+)})
+
+#: Where ``simtrain search`` runs its candidates: flags of that command only.
+SEARCH_OPTIONS: Mapping[str, Setting] = MappingProxyType({s.name: s for s in (
+    Setting("executor", str, "local", "where candidates run: local (processes on this machine, --jobs) or dask "
+            "(a dask.distributed cluster; pip install 'simtrain[dist]')", choices=EXECUTORS,
+            metavar="local|dask"),
+    Setting("scheduler", str, None, "address of a running dask scheduler (tcp://host:8786) for --executor dask",
+            default_text="a local cluster of --jobs workers", metavar="ADDRESS"),
+    OUTPUTS["progress"],
 )})
 
 

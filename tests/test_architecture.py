@@ -107,7 +107,9 @@ TESTED_THROUGH_OTHERS = {
 CROSS_CUTTING = {
     "test_architecture.py": "the package's shape and the tests' layout",
     "test_docs.py": "the README: generated blocks, examples, pictures",
+    "test_equivalence.py": "folded, fast-path runs against every rank simulated, on random layouts",
     "test_doctests.py": "the examples in docstrings",
+    "test_benchmarks.py": "the benchmarks' quick forms run to the end",
     "test_fuzz_loaders.py": "every loader under random and mutated input",
     "test_golden.py": "byte-identical reports of the golden scenarios",
     "test_notebooks.py": "the notebooks run and are committed without outputs",

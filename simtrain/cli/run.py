@@ -149,15 +149,20 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     run = run_args(args)
     chart = chart_of(run.outputs)
-    result = api.simulate(api.resolve(run.settings))
-    report = result.report
-    if run.outputs["require_fit"] and not report["fits_in_memory"]:
-        over = [f"stage {i} by {x:.1f} GiB" for i, x in enumerate(report["memory_excess_gib"]) if x > 0]
-        raise SimtrainError(f"--require-fit: peak memory exceeds the {report['memory_capacity_gib']:.1f} "
-                            f"GiB usable per GPU on {', '.join(over)}; recompute more (--recompute full), "
-                            f"raise tp/pp/cp or use ZeRO-3")
-    paths = api.write_outputs(result, run.outputs["out"], plot=run.outputs["plot"], html=run.outputs["html"],
-                              chart=chart)
+    with run_progress(run.outputs) as bar:
+        bar.phase("resolve")
+        scenario = api.resolve(run.settings)
+        bar.phase("simulate")
+        result = api.simulate(scenario)
+        report = result.report
+        if run.outputs["require_fit"] and not report["fits_in_memory"]:
+            over = [f"stage {i} by {x:.1f} GiB" for i, x in enumerate(report["memory_excess_gib"]) if x > 0]
+            raise SimtrainError(f"--require-fit: peak memory exceeds the {report['memory_capacity_gib']:.1f} "
+                                f"GiB usable per GPU on {', '.join(over)}; recompute more (--recompute full), "
+                                f"raise tp/pp/cp or use ZeRO-3")
+        bar.phase("write outputs")
+        paths = api.write_outputs(result, run.outputs["out"], plot=run.outputs["plot"], html=run.outputs["html"],
+                                  chart=chart)
     if run.outputs["json"]:
         print(json.dumps({**report, "wall_s": result.wall_s, "outputs": paths, **imported_json(run)},
                          sort_keys=True))
@@ -171,6 +176,17 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"\nwrote {', '.join(paths.values())}  ({report['num_events']:,} operations "
               f"simulated in {result.wall_s:.2f} s)")
     return 0
+
+
+def run_progress(outputs: Mapping[str, Any]) -> Any:
+    """The progress bar of a command (:mod:`simtrain.outputs.progress`): on stderr, redrawn in the
+    background, drawn only on a terminal as ``--progress`` and ``--json`` say."""
+    import sys
+
+    from simtrain.outputs.progress import Progress, wanted
+
+    mode = OUTPUTS["progress"].validate(outputs.get("progress") or "auto")
+    return Progress(sys.stderr, background=True, enabled=wanted(mode, sys.stderr, bool(outputs.get("json"))))
 
 
 def _compute_note(report: dict[str, Any]) -> str:
