@@ -261,7 +261,8 @@ def replace_block(text: str, name: str, body: str) -> str:
 
 
 def pictures() -> None:
-    """docs/img/timeline.png (the default scenario) and docs/img/zb-h1.png (a textbook chart)."""
+    """docs/img/timeline.png (the default scenario), docs/img/dualpipev-pair.png (one overlapped
+    pair) and docs/img/zb-h1.png (a textbook chart)."""
     from simtrain import api
     from simtrain.outputs.gantt import draw_gantt
     from simtrain.schedules import generate
@@ -275,9 +276,36 @@ def pictures() -> None:
     for name in ("report.json", "trace.json", "timeline.png"):
         (img / "default" / name).unlink()
     (img / "default").rmdir()
+    pair = api.simulate(api.resolve(PAIR_SCENARIO))
+    rank = pair.timeline.ranks[0]
+    draw_gantt(pair.timeline, img / "dualpipev-pair.png", ranks=[rank], streams=["compute", "ep", "pp_send"],
+               window=pair_window(pair.timeline, rank), rank_labels=pair.rank_labels,
+               title="dualpipev: one overlapped F&B pair (Mixtral 8x7B, EP 8 over two nodes, DeepEP, FP8)")
     run = run_schedule(generate("zb-h1", 4, 8))
     draw_gantt(run.timeline, img / "zb-h1.png", textbook=True, title="zb-h1: p=4, m=8, F=I=W=1",
                rank_labels={r: f"rank {r}" for r in range(4)}, time_label="time (units of F)")
+
+
+#: The overlapped-pair picture: Mixtral with EP 8 across two nodes under DualPipeV.
+PAIR_SCENARIO = dict(model="mixtral-8x7b", topology="h100-ib", gpus=64, tp=1, pp=2, ep=8, seq=2048, gbs=256,
+                     schedule="dualpipev", order="tp-cp-dp-ep-pp", moe_dispatcher="deepep", fp8=True)
+
+
+def pair_window(timeline, rank: int):
+    """The time window of the first overlapped F&B pair in the second half of ``rank``'s step:
+    from a forward compute span followed by a backward one of another micro-batch, as long as
+    the spans belong to those two micro-batches."""
+    from simtrain.outputs.view import Window
+
+    spans = sorted(timeline.spans(timeline.mask(rank=rank, stream="compute")), key=lambda s: s.start_s)
+    half = spans[-1].end_s / 2
+    for i, (a, b) in enumerate(zip(spans, spans[1:])):
+        if a.start_s >= half and a.kind == "F" and b.kind == "B" and a.mb != b.mb:
+            j = i
+            while j + 1 < len(spans) and spans[j + 1].mb in (a.mb, b.mb):
+                j += 1
+            return Window("s", a.start_s, spans[j].end_s, f"{a.start_s}:{spans[j].end_s}")
+    raise SystemExit("no overlapped pair found")
 
 
 def main(argv: list[str]) -> None:

@@ -114,7 +114,7 @@ def test_readme_examples_found():
     assert len(readme_examples()) >= 3
 
 
-@pytest.mark.parametrize("name", ["timeline.png", "zb-h1.png"])
+@pytest.mark.parametrize("name", ["timeline.png", "zb-h1.png", "dualpipev-pair.png"])
 def test_tour_pictures(name):
     data = (ROOT / "docs" / "img" / name).read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n"
