@@ -31,6 +31,11 @@ from simtrain.workload.program import STREAM, Op
 _GEMMS = {"attn": ("proj_qkv", "proj_out"), "mlp": ("fc1", "fc2")}
 
 
+def _joined(model, shape, a: costs.OpCost, b: costs.OpCost) -> costs.OpCost:
+    """The kernels of ``a`` then ``b`` as one cost (through :meth:`Emitter.cost`, built once)."""
+    return a + b
+
+
 class DenseBlocks:
     """Emits a dense block (attention or MLP) of one pass with its TP collectives; ``last``
     arguments and return values are op ids (``None``: nothing before)."""
@@ -131,7 +136,7 @@ class DenseBlocks:
         head, core, tail = self._parts(block, "I" if split else pk)
         w_head, w_tail = self._parts(block, "W")[::2] if split else (costs.ZERO, costs.ZERO)
         names = _GEMMS[block][::-1] if pk in ("I", "B") else _GEMMS[block]
-        first = em.compute(rank, kind, f"{block}.{names[0]}.{kind}", stage, layer, mb, head + w_head, start,
+        first = em.compute(rank, kind, f"{block}.{names[0]}.{kind}", stage, layer, mb, em.cost(_joined, head, w_head), start,
                            alloc=alloc)
         if ring:
             before_tail = self._ring(rank, kind, pk, stage, layer, mb, first.id, rest)

@@ -59,6 +59,7 @@ class _Lowering:
         self.step = 0  # the step being lowered
         self.sends: dict[tuple, int] = {}  # (step, stage, mb, "act"|"grad") -> p2p op id
         self.last_send: dict[int, int] = {}  # rank -> its latest p2p send (blocking sends wait for it)
+        self.pairs: dict[tuple[int, int, int], tuple] = {}  # (rank, from, to pipeline rank) -> GPU pairs
         self.blocking_p2p = not par.overlap_p2p_comm
         # without sequence parallelism each TP rank sends its slice; the receiver all-gathers them
         self.gather_received = par.tp > 1 and not par.sequence_parallel and opts.tp_comm
@@ -224,7 +225,10 @@ class _Lowering:
         src_pp = self.sched.stage_to_rank[stage]
         dst_pp = self.sched.stage_to_rank[to_stage]
         peer = self.mesh.group_of("pp", rank)[dst_pp]
-        pairs = tuple(sorted({(g[src_pp], g[dst_pp]) for g in self.em.slices(rank)}))
+        pairs = self.pairs.get((rank, src_pp, dst_pp))
+        if pairs is None:
+            pairs = self.pairs[(rank, src_pp, dst_pp)] = tuple(sorted(
+                {(g[src_pp], g[dst_pp]) for g in self.em.slices(rank)}))
         nbytes = costs.pp_activation_bytes(self.model, self.em.shape)
         op = self.em.emit(rank, "pp_send", "pp", f"pp.send.{what}", stage, -1, mb, [after], nbytes=nbytes,
                           comm="p2p", group_set=self.prog.group_set_id(pairs), peer=peer, peer_stage=to_stage)

@@ -79,26 +79,31 @@ def settings_of(case: dict[str, Any], model_path: str) -> dict[str, Any]:
             **{k: case[k] for k in keys}, **ASSUMPTIONS}
 
 
-def run_all(cases_path: Path = CASES) -> list[Row]:
-    """Simulate every case; a cluster the topology cannot build yet gives a pending row."""
-    cases = json.loads(cases_path.read_text(encoding="utf-8"))["cases"]
-    rows = []
+def load_cases(cases_path: Path = CASES) -> list[dict[str, Any]]:
+    """The published cases, in the file's order."""
+    return json.loads(cases_path.read_text(encoding="utf-8"))["cases"]
+
+
+def run_case(case: dict[str, Any]) -> Row:
+    """Simulate one case; a cluster the topology cannot build yet gives a pending row."""
+    layout = (f"TP{case['tp']} PP{case['pp']}" + (f"x{case['vpp']}" if (case["vpp"] or 1) > 1 else "")
+              + f" DP{case['dp']} mbs {case['mbs']} gbs {case['gbs']}, {case['recompute']}"
+              + (" +SP" if case["sp"] else ""))
+    common = dict(paper=case["set"], name=case["name"], gpus=case["gpus"], layout=layout,
+                  measured_s=case["measured_step_s"], flops=paper_flops(case))
     with tempfile.TemporaryDirectory() as tmp:
-        for i, case in enumerate(cases):
-            path = Path(tmp) / f"case{i}.json"
-            path.write_text(json.dumps(case["model"]), encoding="utf-8")
-            layout = (f"TP{case['tp']} PP{case['pp']}" + (f"x{case['vpp']}" if (case["vpp"] or 1) > 1 else "")
-                      + f" DP{case['dp']} mbs {case['mbs']} gbs {case['gbs']}, {case['recompute']}"
-                      + (" +SP" if case["sp"] else ""))
-            common = dict(paper=case["set"], name=case["name"], gpus=case["gpus"], layout=layout,
-                          measured_s=case["measured_step_s"], flops=paper_flops(case))
-            try:
-                report = api.simulate(api.resolve(settings_of(case, str(path)))).report
-            except SpecError as exc:
-                rows.append(Row(**common, predicted_s=None, pending=str(exc)))
-                continue
-            rows.append(Row(**common, predicted_s=report["step_time_s"]))
-    return rows
+        path = Path(tmp) / "model.json"
+        path.write_text(json.dumps(case["model"]), encoding="utf-8")
+        try:
+            report = api.simulate(api.resolve(settings_of(case, str(path)))).report
+        except SpecError as exc:
+            return Row(**common, predicted_s=None, pending=str(exc))
+    return Row(**common, predicted_s=report["step_time_s"])
+
+
+def run_all(cases_path: Path = CASES) -> list[Row]:
+    """Simulate every case (:func:`run_case`)."""
+    return [run_case(case) for case in load_cases(cases_path)]
 
 
 def paper_errors(rows: list[Row]) -> dict[str, tuple[float, float, int]]:
