@@ -101,8 +101,9 @@ def link_report(cluster: Cluster, usage: LinkUsage, step_s: float, represented: 
     """The ``links`` section of a run's report: per directed link that carried traffic, its
     bytes, busy time and mean utilisation over the step (of its achievable bandwidth,
     ``capacity_Bps``); the ``top`` most utilised listed first, and their utilisation over time
-    for the trace's counter tracks. ``utilisation_by_link`` (and ``links_used``) also count the
-    ``represented`` bytes per link: traffic of ranks a folded run stands for but does not run."""
+    for the trace's counter tracks. ``utilisation_by_link``, ``links_used`` and ``bytes_by_tier``
+    also count the ``represented`` bytes per link: traffic of ranks a folded run stands for but
+    does not run (``top`` lists only links whose flows ran)."""
     rows = []
     for (u, v), st in usage.stats().items():
         bw = cluster.graph.edges[u, v]["capacity_Bps"]
@@ -119,6 +120,8 @@ def link_report(cluster: Cluster, usage: LinkUsage, step_s: float, represented: 
         by_tier[r["tier"]] = by_tier.get(r["tier"], 0.0) + r["bytes"]
     util = {r["link"]: r["utilisation"] for r in rows}
     for (u, v), nbytes in (represented or {}).items():
+        tier = cluster.graph.edges[u, v]["tier"]
+        by_tier[tier] = by_tier.get(tier, 0.0) + nbytes
         name = f"{u}->{v}"
         util[name] = util.get(name, 0.0) + (nbytes / (cluster.graph.edges[u, v]["capacity_Bps"] * step_s)
                                             if step_s > 0 else 0.0)
