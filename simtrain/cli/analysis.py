@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from simtrain.cli.run import (RunArgs, add_run_flags, add_setting_flag, chart_of, imported_json, imported_text,
-                               run_args)
+                               run_args, run_progress)
 from simtrain.cli.types import list_type, positive_int
 from simtrain.errors import SimtrainError
 from simtrain.settings import SEARCH_OPTIONS, SETTINGS
@@ -88,14 +88,18 @@ def cmd_compare(args: argparse.Namespace) -> int:
     run = run_args(args, output_defaults={"out": None})
     chart = chart_of(run.outputs)
     out = run.outputs["out"] or ("out" if run.outputs["html"] else None)  # --html alone writes to out/
-    sc = _resolve(run)
-    analytic = {**_analytic_for(sc), "config": api.scenario_config(sc)}
-    result = api.simulate(sc)
-    simulated = {**result.report, "wall_s": result.wall_s}
-    rows, notes = _comparison(analytic, simulated)
-    if out:
-        api.write_outputs(result, out, plot=run.outputs["plot"], html=run.outputs["html"], chart=chart,
-                          comparison=SideBySide(COMPARE_HEADER, rows, notes))
+    with run_progress(run.outputs) as bar:
+        bar.phase("resolve")
+        sc = _resolve(run)
+        analytic = {**_analytic_for(sc), "config": api.scenario_config(sc)}
+        bar.phase("simulate")
+        result = api.simulate(sc)
+        simulated = {**result.report, "wall_s": result.wall_s}
+        rows, notes = _comparison(analytic, simulated)
+        if out:
+            bar.phase("write outputs")
+            api.write_outputs(result, out, plot=run.outputs["plot"], html=run.outputs["html"], chart=chart,
+                              comparison=SideBySide(COMPARE_HEADER, rows, notes))
     if run.outputs["json"]:
         print(json.dumps({"analytic": analytic, "simulated": simulated, **imported_json(run)}, sort_keys=True))
         return 0
