@@ -180,11 +180,11 @@ class FlowNetwork:
         bottleneck, plus the latency; None when two of its flows share a link."""
         seen: set = set()
         longest = 0.0
-        graph = self.cluster.graph
+        capacity = self.cluster.capacity_Bps
         for path, nbytes in phase.flows:
             if seen.intersection(path):
                 return None
             seen.update(path)
             if nbytes > 0 and path:
-                longest = max(longest, nbytes / min(graph.edges[e]["capacity_Bps"] for e in path))
+                longest = max(longest, nbytes / min(capacity[e] for e in path))
         return longest + phase.latency_s

@@ -152,6 +152,6 @@ def phase_time(phase: Phase, cluster: Cluster) -> float:
     """Uncontended time of one phase: the most loaded link's bytes / achievable bandwidth
     (``capacity_Bps``), plus latency (what max-min sharing reaches when the phase's flows on the
     busiest link are not held back elsewhere)."""
-    edges = cluster.graph.edges
-    busiest = max((b / edges[link]["capacity_Bps"] for link, b in phase_load(phase).items()), default=0.0)
+    capacity = cluster.capacity_Bps
+    busiest = max((b / capacity[link] for link, b in phase_load(phase).items()), default=0.0)
     return busiest + phase.latency_s

@@ -52,6 +52,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import networkx as nx
@@ -86,6 +87,12 @@ class Cluster:
     @property
     def num_gpus(self) -> int:
         return self.num_nodes * self.gpus_per_node
+
+    @cached_property
+    def capacity_Bps(self) -> dict[tuple[str, str], float]:  # noqa: N802
+        """Achievable bandwidth (bytes/s) of every directed link, keyed ``(u, v)``: the graph's
+        ``capacity_Bps`` attributes in one dict (the network models' hot paths read it)."""
+        return {(u, v): d["capacity_Bps"] for u, v, d in self.graph.edges(data=True)}
 
     def _check(self, g: int) -> int:
         if g.__class__ is int and 0 <= g < self.num_nodes * self.gpus_per_node:

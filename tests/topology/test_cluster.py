@@ -133,3 +133,11 @@ def test_megatrons_a100_runs_fit_the_a100_cluster(tmp_path):
     mesh = build_mesh(par.tp, par.cp, par.dp, par.pp, gpus_per_node=8)
     program = lower(sc21.model, par, sc21.gpu, api.build_schedule(sc21), mesh)
     assert len(program.ranks) == 35 and program.group_sets
+
+
+def test_link_capacities_are_the_graphs():
+    cluster = load_topology("h100-ib-2to1", nodes=4)
+    capacity = cluster.capacity_Bps
+    assert len(capacity) == cluster.graph.number_of_edges()
+    assert all(capacity[(u, v)] == d["capacity_Bps"] for u, v, d in cluster.graph.edges(data=True))
+    assert cluster.capacity_Bps is capacity  # built once
