@@ -43,6 +43,7 @@ class Emitter:
         self._time_cache: dict[costs.OpCost, float] = {}
         self._priced: dict[costs.OpCost, tuple[float, float, float]] = {}  # cost -> flops, bytes, seconds
         self._memo: dict[tuple, object] = {}  # cost function and arguments -> its value
+        self._group_ids: dict[tuple[str, int], tuple] = {}  # (dim, rank) -> (groups, group-set id)
 
     # ---- groups ------------------------------------------------------------------------------
     def stand_for(self, rank: int, pp_groups: list[list[int]]) -> None:
@@ -122,17 +123,25 @@ class Emitter:
                    stage: int, layer: int, mb: int, deps: list[int | None]) -> Op:
         """A collective ``op_name`` of ``nbytes`` over ``rank``'s groups along ``dim`` (its kind is
         its stream's name); ``None`` dependencies are dropped."""
-        groups = self.groups(dim, rank)
+        groups, gid = self._group_ids.get((dim, rank)) or self._group_and_id(dim, rank)
         counter = (rank, STREAM[stream])
         n = self._counters.get(counter, 0)
         self._counters[counter] = n + 1
         if not self.fold:
             key = (stream, groups[0], n)
         elif self._stands_for:  # representatives standing for the same groups meet
-            key = (stream, self.prog.group_set_id(groups), n)
+            key = (stream, gid, n)
         else:
             key = (stream, rank, n)
         if None in deps:
             deps = [d for d in deps if d is not None]
         return self.prog.add(Op(0, rank, counter[1], KIND[stream], f"{stream}.{op_name}", stage, layer, mb,
-                                0.0, 0.0, nbytes, op_name, self.prog.group_set_id(groups), key, deps=deps))
+                                0.0, 0.0, nbytes, op_name, gid, key, deps=deps))
+
+    def _group_and_id(self, dim: str, rank: int) -> tuple[tuple[tuple[int, ...], ...], int]:
+        """:meth:`groups` and their group-set id, once per (dim, rank): hashing the groups of a
+        folded op (every DP group of a stage) is what a collective's emission would otherwise
+        spend its time on."""
+        groups = self.groups(dim, rank)
+        out = self._group_ids[(dim, rank)] = (groups, self.prog.group_set_id(groups))
+        return out
