@@ -23,8 +23,8 @@ weights and so no W. An operation's time is the sum of its kernels' times.
 from simtrain.costs.attention import attention_cost, attention_parts, cp_kv_bytes, cp_step_core
 from simtrain.costs.ends import embedding_cost, lm_head_cost, logits_bytes, optimizer_cost
 from simtrain.costs.kernels import ZERO, OpCost
-from simtrain.costs.mlp import (MoeCosts, mlp_cost, mlp_parts, moe_cost, moe_costs, moe_dispatch_bytes,
-                               moe_etp_bytes, moe_etp_gather, moe_routed_rows, moe_tokens)
+from simtrain.costs.mlp import (MoeCosts, mlp_cost, mlp_parts, moe_cost, moe_costs, moe_etp_bytes,
+                                moe_etp_gather, moe_routed_rows, moe_tokens)
 from simtrain.costs.shape import Shape
 from simtrain.costs.sizes import (BYTES_PARAM, layer_activation_bytes, pp_activation_bytes, static_bytes,
                                   tp_collective_bytes)
@@ -33,5 +33,5 @@ from simtrain.costs.timing import KernelTimer
 __all__ = ["BYTES_PARAM", "KernelTimer", "MoeCosts", "OpCost", "Shape", "ZERO", "attention_cost",
            "attention_parts", "cp_kv_bytes", "cp_step_core", "embedding_cost", "layer_activation_bytes",
            "lm_head_cost", "logits_bytes", "mlp_cost", "mlp_parts", "moe_cost", "moe_costs",
-           "moe_dispatch_bytes", "moe_etp_bytes", "moe_etp_gather", "moe_routed_rows", "moe_tokens", "optimizer_cost",
+           "moe_etp_bytes", "moe_etp_gather", "moe_routed_rows", "moe_tokens", "optimizer_cost",
            "pp_activation_bytes", "static_bytes", "tp_collective_bytes"]

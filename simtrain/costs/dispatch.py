@@ -31,13 +31,12 @@ from __future__ import annotations
 from math import comb
 
 from simtrain.costs.mlp import moe_tokens
-from simtrain.costs.shape import Shape
+from simtrain.costs.shape import ACT_BYTES, Shape
 from simtrain.specs.model import ModelSpec
 
 #: Bytes per value of an FP8 dispatch: one byte plus an fp32 scale per 128 values (1x128 tiles,
 #: DeepSeek-V3 report section 3.3.2).
 FP8_DISPATCH_BYTES = 1 + 4 / 128
-BF16_BYTES = 2
 
 
 def _miss(pool: int, block: int, k: int) -> float:
@@ -90,7 +89,7 @@ def a2a_value_bytes(dispatcher: str, fp8: bool, towards_experts: bool) -> float:
     """Bytes per value of an all-to-all: FP8 with its scales for DeepEP's transfers towards the
     experts (the forward dispatch, the backward's gradient of the combine) when training in
     FP8; bf16 otherwise."""
-    return FP8_DISPATCH_BYTES if dispatcher == "deepep" and fp8 and towards_experts else BF16_BYTES
+    return FP8_DISPATCH_BYTES if dispatcher == "deepep" and fp8 and towards_experts else ACT_BYTES
 
 
 def a2a_bytes(model: ModelSpec, shape: Shape, rows: float, value_bytes: float, load: float = 1.0) -> float:

@@ -97,13 +97,6 @@ def moe_routed_rows(model: ModelSpec, shape: Shape, expert_tp: int, load: float 
     return moe_tokens(shape) * model.top_k * load * moe_etp_gather(shape, expert_tp)
 
 
-def moe_dispatch_bytes(model: ModelSpec, shape: Shape, load: float = 1.0) -> float:
-    """Bytes of one dispatch (= combine) all-to-all buffer of one rank: ``tokens x top_k x hidden``
-    in bf16 at the mean load, times ``load`` (the busiest EP rank's over the mean: a direct
-    all-to-all lasts as long as its busiest rank's transfers)."""
-    return A * moe_tokens(shape) * model.top_k * model.hidden * load
-
-
 def moe_etp_bytes(model: ModelSpec, shape: Shape, expert_tp: int, load: float = 1.0) -> float:
     """Bytes of the expert-TP all-gather output (= reduce-scatter input) around the experts: the
     rows of :func:`moe_routed_rows`, ``hidden`` wide in bf16 (Megatron-LM's
