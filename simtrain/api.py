@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from simtrain import engine
+from simtrain.energy import power_draw
 from simtrain.errors import SimtrainError, SpecError
 from simtrain.topology.mesh import build_mesh
 from simtrain.metrics import Report, run_report
@@ -25,6 +26,10 @@ from simtrain.network.protocol import NetworkModel
 from simtrain.costs import Shape, pp_activation_bytes
 from simtrain.costs.calibration import Calibration, read_calibration
 from simtrain.workload.moe_routing import Routing
+from simtrain import perturbed
+from simtrain.specs.perturbation import Perturbations
+from simtrain.topology.faults import perturb_links
+from simtrain.workload.jitter import Jitter, apply_jitter, jitter_of
 from simtrain.schedules import REGISTRY as SCHEDULES, load_schedule, validate
 from simtrain.specs.gpu import GpuSpec
 from simtrain.specs.model import ModelSpec, load_model
@@ -56,6 +61,8 @@ class Scenario:
     routing: Routing = Routing()  # MoE token routing
     settings: dict[str, Any] = field(default_factory=dict)  # the settings as resolved, for the report
     calibration: Calibration | None = None  # measured kernel times (--calibration)
+    perturbations: Perturbations = Perturbations()  # stragglers, mixed GPUs, degraded/failed links
+    jitter: Jitter = Jitter()  # noise on compute times (--jitter, --slow-steps)
 
 
 @dataclass(frozen=True)
@@ -153,9 +160,13 @@ def _resolve(s: dict[str, Any], recompute_rule: str) -> Scenario:
         from simtrain.network.algorithms import check_algorithm
 
         check_algorithm(s["collective_algo"])
+    perturbations = perturbed.from_settings(s)
+    perturbations.check(s["gpus"], cluster.num_nodes)
+    perturb_links(cluster, perturbations.degraded_links, perturbations.failed_links)  # names checked
     return Scenario(model=model, cluster=cluster, gpu=gpu, parallel=par, network=s["network"],
                     collective_algo=s["collective_algo"], fold=s["fold"], max_events=s["max_events"],
-                    routing=routing, settings=s, calibration=calibration)
+                    routing=routing, settings=s, calibration=calibration, perturbations=perturbations,
+                    jitter=jitter_of(s["jitter"], s["seed"], s["slow_steps"]))
 
 
 def cluster_for(topology: str, gpus: int, nodes: int | None = None) -> Cluster:
@@ -220,7 +231,8 @@ def ledger_recompute(model: ModelSpec, cluster: Cluster, gpu: GpuSpec, par: Para
     return int(est["recompute_layers"][0])
 
 
-def simulate(scenario: Scenario, options: WorkloadOptions | None = None) -> SimResult:
+def simulate(scenario: Scenario, options: WorkloadOptions | None = None, *,
+             perturbation_costs: bool = True) -> SimResult:
     """Simulate one training step of ``scenario``: the timeline of every (representative) rank and
     the report (step time, MFU, breakdown, memory; keys in the README).
 
@@ -235,20 +247,27 @@ def simulate(scenario: Scenario, options: WorkloadOptions | None = None) -> SimR
     par, model = scenario.parallel, scenario.model
     mesh = build_mesh(par.tp, par.cp, par.dp, par.pp, ep=par.ep, etp=par.etp, order=par.order,
                       gpus_per_node=scenario.cluster.gpus_per_node)
+    pert = scenario.perturbations
+    cluster = perturb_links(scenario.cluster, pert.degraded_links, pert.failed_links)
     opts = options or WorkloadOptions(fold=scenario.fold, routing=scenario.routing,
                                       calibration=scenario.calibration, steps=scenario.settings.get("steps", 1),
-                                      optimizer_sync=scenario.settings.get("optimizer_sync", "grad-norm"))
+                                      optimizer_sync=scenario.settings.get("optimizer_sync", "grad-norm"),
+                                      **perturbed.workload_fields(pert, cluster, scenario.gpu, par.world))
     schedule = build_schedule(scenario, opts)
     program = lower(model, par, scenario.gpu, schedule, mesh, opts)
+    router = _router(cluster, pert)
+    perturbed.check_reachable(program, router, pert.failed_links)
+    layer_size = par.tp * par.cp * (par.ep if model.num_experts > 1 else 1)
+    slow_steps = apply_jitter(program, scenario.jitter, layer_size)
     network: NetworkModel
     if scenario.network == "none":
         network = FixedLatency(0.0)
     elif scenario.network == "flow":
         from simtrain.network.flow import FlowNetwork
 
-        network = FlowNetwork(scenario.cluster, Router(scenario.cluster), algo=scenario.collective_algo)
+        network = FlowNetwork(cluster, router, algo=scenario.collective_algo)
     else:
-        network = AnalyticNetwork(scenario.cluster, Router(scenario.cluster), algo=scenario.collective_algo)
+        network = AnalyticNetwork(cluster, router, algo=scenario.collective_algo)
     interference = scenario.settings.get("comm_interference")
     if interference is None:
         interference = scenario.gpu.comm_interference
@@ -256,12 +275,34 @@ def simulate(scenario: Scenario, options: WorkloadOptions | None = None) -> SimR
     links, link_series = network.link_report(result.timeline.end_s)
     report = run_report(result.timeline, program, model=model, gpu=scenario.gpu, par=par,
                         num_events=result.num_events, links=links, config=scenario_config(scenario),
-                        interference=interference, slowdown_s=result.slowdown_s)
+                        interference=interference, slowdown_s=result.slowdown_s,
+                        power=power_draw(scenario.cluster, scenario.gpu, par.world, scenario.settings),
+                        perturbations=_perturbation_costs(scenario, result.timeline.end_s) if
+                        perturbation_costs and pert.any else {}, slow_steps=slow_steps)
     wall = time.perf_counter() - t0
+    marks = perturbed.rank_marks(pert, opts)
     labels = {r: (f"stage {program.pipeline_rank_of[r]} (rank {r}, stands for {program.rank_weight[r]})"
                   if program.rank_weight[r] > 1 else f"rank {r} (stage {program.pipeline_rank_of[r]})")
-              for r in program.ranks}
+                 + marks.get(r, "") for r in program.ranks}
     return SimResult(scenario, result.timeline, report, wall, labels, dict(program.static_bytes), link_series)
+
+
+def _router(cluster: Cluster, pert: Perturbations) -> Router:
+    """Routes on ``cluster``: searched on the graph where a link failed (the fabric's arithmetic
+    routes assume every link), else from the fabric's structure."""
+    return Router(cluster, structural=not pert.failed_links)
+
+
+def _perturbation_costs(scenario: Scenario, step_s: float) -> dict[str, Any]:
+    """The report's ``perturbations`` section (:func:`simtrain.perturbed.cost_report`): the
+    scenario simulated again without perturbations and with each perturbing setting alone."""
+    def step_with(changes: dict[str, Any]) -> float:
+        settings = {**scenario.settings, **changes}
+        other = replace(scenario, settings=settings, perturbations=perturbed.from_settings(settings))
+        return simulate(other, perturbation_costs=False).report["step_time_s"]
+
+    return perturbed.cost_report(scenario.settings, step_s, scenario.parallel.world,
+                                 scenario.cluster.gpus_per_node, step_with)
 
 
 def build_schedule(scenario: Scenario, opts: WorkloadOptions | None = None):
@@ -335,6 +376,12 @@ def write_outputs(result: SimResult, out_dir: str | Path, plot: bool = True, *, 
         draw_gantt(result.timeline, paths["timeline"], title=title, rank_labels=result.rank_labels,
                    memory=memory, memory_capacity_bytes=sc.gpu.usable_memory_bytes, ranks=chart.ranks,
                    streams=chart.streams, window=chart.window)
+    if plot and len(result.report["step_times_s"]) > 1:
+        from simtrain.outputs.step_times import draw_step_times
+
+        paths["step_times"] = str(out / "step_times.png")
+        draw_step_times(result.report["step_times_s"], result.report["step_time_stats"], paths["step_times"],
+                        title=title)
     if html:
         from simtrain.outputs.html import write_html_report
 

@@ -36,6 +36,7 @@ from typing import Any, TypedDict
 import numpy as np
 
 from simtrain.costs.timing import SOURCES
+from simtrain.energy import PowerDraw, RankSeconds, energy_metrics
 from simtrain.specs.gpu import GpuSpec
 from simtrain.specs.model import ModelSpec
 from simtrain.specs.parallel import ParallelSpec
@@ -217,6 +218,38 @@ class Report(StepMetrics):
     comm_interference: float
     #: seconds communication added to the compute of the rank it slowed most, over all steps
     comm_slowdown_s: float
+    #: stragglers, other GPU generations, degraded and failed links: the GPUs and links they touch,
+    #: the step without them (baseline_step_s), their cost (cost_s) and each setting's alone
+    #: (cost_by_setting_s); empty without perturbations
+    perturbations: dict[str, Any]
+    #: seconds of each simulated step (--steps), from the previous step's end
+    step_times_s: list[float]
+    #: the steady steps' time distribution (every step but the first, or the one step): mean_s,
+    #: p50_s, p90_s, p99_s, min_s, max_s, and the slow steps drawn (--slow-steps: step -> rank)
+    step_time_stats: dict[str, Any]
+    #: joules of one step: every GPU at its board power while it computes, at idle power while it
+    #: waits, in between while it only communicates, plus hosts, NICs and switches, times the PUE
+    #: (None where the GPU's power is unknown)
+    energy_per_step_j: float | None
+    #: the GPUs' part of the step's energy, before the PUE
+    gpu_energy_per_step_j: float | None
+    #: watts: the step's energy / step time
+    mean_power_w: float | None
+    #: tokens of the global batch per kilowatt-hour
+    tokens_per_kwh: float | None
+    #: US dollars of one step: GPUs x hours x price per GPU-hour (--price-per-gpu-hour or the
+    #: topology's [cost]) plus the energy at the [cost] electricity price; None without a price
+    cost_per_step_usd: float | None
+    #: tokens of the global batch per US dollar
+    tokens_per_usd: float | None
+    #: steps of a training run of --train-tokens tokens (None without it)
+    train_steps: int | None
+    #: seconds of that run
+    time_to_train_s: float | None
+    #: kilowatt-hours of that run
+    energy_to_train_kwh: float | None
+    #: US dollars of that run
+    cost_to_train_usd: float | None
 
 
 def step_metrics(*, step_s: float, tokens: int, num_gpus: int, gpu: GpuSpec, model_flops: float,
@@ -294,22 +327,50 @@ def summarize(tl: Timeline, *, model: ModelSpec, gpu: GpuSpec, num_gpus: int, se
         peak_bytes=[max(peaks[r] for r in ranks if pipeline_rank_of[r] == s) for s in stages])
 
 
+def step_times(ends: list[float], step_s: float) -> list[float]:
+    """Each step's seconds from the previous step's end (the run's step time without optimizer
+    steps to mark them)."""
+    return [b - a for a, b in zip([0.0, *ends], ends)] if ends else [step_s]
+
+
+def step_time_stats(times: list[float], slow_steps: dict[str, int]) -> dict[str, Any]:
+    """Mean, percentiles (linear interpolation), min and max of the steady steps: all but the
+    first where there are several (the first starts from idle GPUs)."""
+    steady = np.array(times[1:] if len(times) > 1 else times)
+    p50, p90, p99 = (float(v) for v in np.percentile(steady, [50, 90, 99]))
+    return {"steps": len(steady), "mean_s": float(steady.mean()), "p50_s": p50, "p90_s": p90, "p99_s": p99,
+            "min_s": float(steady.min()), "max_s": float(steady.max()), "slow_steps": slow_steps}
+
+
 def run_report(tl: Timeline, program: Program, *, model: ModelSpec, gpu: GpuSpec, par: ParallelSpec,
                num_events: int, links: dict[str, Any], config: dict[str, Any], interference: float = 0.0,
-               slowdown_s: dict[int, float] | None = None) -> Report:
+               slowdown_s: dict[int, float] | None = None, power: PowerDraw | None = None,
+               perturbations: dict[str, Any] | None = None, slow_steps: dict[str, int] | None = None) -> Report:
     """The report of a simulated step: the metrics of its timeline and the facts of the run,
-    with the ``interference`` factor the engine ran with and the compute seconds communication
-    added on each simulated rank (``slowdown_s``)."""
+    with the ``interference`` factor the engine ran with, the compute seconds communication
+    added on each simulated rank (``slowdown_s``) and the energy and cost of the step at the
+    cluster's ``power`` (:mod:`simtrain.energy`; without it, no GPU power and no price)."""
     ends = tl.step_ends()
     last = tl.window(ends[-2], ends[-1]) if len(ends) > 1 else tl
     metrics = summarize(last, model=model, gpu=gpu, num_gpus=par.world, seq=par.seq, gbs=par.gbs,
                         rank_weight=program.rank_weight, pipeline_rank_of=program.pipeline_rank_of,
                         static_bytes=program.static_bytes, memory=tl)
-    return Report(**metrics, num_microbatches=par.num_microbatches, num_events=num_events,
+    step = metrics["step_time_s"]
+    seconds = []
+    for r in program.ranks:
+        split = rank_breakdown(last, r, step)
+        seconds.append(RankSeconds(busy_s=split["compute"] + split["recompute"],
+                                   comm_s=sum(split[k] for k in COMM_KINDS), idle_s=split["idle"],
+                                   weight=program.rank_weight[r]))
+    energy = energy_metrics(seconds, step_s=step, tokens=par.gbs * par.seq,
+                            draw=power or PowerDraw(None, None, None, 0.0, num_gpus=par.world))
+    return Report(**metrics, **energy, num_microbatches=par.num_microbatches, num_events=num_events,
                   simulated_ranks=len(program.ranks), links=links, config=config,
                   layers_per_chunk=list(program.layers_per_chunk),
                   kernel_sources={k: program.kernel_sources.get(k, 0) for k in SOURCES},
                   steps=max(len(ends), 1), first_step_s=ends[0] if len(ends) > 1 else metrics["step_time_s"],
                   steady_step_s=metrics["step_time_s"],
                   comm_sms=gpu.comm_sms, comm_interference=interference,
-                  comm_slowdown_s=max((slowdown_s or {}).values(), default=0.0))
+                  comm_slowdown_s=max((slowdown_s or {}).values(), default=0.0),
+                  perturbations=perturbations or {}, step_times_s=step_times(ends, metrics["step_time_s"]),
+                  step_time_stats=step_time_stats(step_times(ends, metrics["step_time_s"]), slow_steps or {}))

@@ -52,6 +52,7 @@ POSITIVE = Rule(lambda v: v >= 1, "must be >= 1")
 NON_NEGATIVE = Rule(lambda v: v >= 0, "must be >= 0")
 FRACTION = Rule(lambda v: 0 < v <= 1, "must be in (0, 1]")
 NON_NEGATIVE_FINITE = Rule(lambda v: 0 <= v < math.inf, "must be a finite number >= 0")
+POSITIVE_FINITE = Rule(lambda v: 0 < v < math.inf, "must be a finite number > 0")
 
 #: How a step ends (see the ``optimizer_sync`` setting).
 OPTIMIZER_SYNCS = ("grad-norm", "post-validation")
@@ -221,8 +222,34 @@ _TABLE = (
     Setting("fold", bool, True, "simulate one representative per group of ranks with identical programs",
             flags=(), off_flag="--no-fold",
             off_help="simulate every rank instead of one representative per pipeline rank"),
+    Setting("straggler", str, None, "slow GPUs: their kernels run at FACTOR of their speed (default 0.8), "
+            "e.g. 5:0.8,17", default_text="none", metavar="RANK[:FACTOR],..."),
+    Setting("throttle", str, None, "slow a random FRACTION of the GPUs (drawn with --seed) to FACTOR of their "
+            "speed (default 0.8), e.g. 0.01:0.7", default_text="none", metavar="FRACTION[:FACTOR]"),
+    Setting("slow_node", str, None, "slow every GPU of a node to FACTOR of its speed (default 0.8)",
+            default_text="none", metavar="NODE[:FACTOR],..."),
+    Setting("node_gpu", str, None, "put another GPU preset on nodes FIRST to LAST (mixed generations; the "
+            "kernels of those GPUs are timed on that GPU), e.g. 0-3:a100-80g", default_text="none",
+            metavar="FIRST[-LAST]:GPU,..."),
+    Setting("degrade_link", str, None, "keep FACTOR of a link's bandwidth, the link named by its ends as "
+            "simtrain topology --json names them, e.g. leaf0-spine3:0.5 or node2/nic1-leaf0:0.25",
+            default_text="none", metavar="END-END:FACTOR,..."),
+    Setting("fail_link", str, None, "remove a link (routes avoid it; a group it disconnects is an error), "
+            "e.g. leaf0-spine3", default_text="none", metavar="END-END,..."),
+    Setting("seed", int, 0, "seed of the random draws (--throttle, --jitter, --slow-steps)", rule=NON_NEGATIVE,
+            metavar="N"),
+    Setting("jitter", float, 0.0, "coefficient of variation of every kernel's time, drawn per op, GPU and step "
+            "(lognormal, mean 1); with --steps N the report gives the step-time distribution", rule=NON_NEGATIVE_FINITE,
+            metavar="CV"),
+    Setting("slow_steps", str, None, "with probability PROB per step one random GPU runs the step at FACTOR of its "
+            "speed (default 0.5), e.g. 0.05:0.5", default_text="none", metavar="PROB[:FACTOR]"),
     Setting("max_events", int, DEFAULT_MAX_EVENTS, "stop after this many operations (a normal run stays far "
             "below)", rule=POSITIVE, metavar="N"),
+    Setting("price_per_gpu_hour_usd", float, None, "price of one GPU-hour in US dollars, for the cost keys of the "
+            "report", default_text="the topology's [cost] table; none: no cost", rule=POSITIVE_FINITE,
+            metavar="USD", flags=("--price-per-gpu-hour",)),
+    Setting("train_tokens", int, None, "tokens of a whole training run: the report adds its steps, time, energy "
+            "and cost", default_text="none", rule=POSITIVE, metavar="N"),
 )
 
 #: Every run setting by name, in the order of ``--help``.

@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import io
 import json
+import math
 from contextlib import redirect_stderr, redirect_stdout
 
 from hypothesis import strategies as st
@@ -221,3 +222,21 @@ def built_in(draw, name: str):
 # 53.649% and 52.153% vs 52.149%), everything else still reproduces. The oracle tests therefore
 # pass the script's N through ``n_params``; test_modelspec_n checks the rest with our own count.
 N_70B, N_8B = 70.6e9, 8.03e9
+
+
+def assert_close(a, b, path: str, skip=frozenset(), ran_only=frozenset()) -> None:
+    """Two reports (nested dicts, lists, numbers) equal within 1e-9 relative, except the keys in
+    ``skip`` and the dotted paths ending in one of ``ran_only``."""
+    if isinstance(a, dict):
+        assert set(a) == set(b), path
+        for k in a:
+            if k not in skip and not any(f"{path}.{k}".endswith(x) for x in ran_only):
+                assert_close(a[k], b[k], f"{path}.{k}", skip, ran_only)
+    elif isinstance(a, list):
+        assert len(a) == len(b), path
+        for i, (x, y) in enumerate(zip(a, b)):
+            assert_close(x, y, f"{path}[{i}]", skip, ran_only)
+    elif isinstance(a, float) and not isinstance(b, str):
+        assert math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12), f"{path}: {a} != {b}"
+    else:
+        assert a == b, f"{path}: {a!r} != {b!r}"

@@ -5,12 +5,11 @@ to 1e-9 relative."""
 
 from __future__ import annotations
 
-import math
 import random
 
 import pytest
 
-from helpers import simulate_settings
+from helpers import assert_close, simulate_settings
 
 #: Report keys that describe the simulation itself rather than the step.
 _ABOUT_THE_RUN = {"fold", "num_events", "num_ops", "simulated_ranks", "config", "kernel_sources"}
@@ -40,19 +39,7 @@ def _layout(seed: int) -> dict:
 
 
 def _close(a, b, path: str) -> None:
-    if isinstance(a, dict):
-        assert set(a) == set(b), path
-        for k in a:
-            if k not in _ABOUT_THE_RUN and not any(f"{path}.{k}".endswith(x) for x in _RAN_ONLY):
-                _close(a[k], b[k], f"{path}.{k}")
-    elif isinstance(a, list):
-        assert len(a) == len(b), path
-        for i, (x, y) in enumerate(zip(a, b)):
-            _close(x, y, f"{path}[{i}]")
-    elif isinstance(a, float) and not isinstance(b, str):
-        assert math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12), f"{path}: {a} != {b}"
-    else:
-        assert a == b, f"{path}: {a!r} != {b!r}"
+    assert_close(a, b, path, skip=_ABOUT_THE_RUN, ran_only=_RAN_ONLY)
 
 
 @pytest.mark.parametrize("seed", range(8))

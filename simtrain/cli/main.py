@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from simtrain.cli import analysis, calibrate, collective, inspect, run, schedule
+from simtrain.cli import analysis, calibrate, collective, inspect, run, schedule, whatif
 from simtrain.errors import SimtrainError
 
 
@@ -30,6 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
     schedule.add_command(sub)
     calibrate.add_command(sub)
     inspect.add_commands(sub)
+    whatif.add_command(sub)
     return parser
 
 

@@ -85,7 +85,40 @@ def run_summary(report: StepMetrics, config: Mapping[str, Any], num_microbatches
             f"communication kernels hold {report['comm_sms']} SMs: compute beside them runs "
             f"{report['comm_interference']:.1%} longer (--comm-interference), which added "
             f"{fmt_seconds(report['comm_slowdown_s'])} to the most slowed rank's compute.", NOTE_WIDTH)
-    return "\n\n".join(x for x in (head, top, breakdown, comm) if x)
+    return "\n\n".join(x for x in (head, top, breakdown, comm, energy_table(report),
+                                   perturbation_table(report), step_time_table(report)) if x)
+
+
+def fmt_duration(s: float) -> str:
+    """A long time in days or hours, a short one as :func:`fmt_seconds` gives it."""
+    if s >= 2 * 86400:
+        return f"{s / 86400:,.1f} days"
+    if s >= 3600:
+        return f"{s / 3600:.1f} h"
+    return fmt_seconds(s)
+
+
+def energy_table(report: Mapping[str, Any]) -> str:
+    """Energy, cost and time to train of a report (:mod:`simtrain.energy`): the rows it has numbers
+    for, empty when it has none (a closed-form report, a GPU of unknown power and no price)."""
+    r = report
+    rows = []
+    if r.get("energy_per_step_j") is not None:
+        rows += [["energy per step", f"{r['energy_per_step_j'] / 1e3:,.2f} kJ (GPUs "
+                  f"{r['gpu_energy_per_step_j'] / 1e3:,.2f} kJ), mean power {r['mean_power_w'] / 1e3:,.1f} kW"],
+                 ["tokens per kWh", f"{r['tokens_per_kwh']:,.0f}"]]
+    if r.get("cost_per_step_usd") is not None:
+        rows += [["cost per step", f"${r['cost_per_step_usd']:,.4f}"],
+                 ["tokens per USD", f"{r['tokens_per_usd']:,.0f}"]]
+    if r.get("train_steps") is not None:
+        parts = [f"{r['train_steps']:,} steps", fmt_duration(r["time_to_train_s"])]
+        if r.get("energy_to_train_kwh") is not None:
+            parts.append(f"{r['energy_to_train_kwh'] / 1e3:,.1f} MWh")
+        if r.get("cost_to_train_usd") is not None:
+            parts.append(f"${r['cost_to_train_usd']:,.0f}")
+        tokens = r.get("config", {}).get("train_tokens")
+        rows.append([f"to train {tokens:,} tokens" if tokens else "to train", ", ".join(parts)])
+    return table(rows, ["energy and cost", ""], align="ll") if rows else ""
 
 
 def _share(seconds: float, step: float) -> str:
@@ -102,3 +135,36 @@ IDLE_NOTE = ("bubble + imbalance: the compute stream's idle time with no communi
 EXPOSED_NOTE = ("exposed: the time a kind runs while the compute stream is idle; the breakdown charges each "
                 "such moment to one kind only, in the order tp, cp, ep, pp, dp, so exposed minus in "
                 "breakdown is the time the kind ran under another kind's exposed communication.")
+
+
+def perturbation_table(report: Mapping[str, Any]) -> str:
+    """What the perturbations of a run cost (:mod:`simtrain.perturbed`): the step without them and
+    each perturbing setting alone; empty without perturbations."""
+    p = report.get("perturbations") or {}
+    if not p:
+        return ""
+    base = p["baseline_step_s"]
+    rows = [["without perturbations", fmt_seconds(base)],
+            ["with all of them", f"{fmt_seconds(base + p['cost_s'])} (+{p['cost_s'] / base:.1%})"]]
+    rows += [[f"--{k.replace('_', '-')} alone", f"+{fmt_seconds(v)} (+{v / base:.1%})"]
+             for k, v in p["cost_by_setting_s"].items()]
+    touched = []
+    if p["gpus_slowed"]:
+        touched.append(f"{len(p['gpus_slowed'])} GPUs slowed")
+    if p["gpus_of_another_generation"]:
+        touched.append(f"{len(p['gpus_of_another_generation'])} GPUs of another generation")
+    links = len(p["links_degraded"]) + len(p["links_failed"])
+    if links:
+        touched.append(f"{links} links degraded or failed")
+    return table(rows, ["perturbations", "step time"], "lr") + "\ntouched: " + ", ".join(touched)
+
+
+def step_time_table(report: Mapping[str, Any]) -> str:
+    """The steady steps' time distribution of a run of several steps; empty for one step."""
+    stats = report.get("step_time_stats") or {}
+    if len(report.get("step_times_s") or []) < 2:
+        return ""
+    rows = [[k[:-2], fmt_seconds(stats[k])] for k in ("mean_s", "p50_s", "p90_s", "p99_s", "min_s", "max_s")]
+    slow = stats.get("slow_steps") or {}
+    note = f"\nslow steps (--slow-steps): {', '.join(str(int(k) + 1) for k in slow)}" if slow else ""
+    return table(rows, [f"{stats['steps']} steady steps", "step time"], "lr") + note

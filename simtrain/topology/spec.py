@@ -41,6 +41,7 @@ from typing import Any
 
 from simtrain.errors import SpecError
 from simtrain.specs.gpu import GpuSpec, get_gpu, gpu_from_table
+from simtrain.specs.power import CostSpec, PowerSpec, cost_from_table, power_from_table
 from simtrain.specs.strict import Table, check_value
 from simtrain.units import GB, GBps_to_Bps, gbps_to_Bps, us_to_s
 
@@ -96,6 +97,8 @@ class TopologySpec:
     nodes: int
     node: NodeSpec
     fabric: FabricSpec
+    power: PowerSpec = PowerSpec()  # [power]: hosts, NICs, switches, PUE (simtrain.specs.power)
+    cost: CostSpec = CostSpec()  # [cost]: price of a GPU-hour (simtrain.specs.power)
 
     @property
     def rails(self) -> int:
@@ -128,9 +131,11 @@ def parse_spec(data: dict[str, Any], source: str, nodes: int | None = None,
         check_value(f"{source}: nodes (override)", nodes, int, min_value=1)
     fabric = _parse_fabric(top.sub("fabric") if top.has("fabric") else None, source)
     node = _parse_node(top.sub("node"), gpu_spec, fabric.kind)
+    power = power_from_table(top.sub("power", default_empty=True))
+    cost = cost_from_table(top.sub("cost", default_empty=True))
     top.done()
     spec = TopologySpec(name, description, gpu_spec, nodes if nodes is not None else file_nodes,
-                        node, fabric)
+                        node, fabric, power, cost)
     _check_fit(spec, source)
     return spec
 

@@ -31,10 +31,17 @@ class Emitter:
     """The program being built, with the caches and counters its ops need."""
 
     def __init__(self, model: ModelSpec, par: ParallelSpec, gpu: GpuSpec, mesh: DeviceMesh, fold: bool,
-                 calibration: Calibration | None = None):
+                 calibration: Calibration | None = None, speeds: dict[int, float] | None = None,
+                 gpus: dict[int, GpuSpec] | None = None):
         self.model, self.gpu, self.mesh, self.fold = model, gpu, mesh, fold
         self.shape = Shape.of(par)
         self.timer = KernelTimer(gpu, calibration)
+        # perturbed GPUs: speed factor and another GPU's kernel times (simtrain.specs.perturbation)
+        self._speeds = speeds or {}
+        self._gpus = gpus or {}
+        self._calibration = calibration
+        self._timers: dict[GpuSpec, KernelTimer] = {gpu: self.timer}
+        self._perturbed: dict[tuple, tuple[float, float, float]] = {}  # (gpu, speed, cost) -> priced
         self.prog = Program()
         self.pp_groups = mesh.groups("pp")
         self._counters: dict[tuple[int, int], int] = {}  # (rank, stream) -> collectives so far
@@ -66,15 +73,18 @@ class Emitter:
         cached = self._group_cache.get(cache_key)
         if cached is not None:
             return cached
-        groups = []
+        groups, covered = [], set()
         for pp_group in self.slices(rank):
             member = pp_group[pp_index]
+            if member in covered:  # groups along a dimension partition the ranks: its group is listed
+                continue
             if dim == "edp":
                 g = self.mesh.group_of("edp", member)
             elif dim == "dpcp":
                 g = sorted({d for c in self.mesh.group_of("cp", member) for d in self.mesh.group_of("dp", c)})
             else:
                 g = self.mesh.group_of(dim, member)
+            covered.update(g)
             groups.append(tuple(g))
         out = self._group_cache[cache_key] = tuple(sorted(set(groups)))
         return out
@@ -103,6 +113,8 @@ class Emitter:
         op = Op(0, rank, STREAM[stream], KIND[kind], name, stage, layer, mb, deps=deps, **kw)
         if cost is not None:
             op.flops, op.nbytes, op.duration_s = self._priced.get(cost) or self._price(cost)
+            if rank in self._speeds or rank in self._gpus:
+                op.duration_s = self._perturbed_price(rank, cost)[2]
         return self.prog.add(op)
 
     def _price(self, cost: costs.OpCost) -> tuple[float, float, float]:
@@ -111,11 +123,26 @@ class Emitter:
         priced = self._priced[cost] = (cost.flops, cost.bytes, self._time(cost))
         return priced
 
+    def _perturbed_price(self, rank: int, cost: costs.OpCost) -> tuple[float, float, float]:
+        """:meth:`_price` on perturbed GPU ``rank``: timed on its GPU (another generation's
+        kernel model where ``--node-gpu`` gives one) and divided by its speed factor."""
+        gpu, speed = self._gpus.get(rank, self.gpu), self._speeds.get(rank, 1.0)
+        key = (gpu, speed, cost)
+        priced = self._perturbed.get(key)
+        if priced is None:
+            timer = self._timers.get(gpu)
+            if timer is None:
+                timer = self._timers[gpu] = KernelTimer(gpu, self._calibration if gpu == self.gpu else None)
+            priced = self._perturbed[key] = (cost.flops, cost.bytes, timer.time(cost) / speed)
+        return priced
+
     def compute(self, rank: int, kind: str, name: str, stage: int, layer: int, mb: int,
                 cost: costs.OpCost, last: int | None, **kw) -> Op:
         """A compute op after op ``last`` (none: no dependency). The most frequent op: built
         here directly rather than through :meth:`emit`."""
         flops, nbytes, seconds = self._priced.get(cost) or self._price(cost)
+        if (self._speeds or self._gpus) and (rank in self._speeds or rank in self._gpus):
+            seconds = self._perturbed_price(rank, cost)[2]
         return self.prog.add(Op(0, rank, _COMPUTE, KIND[kind], name, stage, layer, mb, seconds, flops, nbytes,
                                 deps=[last] if last is not None else [], **kw))
 

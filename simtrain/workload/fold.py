@@ -12,9 +12,17 @@ representative (design guide, section 3, "Scale"). Three levels:
   ranks sharing a (pipeline index, EP index) run identical programs; a collective whose groups span
   several EP positions has several simulated members, which meet in the engine.
 
-Folding by EP position needs each pipeline group to keep one EP position along the pipeline, and
-the groups of every parallel dimension to fall either wholly inside one representative's share or
-to be shared identically by several; a rank order where that fails is simulated unfolded.
+* folding around perturbed GPUs (a straggler, a slow node, another GPU generation;
+  :mod:`simtrain.specs.perturbation`): the pipeline groups holding a GPU that computes differently
+  are simulated rank by rank, together with every pipeline group that meets them in a collective
+  of a layer (TP, CP, EP, expert TP: these wait for the slow GPU every layer); the other pipeline
+  groups fold by their position in those groups, so that a representative meets the unfolded ranks
+  in the data-parallel collectives where its ranks would.
+
+Folding by EP position or around perturbed GPUs needs each pipeline group to keep one position
+along the pipeline, and the groups of every parallel dimension to fall either wholly inside one
+representative's share or to be shared identically by several; a rank order where that fails is
+simulated unfolded.
 """
 
 from __future__ import annotations
@@ -26,6 +34,8 @@ FoldClass = tuple[list[int], list[list[int]]]
 
 #: The dimensions whose collectives a representative joins (``dpcp``: DP including the CP ranks).
 DIMS = ("tp", "cp", "ep", "etp", "dp", "edp", "dpcp")
+#: The dimensions with a collective in every layer: a slow GPU holds up its whole group there.
+LAYER_DIMS = ("tp", "cp", "ep", "etp")
 
 
 def _group(mesh: DeviceMesh, dim: str, rank: int) -> tuple[int, ...]:
@@ -49,14 +59,54 @@ def _consistent(mesh: DeviceMesh, classes: list[FoldClass]) -> bool:
     return True
 
 
-def fold_classes(mesh: DeviceMesh, fold: bool, by_ep: bool) -> list[FoldClass]:
+def _position(mesh: DeviceMesh, dim: str, rank: int) -> int:
+    return _group(mesh, dim, rank).index(rank)
+
+
+def reached(mesh: DeviceMesh, touched: set[int]) -> list[list[int]]:
+    """The pipeline groups holding a GPU of ``touched`` and, transitively, every pipeline group
+    sharing a collective of a layer (:data:`LAYER_DIMS`) with one of them, in rank order."""
+    pipeline_of = {r: i for i, g in enumerate(mesh.groups("pp")) for r in g}
+    groups = mesh.groups("pp")
+    seen = {pipeline_of[g] for g in touched}
+    todo = list(seen)
+    while todo:
+        for rank in groups[todo.pop()]:
+            for dim in LAYER_DIMS:
+                for peer in _group(mesh, dim, rank):
+                    p = pipeline_of[peer]
+                    if p not in seen:
+                        seen.add(p)
+                        todo.append(p)
+    return [groups[i] for i in sorted(seen)]
+
+
+def _around(mesh: DeviceMesh, touched: set[int]) -> list[FoldClass]:
+    """Classes around perturbed GPUs: the reached pipeline groups one by one, the others folded
+    by their position along every layer dimension (see the module docstring)."""
+    unfolded = reached(mesh, touched)
+    inside = {tuple(g) for g in unfolded}
+    by_position: dict[tuple[int, ...], list[list[int]]] = {}
+    for g in mesh.groups("pp"):
+        if tuple(g) not in inside:
+            key = tuple(_position(mesh, dim, g[0]) for dim in LAYER_DIMS)
+            by_position.setdefault(key, []).append(g)
+    classes = [(g, [g]) for g in unfolded] + [(gs[0], gs) for gs in by_position.values()]
+    return sorted(classes, key=lambda c: c[0][0])
+
+
+def fold_classes(mesh: DeviceMesh, fold: bool, by_ep: bool, touched: set[int] | None = None) -> list[FoldClass]:
     """The simulated pipeline groups with the pipeline groups each stands for, in rank order:
-    all of them unfolded (``fold`` False), the first one for all, or with ``by_ep`` one per EP
-    position (unfolded where the layout does not allow it: see the module docstring)."""
+    all of them unfolded (``fold`` False), the first one for all, with ``by_ep`` one per EP
+    position, or around the GPUs ``touched`` by a perturbation (unfolded where the layout does not
+    allow it: see the module docstring)."""
     groups = mesh.groups("pp")
     unfolded = [(g, [g]) for g in groups]
     if not fold:
         return unfolded
+    if touched:
+        classes = _around(mesh, touched)
+        return classes if _consistent(mesh, classes) else unfolded
     if not by_ep:
         return [(groups[0], groups)]
     by_position: dict[int, list[list[int]]] = {}

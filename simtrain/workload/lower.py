@@ -46,7 +46,7 @@ class _Lowering:
                  mesh: DeviceMesh, opts: WorkloadOptions):
         self.model, self.sched, self.mesh, self.opts = model, schedule, mesh, opts
         self.world = par.world
-        self.em = Emitter(model, par, gpu, mesh, opts.fold, opts.calibration)
+        self.em = Emitter(model, par, gpu, mesh, opts.fold, opts.calibration, dict(opts.speeds), dict(opts.gpus))
         self.prog = self.em.prog
         self.chunks = split_layers(model, par, gpu, schedule.chain_length, opts)
         self.dp = DataParallelOps(self.em, ParamLayout(model, par, schedule, self.chunks), opts)
@@ -57,7 +57,7 @@ class _Lowering:
         # skewed routing gives each EP position its own program: fold by EP position
         self.by_ep = any(len(set(x)) > 1 for x in loads)
         self.step = 0  # the step being lowered
-        self.sends: dict[tuple, int] = {}  # (step, stage, mb, "act"|"grad") -> p2p op id
+        self.sends: dict[tuple, int] = {}  # (pipeline, step, stage, mb, "act"|"grad") -> p2p op id
         self.last_send: dict[int, int] = {}  # rank -> its latest p2p send (blocking sends wait for it)
         self.pairs: dict[tuple[int, int, int], tuple] = {}  # (rank, from, to pipeline rank) -> GPU pairs
         self.blocking_p2p = not par.overlap_p2p_comm
@@ -70,11 +70,12 @@ class _Lowering:
         reductions, the global gradient norm and the optimizer step; finally each action waits for
         the transfer it needs."""
         prog, em, dp = self.prog, self.em, self.dp
-        for group, stands_for in fold_classes(self.mesh, self.opts.fold, self.by_ep):
+        touched = self.opts.touched
+        for group, stands_for in fold_classes(self.mesh, self.opts.fold, self.by_ep, touched):
             for pp_index, rank in enumerate(group):
                 prog.pipeline_rank_of[rank] = pp_index
                 prog.rank_weight[rank] = len(stands_for)
-                if self.opts.fold and self.by_ep:
+                if self.opts.fold and (self.by_ep or touched):
                     em.stand_for(rank, stands_for)
         for rank in prog.ranks:
             optimizer = None
@@ -86,8 +87,8 @@ class _Lowering:
         for op_id, key in self.needs:
             src = self.sends.get(key)
             if src is None:
-                raise SpecError(f"schedule {self.sched.name}: nothing sends {key[3]} of micro-batch "
-                                f"{key[2]} from stage {key[1]}")
+                raise SpecError(f"schedule {self.sched.name}: nothing sends {key[4]} of micro-batch "
+                                f"{key[3]} from stage {key[2]}")
             prog.ops[op_id].deps.append(src)
         return prog
 
@@ -142,7 +143,7 @@ class _Lowering:
         mid = len(self.prog.ops)
         self._plain_action(rank, backward, previous_send)
         _, next_stage = self.sched.stage_neighbours(action.b_stage)
-        self._needs_from(start, (next_stage, action.b_mb, "grad") if next_stage is not None else None)
+        self._needs_from(start, (next_stage, action.b_mb, "grad") if next_stage is not None else None, rank)
         interleave(self.prog, rank, start, mid, len(self.prog.ops))
         sends = self.prog.order.get((rank, STREAM["pp_send"]), [])
         if sends and sends[-1] >= start:  # the pair's send that leaves last
@@ -171,7 +172,7 @@ class _Lowering:
                 last = blocks.forward_layer(rank, a.stage, layer, a.mb, last)
             if head:
                 last = self._end_op(rank, a, "lm_head", a.kind, costs.lm_head_cost, last, alloc=logits).id
-            self._needs_from(start, (prev_stage, a.mb, "act") if prev_stage is not None else None)
+            self._needs_from(start, (prev_stage, a.mb, "act") if prev_stage is not None else None, rank)
             if next_stage is not None:
                 self._send(rank, a.stage, next_stage, a.mb, "act", last)
         elif a.kind in ("B", "I"):
@@ -183,7 +184,7 @@ class _Lowering:
                 last = blocks.backward_layer(rank, a.stage, layer, a.mb, last, a.kind)
             if embed and a.kind == "B":
                 dp.grad_done(a.stage, EMBEDDING, self._end_op(rank, a, "embed", "B", costs.embedding_cost, last), "B")
-            self._needs_from(start, (next_stage, a.mb, "grad") if next_stage is not None else None)
+            self._needs_from(start, (next_stage, a.mb, "grad") if next_stage is not None else None, rank)
             if prev_stage is not None and last is not None:
                 self._send(rank, a.stage, prev_stage, a.mb, "grad", last)
         elif a.kind == "W":
@@ -207,12 +208,16 @@ class _Lowering:
         em = self.em
         return em.compute(rank, kind, f"{name}.{kind}", a.stage, -1, a.mb, em.cost(cost_fn, kind), last, **kw)
 
-    def _needs_from(self, first_op: int, key: tuple | None) -> None:
+    def _needs_from(self, first_op: int, key: tuple | None, rank: int) -> None:
         """The action's first compute or TP op waits for the transfer ``key`` (none at the chain's
-        ends); parameter gathers before it do not."""
+        ends) within ``rank``'s pipeline group; parameter gathers before it do not."""
         first = self._first_non_dp(first_op) if key is not None else None
         if first is not None:
-            self.needs.append((first, (self.step, *key)))
+            self.needs.append((first, (self._pipeline(rank), self.step, *key)))
+
+    def _pipeline(self, rank: int) -> int:
+        """``rank``'s pipeline group by its first rank: a transfer stays within one group."""
+        return self.mesh.group_of("pp", rank)[0]
 
     def _first_non_dp(self, first_op: int) -> int | None:
         """The first op from ``first_op`` on that is not a data-parallel gather."""
@@ -232,7 +237,7 @@ class _Lowering:
         nbytes = costs.pp_activation_bytes(self.model, self.em.shape)
         op = self.em.emit(rank, "pp_send", "pp", f"pp.send.{what}", stage, -1, mb, [after], nbytes=nbytes,
                           comm="p2p", group_set=self.prog.group_set_id(pairs), peer=peer, peer_stage=to_stage)
-        self.sends[(self.step, stage, mb, what)] = op.id
+        self.sends[(self._pipeline(rank), self.step, stage, mb, what)] = op.id
         self.last_send[rank] = op.id
 
 

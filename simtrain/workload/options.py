@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from simtrain.costs.calibration import Calibration
+from simtrain.specs.gpu import GpuSpec
 from simtrain.workload.moe_routing import Routing
 
 
@@ -23,3 +24,10 @@ class WorkloadOptions:
     tp_comm: bool = True  # tensor-parallel collectives
     routing: Routing = Routing()  # MoE token routing (uniform unless skewed)
     calibration: Calibration | None = None  # measured kernel times replacing the model where given
+    speeds: tuple[tuple[int, float], ...] = ()  # (GPU, speed factor) of slowed GPUs (perturbations)
+    gpus: tuple[tuple[int, GpuSpec], ...] = ()  # (GPU, its GPU) where a node holds another generation
+
+    @property
+    def touched(self) -> set[int]:
+        """The GPUs that compute differently from the cluster's GPU."""
+        return {g for g, _ in self.speeds} | {g for g, _ in self.gpus}

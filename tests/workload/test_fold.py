@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from simtrain.topology.mesh import build_mesh
-from simtrain.workload.fold import fold_classes
+from simtrain.workload.fold import fold_classes, reached
 
 
 def test_three_levels_of_folding():
@@ -29,3 +29,22 @@ def test_an_order_that_moves_the_ep_position_along_the_pipeline_is_not_folded():
     mesh = build_mesh(tp=1, cp=2, dp=2, pp=2, ep=2, order="tp-cp-pp-ep-dp")
     assert [mesh.expert.coords(r)["ep"] for r in mesh.group_of("pp", 0)] == [0, 1]
     assert fold_classes(mesh, fold=True, by_ep=True) == [(g, [g]) for g in mesh.groups("pp")]
+
+
+def test_folding_around_a_slow_gpu():
+    # 32 GPUs, TP 4 x DP 4 x PP 2: pipeline groups [r, r + 16]; GPU 5 (TP position 1, DP 1) is slow.
+    # Its TP group [4..7] waits for it every layer, so their four pipeline groups are simulated rank by
+    # rank; the other twelve fold by TP position: four representatives, each for three groups.
+    mesh = build_mesh(tp=4, cp=1, dp=4, pp=2)
+    classes = fold_classes(mesh, fold=True, by_ep=False, touched={5})
+    unfolded = [([r, r + 16], [[r, r + 16]]) for r in range(4, 8)]
+    folded = [([j, j + 16], [[j + d, j + d + 16] for d in (0, 8, 12)]) for j in range(4)]
+    assert sorted(classes) == sorted(unfolded + folded)
+    assert sum(len(stands) for _, stands in classes) == 16
+
+
+def test_reached_pipelines_close_over_every_layer_dimension():
+    # CP 2 inside TP 2: GPU 0's TP group {0, 1} and CP group {0, 2} reach GPUs 0-3 through TP and CP
+    mesh = build_mesh(tp=2, cp=2, dp=2, pp=1)
+    assert reached(mesh, {0}) == [[0], [1], [2], [3]]
+    assert reached(mesh, {4, 7}) == [[4], [5], [6], [7]]

@@ -1,0 +1,271 @@
+"""``simtrain whatif``: which cluster trains a model soonest, and which cheapest.
+
+For each topology (and, with ``--sweep KEY=v1,v2``, each value of one topology key) the command
+finds the cluster's best layout with the search's machinery (:func:`simtrain.search.simulated_search`:
+layouts ranked in closed form, the candidates simulated, the fastest that fits in memory kept),
+simulates that layout once more for its full report (energy, cost and time to train of
+``--train-tokens``, :mod:`simtrain.energy`), and ranks the clusters by time to train and by cost
+to train. A sweep writes each changed topology as a file beside the plots
+(:mod:`simtrain.outputs.whatif`), so every candidate loads it as a user's file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from simtrain.cli.run import add_setting_flag
+from simtrain.cli.types import list_type, positive_int
+from simtrain.errors import SpecError
+from simtrain.settings import OUTPUTS, SETTINGS
+
+#: Where a sweep key goes when the topology file does not set it (the keys of
+#: :mod:`simtrain.topology.spec` and :mod:`simtrain.specs.power`); a key the file sets is changed
+#: where it is.
+SWEEP_TABLES: dict[str, tuple[str, ...]] = {
+    "node": ("nvlink_GBps", "nvlink_latency_us", "nvlink_efficiency", "nvls_efficiency", "nics", "nic_gbps",
+             "pcie_GBps", "nic_latency_us"),
+    "fabric": ("nodes_per_leaf", "spines", "oversubscription", "core_oversubscription", "switch_latency_us",
+               "link_latency_us", "nic_efficiency", "switch_ports", "leaves_per_pod", "cores"),
+    "power": ("host_w", "nic_w", "switch_w", "pue"),
+    "cost": ("price_per_gpu_hour_usd", "purchase_usd", "depreciation_years", "electricity_usd_per_kwh"),
+}
+#: Sweep keys whose values are whole numbers.
+INT_KEYS = ("nics", "nodes_per_leaf", "spines", "switch_ports", "leaves_per_pod", "cores")
+#: The report keys a result row carries.
+ROW_KEYS = ("step_time_s", "tokens_per_s", "mfu", "energy_per_step_j", "tokens_per_kwh", "cost_per_step_usd",
+            "tokens_per_usd", "train_steps", "time_to_train_s", "energy_to_train_kwh", "cost_to_train_usd")
+
+
+def parse_sweep(text: str) -> tuple[str, tuple[float, ...]]:
+    """``KEY=v1,v2,...``: a topology key and its numbers (whole numbers for :data:`INT_KEYS`)."""
+    key, sep, values = text.partition("=")
+    key = key.strip()
+    valid = sorted(k for keys in SWEEP_TABLES.values() for k in keys)
+    if not sep or key not in valid:
+        raise SpecError(f"--sweep {text}: expected KEY=v1,v2,... with KEY one of {', '.join(valid)}")
+    try:
+        parsed = list_type(int if key in INT_KEYS else float)(values)
+    except argparse.ArgumentTypeError as exc:
+        raise SpecError(f"--sweep {text}: {exc}") from None
+    return key, tuple(dict.fromkeys(parsed))
+
+
+def parse_prices(text: str | None) -> dict[str, float]:
+    """``--prices NAME=USD,...``: the price of a GPU-hour of each named topology."""
+    out: dict[str, float] = {}
+    for item in (text or "").split(","):
+        if not item.strip():
+            continue
+        name, _, usd = item.partition("=")
+        try:
+            value = float(usd)
+        except ValueError:
+            value = float("nan")
+        if not name.strip() or not 0 < value < float("inf"):
+            raise SpecError(f"--prices {text}: {item!r}: expected NAME=USD with USD a finite number > 0")
+        out[name.strip()] = value
+    return out
+
+
+def overridden(data: dict[str, Any], key: str, value: float) -> dict[str, Any]:
+    """A copy of topology table ``data`` with ``key`` set to ``value``: where the file sets it, or
+    in its table of :data:`SWEEP_TABLES`."""
+    out = copy.deepcopy(data)
+    for table in (*SWEEP_TABLES, "gpu"):
+        if isinstance(out.get(table), dict) and key in out[table]:
+            out[table][key] = value
+            return out
+    table = next(t for t, keys in SWEEP_TABLES.items() if key in keys)
+    out.setdefault(table, {})[key] = value
+    return out
+
+
+def _table(topology: str) -> dict[str, Any]:
+    from simtrain.specs.strict import read_toml
+    from simtrain.topology.cluster import preset_table
+
+    if topology.endswith(".toml") or "/" in topology or "\\" in topology:
+        return read_toml(topology)
+    return preset_table(topology)
+
+
+def variants(topologies: list[str], sweep: tuple[str, tuple[float, ...]] | None, folder: Path) -> list[dict]:
+    """Each cluster to try: its name, the swept value (None without a sweep) and the topology to
+    load (the name, or the file of the changed table)."""
+    from simtrain.outputs.whatif import write_topology
+    from simtrain.topology.cluster import load_topology
+
+    out = []
+    for name in topologies:
+        if sweep is None:
+            load_topology(name)
+            out.append({"topology": name, "sweep_value": None, "source": name, "label": name})
+            continue
+        key, values = sweep
+        data = _table(name)
+        stem = Path(name).stem
+        for value in values:
+            path = write_topology(overridden(data, key, value), folder / f"{stem}-{key}-{value:g}.toml")
+            load_topology(path)
+            out.append({"topology": name, "sweep_value": value, "source": path, "label": f"{name} {key}={value:g}"})
+    return out
+
+
+def best_layout(variant: dict, args: argparse.Namespace, price: float | None, bar: Any = None) -> dict[str, Any]:
+    """The fastest layout of one cluster that fits in memory, with its report's energy, cost and
+    time-to-train keys (:data:`ROW_KEYS`); ``bar`` (a :class:`~simtrain.outputs.progress.Progress`)
+    hears of the search's stages."""
+    from simtrain import api
+    from simtrain.search import simulated_search
+    from simtrain.topology.cluster import load_topology
+
+    cluster = load_topology(variant["source"])
+    gpus = args.gpus or cluster.num_gpus
+    base = {"model": args.model, "topology": variant["source"], "nodes": -(-gpus // cluster.gpus_per_node),
+            "seq": args.seq, "gbs": args.gbs, "train_tokens": args.train_tokens, "price_per_gpu_hour_usd": price}
+
+    def progress(done: int, total: int, label: str) -> None:
+        if bar is None:
+            return
+        if label == "estimate" and done == 0:
+            bar.phase(f"{variant['label']}: estimate", total, "layouts")
+        elif label in ("start", "resumed"):
+            bar.phase(f"{variant['label']}: simulate", total, "candidates")
+        bar.update(done)
+
+    try:
+        found = simulated_search(base, gpus=gpus, gpus_per_node=cluster.gpus_per_node, top=args.top, jobs=args.jobs,
+                                 results=None, resume=False, progress=progress, schedules=args.schedules,
+                                 mbss=args.mbs, zeros=args.zero, recomputes=args.recompute)
+    except SpecError as exc:
+        raise SpecError(f"topology {variant['label']}: {exc}") from None
+    fitting = [r for r in found["ranking"] if r["fits_in_memory"]]
+    if not fitting:
+        raise SpecError(f"topology {variant['label']}: no layout of {gpus} GPUs fits in memory when simulated "
+                        f"({found['candidates_simulated']} tried); try more GPUs or --recompute full")
+    best = fitting[0]
+    report = api.simulate(api.resolve(best["settings"])).report
+    return {**variant, "gpus": gpus, "gpu": cluster.gpu.name, "layout": best["label"],
+            "settings": best["settings"], **{k: report[k] for k in ROW_KEYS}}
+
+
+def rank(rows: list[dict]) -> None:
+    """``time_rank`` and ``cost_rank`` (None without a price) of each row among the rows of its
+    sweep value."""
+    for value in dict.fromkeys(r["sweep_value"] for r in rows):
+        group = [r for r in rows if r["sweep_value"] == value]
+        for i, r in enumerate(sorted(group, key=lambda r: (r["time_to_train_s"], r["label"])), 1):
+            r["time_rank"] = i
+        priced = sorted((r for r in group if r["cost_to_train_usd"] is not None),
+                        key=lambda r: (r["cost_to_train_usd"], r["label"]))
+        for r in group:
+            r["cost_rank"] = None
+        for i, r in enumerate(priced, 1):
+            r["cost_rank"] = i
+
+
+def whatif(args: argparse.Namespace) -> dict[str, Any]:
+    """The JSON-ready result of ``simtrain whatif`` (rows ranked, plots written unless --no-plot)."""
+    from simtrain.outputs.progress import Progress, wanted
+    from simtrain.specs.model import load_model
+
+    load_model(args.model)
+    sweep = parse_sweep(args.sweep) if args.sweep else None
+    prices = parse_prices(args.prices)
+    names = [t.strip() for t in args.topologies.split(",") if t.strip()]
+    if not names:
+        raise SpecError(f"--topologies {args.topologies!r}: expected NAME,NAME,... (see simtrain list topologies)")
+    unknown = sorted(set(prices) - set(names))
+    if unknown:
+        raise SpecError(f"--prices {args.prices}: {unknown[0]} is not one of --topologies {', '.join(names)}")
+    out = Path(args.out)
+    todo = variants(names, sweep, out / "whatif-topologies")
+    with Progress(sys.stderr, background=True, enabled=wanted(args.progress, sys.stderr, args.json)) as bar:
+        rows = [best_layout(v, args, prices.get(v["topology"], args.price_per_gpu_hour_usd), bar) for v in todo]
+    rank(rows)
+    rows.sort(key=lambda r: (r["sweep_value"] if r["sweep_value"] is not None else 0, r["time_rank"]))
+    plots = {}
+    if args.plot:
+        from simtrain.outputs.whatif import draw_ranking, draw_sweep
+
+        title = f"{args.model}, {args.train_tokens:,} tokens"
+        if sweep is None:
+            plots["ranking"] = draw_ranking(rows, out / "whatif.png", title)
+        else:
+            plots["sweep"] = draw_sweep(rows, sweep[0], out / "whatif-sweep.png", title)
+    return {"model": args.model, "train_tokens": args.train_tokens, "seq": args.seq, "gbs": args.gbs,
+            "sweep": {"key": sweep[0], "values": list(sweep[1])} if sweep else None, "results": rows,
+            "plots": plots}
+
+
+def _money(x: float | None) -> str:
+    return "-" if x is None else f"${x:,.0f}"
+
+
+def cmd_whatif(args: argparse.Namespace) -> int:
+    from simtrain.outputs.tables import fmt_duration, fmt_seconds, table
+
+    for name in ("price_per_gpu_hour_usd", "train_tokens", "seq", "gbs", "gpus"):
+        if getattr(args, name) is not None:
+            SETTINGS[name].validate(getattr(args, name))
+    OUTPUTS["progress"].validate(args.progress)
+    result = whatif(args)
+    if args.json:
+        print(json.dumps(result, sort_keys=True))
+        return 0
+    key = result["sweep"]["key"] if result["sweep"] else None
+    rows = [[str(r["time_rank"]), str(r["cost_rank"] or "-"), r["topology"],
+             *([f"{r['sweep_value']:g}"] if key else []), f"{r['gpus']} x {r['gpu']}", r["layout"],
+             fmt_seconds(r["step_time_s"]), f"{r['mfu']:.1%}", fmt_duration(r["time_to_train_s"]),
+             "-" if r["energy_to_train_kwh"] is None else f"{r['energy_to_train_kwh'] / 1e3:,.1f}",
+             _money(r["cost_to_train_usd"])] for r in result["results"]]
+    header = ["time rank", "cost rank", "topology", *([key] if key else []), "GPUs", "best layout", "step",
+              "MFU", "time to train", "MWh", "cost to train"]
+    print(f"{result['model']}: {result['train_tokens']:,} tokens, seq {result['seq']}, gbs {result['gbs']}\n")
+    print(table(rows, header, align="rrl" + ("r" if key else "") + "llrrrrr"))
+    if all(r["cost_rank"] is None for r in result["results"]):
+        print("\nno price: give --price-per-gpu-hour USD, --prices NAME=USD,... or a [cost] table in the topology")
+    for path in result["plots"].values():
+        print(f"\nwrote {path}")
+    return 0
+
+
+def add_command(sub: Any) -> None:
+    """Register ``simtrain whatif`` on the main parser's subcommands."""
+    p = sub.add_parser("whatif", help="rank clusters by time and cost to train a model, each at its best layout")
+    add_setting_flag(p, SETTINGS["model"], required=True)
+    p.add_argument("--topologies", required=True, metavar="NAME|FILE,..",
+                   help="topology presets or .toml files to compare, comma-separated")
+    add_setting_flag(p, SETTINGS["gpus"], help="GPUs of every cluster (default: each topology's own)")
+    add_setting_flag(p, SETTINGS["train_tokens"], required=True, help="tokens of the training run whose time and "
+                     "cost rank the clusters")
+    for name in ("seq", "gbs"):
+        add_setting_flag(p, SETTINGS[name], with_default=True)
+    add_setting_flag(p, SETTINGS["price_per_gpu_hour_usd"], help="price of a GPU-hour of every cluster (default: "
+                     "each topology's [cost] table)")
+    p.add_argument("--prices", metavar="NAME=USD,..",
+                   help="price of a GPU-hour per topology, over --price-per-gpu-hour")
+    p.add_argument("--sweep", metavar="KEY=V,..", help="run each value of one topology key (nic_gbps, nvlink_GBps, "
+                   "oversubscription, ...) and plot step time and cost against it")
+    p.add_argument("--schedules", type=list_type(str), default=("1f1b",), metavar="NAME,..",
+                   help="pipeline schedules to try (default 1f1b)")
+    for name, default in (("mbs", (1,)), ("zero", (1,)), ("recompute", ("auto",))):
+        s = SETTINGS[name]
+        p.add_argument(*s.cli_flags, dest=name, type=list_type(s.flag_kind, s.rule), default=default,
+                       metavar=f"{s.metavar},..", help=f"values of --{name} to try, comma-separated (default "
+                       f"{','.join(map(str, default))})")
+    p.add_argument("--top", type=positive_int, metavar="K", help="simulate only the closed form's top K per cluster")
+    p.add_argument("--jobs", type=positive_int, default=min(8, os.cpu_count() or 1), metavar="J",
+                   help="parallel processes (default: the CPUs, at most 8)")
+    add_setting_flag(p, OUTPUTS["out"], with_default=True, help="folder of the plot and a sweep's topology files "
+                     "(default out)")
+    p.add_argument("--no-plot", dest="plot", action="store_false", help="skip the plot")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    add_setting_flag(p, OUTPUTS["progress"], with_default=True, help=OUTPUTS["progress"].flag_help)
+    p.set_defaults(func=cmd_whatif)

@@ -1,0 +1,77 @@
+"""``simtrain whatif``: the ranking follows the table's numbers, more NIC bandwidth is never
+slower, and bad input is one line with exit status 2."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from helpers import assert_user_error, cli_json
+from simtrain.cli.whatif import overridden, parse_prices, parse_sweep
+from simtrain.errors import SpecError
+
+TOKENS = 10**12
+#: llama3-8b on two 8-GPU nodes with a small batch: each cluster's search takes about a second.
+BASE = ("whatif", "--model", "llama3-8b", "--gpus", 16, "--seq", 2048, "--gbs", 32, "--train-tokens", TOKENS,
+        "--jobs", 1)
+
+
+def test_clusters_rank_by_the_time_and_cost_the_table_gives(tmp_path):
+    out = cli_json(*BASE, "--topologies", "h100-ib,a100-hdr", "--prices", "h100-ib=4,a100-hdr=1",
+                   "--out", tmp_path)
+    rows = out["results"]
+    assert [r["topology"] for r in rows] == ["h100-ib", "a100-hdr"]  # sorted by time rank
+    by_time = sorted(rows, key=lambda r: r["time_to_train_s"])
+    by_cost = sorted(rows, key=lambda r: r["cost_to_train_usd"])
+    assert [r["time_rank"] for r in by_time] == [1, 2] and [r["cost_rank"] for r in by_cost] == [1, 2]
+    for r, price in zip(rows, (4.0, 1.0)):
+        steps = math.ceil(TOKENS / (32 * 2048))
+        assert r["train_steps"] == steps
+        assert r["time_to_train_s"] == pytest.approx(steps * r["step_time_s"])
+        assert r["cost_to_train_usd"] == pytest.approx(steps * 16 * r["step_time_s"] / 3600 * price)
+        assert r["gpus"] == 16 and r["energy_to_train_kwh"] > 0
+    assert open(out["plots"]["ranking"], "rb").read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+def test_more_nic_bandwidth_is_never_slower(tmp_path):
+    out = cli_json(*BASE, "--topologies", "h100-ib", "--sweep", "nic_gbps=100,400", "--out", tmp_path)
+    rows = sorted(out["results"], key=lambda r: r["sweep_value"])
+    assert [r["sweep_value"] for r in rows] == [100, 400]
+    assert rows[1]["step_time_s"] <= rows[0]["step_time_s"]
+    assert all(r["cost_rank"] is None and r["cost_to_train_usd"] is None for r in rows)  # no price given
+    assert (tmp_path / "whatif-topologies" / "h100-ib-nic_gbps-100.toml").is_file()
+    assert open(out["plots"]["sweep"], "rb").read(4) == b"\x89PNG"
+
+
+@pytest.mark.parametrize("argv, words", [
+    (("--topologies", "h100-ibb"), "unknown topology 'h100-ibb'"),
+    (("--topologies", "h100-ib", "--sweep", "nic_speed=1,2"), "--sweep nic_speed=1,2: expected KEY=v1,v2,..."),
+    (("--topologies", "h100-ib", "--sweep", "nic_gbps=fast"), "--sweep nic_gbps=fast"),
+    (("--topologies", "h100-ib", "--sweep", "nic_gbps=0"), "nic_gbps = 0.0: must be > 0"),
+    (("--topologies", "h100-ib", "--prices", "b200-ib=3"), "--prices b200-ib=3: b200-ib is not one of"),
+    (("--topologies", "h100-ib", "--prices", "h100-ib=0"), "expected NAME=USD"),
+])
+def test_bad_input_is_one_line(tmp_path, argv, words):
+    assert_user_error(*BASE, *argv, "--out", tmp_path, contains=words)
+
+
+def test_no_layout_that_fits_is_one_line(tmp_path):
+    assert_user_error("whatif", "--model", "llama3-70b", "--topologies", "h100-ib", "--gpus", 1, "--seq", 8192,
+                      "--gbs", 8, "--train-tokens", TOKENS, "--jobs", 1, "--out", tmp_path,
+                      contains=("topology h100-ib:", "no configuration fits"))
+
+
+def test_sweep_and_prices_parse():
+    assert parse_sweep("nic_gbps=100,400,100") == ("nic_gbps", (100.0, 400.0))
+    assert parse_sweep("spines=2,4") == ("spines", (2, 4))
+    assert parse_prices("a=1.5, b=2") == {"a": 1.5, "b": 2.0}
+    with pytest.raises(SpecError, match="expected KEY=v1,v2"):
+        parse_sweep("nic_gbps")
+
+
+def test_an_override_changes_the_key_where_the_file_sets_it():
+    data = {"gpu": "h100-sxm", "node": {"gpus": 8, "nic_gbps": 400}, "fabric": {"kind": "none"}}
+    assert overridden(data, "nic_gbps", 100.0)["node"] == {"gpus": 8, "nic_gbps": 100.0}
+    assert overridden(data, "pue", 1.3)["power"] == {"pue": 1.3}  # not in the file: its table
+    assert data["node"]["nic_gbps"] == 400  # the original is untouched
