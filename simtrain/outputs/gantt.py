@@ -5,9 +5,9 @@ planned by :func:`simtrain.outputs.view.plan_rows`; a time window (``--window``)
 x-axis to a stretch of seconds or to a range of micro-batches. matplotlib is imported lazily, so
 importing this module is cheap.
 
-Boxes are drawn as one ``PolyCollection`` per (kind, shade), not one artist per span, and boxes
-less than a pixel apart merge, so a timeline of a few hundred thousand spans draws in seconds; micro-batch numbers are written only
-into boxes wide enough to hold them, and at most :data:`MAX_LABELS` of them. Every legend sits
+Boxes are drawn as compound paths, one collection per (kind, shade), and boxes less than a pixel
+apart merge, so a few hundred thousand spans draw in well under a second; micro-batch numbers are
+written only into boxes wide enough to hold them, and at most :data:`MAX_LABELS` of them. Every legend sits
 outside the data: the kinds' above the chart, the memory lines' under the memory panel.
 """
 
@@ -97,6 +97,21 @@ def _row_spans(timeline: Timeline, rows: list[tuple[int, str]],
     return idx, row[idx].astype(np.float64)
 
 
+def _chunks_of(timeline: Timeline, idx: np.ndarray) -> np.ndarray:
+    """:func:`~simtrain.outputs.view.chunk_index` of the spans ``idx`` in one pass, without sorting:
+    a running count along a table of the (rank, stage) pairs present (unless it would be large)."""
+    rank, stage = timeline["rank"].astype(np.int64), timeline["stage"].astype(np.int64)
+    has = stage >= 0
+    if not has.any() or not len(idx):
+        return np.zeros(len(idx), dtype=np.int64)
+    n_stages, n_ranks = int(stage.max()) + 1, int(rank.max()) + 1
+    if rank.min() < 0 or n_stages * n_ranks > 4 * len(timeline) + 4096:
+        return chunk_index(timeline)[idx]
+    present = np.bincount(rank[has] * n_stages + stage[has], minlength=n_ranks * n_stages) > 0
+    chunk = np.cumsum(present.reshape(n_ranks, n_stages), axis=1) - 1
+    return np.where(stage[idx] >= 0, chunk[rank[idx], np.maximum(stage[idx], 0)], 0)
+
+
 def draw_gantt(timeline: Timeline, path: str | os.PathLike, *, title: str | None = None,
                ranks: Iterable[int] | None = None, streams: Iterable[str] | None = None,
                textbook: bool = False, max_rows: int = 64,
@@ -159,8 +174,9 @@ def gantt_figure(timeline: Timeline, *, title: str | None = None,
                   for r, s in rows]
     left_in = max(0.8, 0.2 + max((len(t) for t in row_labels), default=6) * _TICK_PT * 0.6 / 72)
     ax_w_in = _FIG_WIDTH_IN - left_in - _RIGHT_IN
-    present = [k for k_code, k in enumerate(KINDS) if (timeline["kind"][idx] == k_code).any()]
-    levels = np.minimum(chunk_index(timeline)[idx], len(CHUNK_LIGHTEN) - 1)
+    kind_counts = np.bincount(timeline["kind"][idx], minlength=len(KINDS))
+    present = [k for k_code, k in enumerate(KINDS) if kind_counts[k_code]]
+    levels = np.minimum(_chunks_of(timeline, idx), len(CHUNK_LIGHTEN) - 1)
     kind_entries = [KIND_LABELS[k] for k in present] + (["(lighter: later chunk)"] if (levels > 0).any() else [])
     kind_ncol, kind_lines = _legend_layout(kind_entries, ax_w_in, _LEGEND_PT)
     mem_ranks = ([r for r in plan.shown_ranks if r in memory] or sorted(memory))[:MAX_MEMORY_LINES] \
@@ -216,8 +232,7 @@ def gantt_figure(timeline: Timeline, *, title: str | None = None,
 
 
 def _heading(title: str | None, textbook: bool, plan: RowPlan, n_rows: int, window: Window | None) -> str:
-    heading = title if title is not None else (
-        "pipeline schedule" if textbook else "simulated training step")
+    heading = title if title is not None else ("pipeline schedule" if textbook else "simulated training step")
     if plan.subsampled:
         heading += (f" (showing {len(plan.shown_ranks)} of {counted(plan.total_ranks, 'rank')}: first, "
                     f"last and evenly spaced; {n_rows} of {counted(plan.total_rows, 'row')})")
@@ -248,9 +263,8 @@ def _separators(ax, rows: list[tuple[int, str]], x_lo: float, x_hi: float) -> No
 
 
 def _merged(x0: np.ndarray, x1: np.ndarray, rows: np.ndarray, gap: float) -> tuple[np.ndarray, ...]:
-    """Boxes of one row closer than ``gap`` (a pixel) merged: (x0, x1, row) of the merged boxes.
-    Rows are laid end to end on one line (each shifted past the previous one's extent) so one
-    running maximum finds every row's runs at once."""
+    """Boxes of one row closer than ``gap`` (a pixel) merged: (x0, x1, row) of the merged boxes. Rows
+    are laid end to end (each shifted past the previous one) so one running maximum finds all runs."""
     if len(x0) == 0:
         return x0, x1, rows
     order = np.lexsort((x0, rows))
@@ -264,33 +278,47 @@ def _merged(x0: np.ndarray, x1: np.ndarray, rows: np.ndarray, gap: float) -> tup
 
 
 def _boxes(ax, x0, x1, span_row, kinds, levels, outlined: bool, pixel: float) -> None:
-    """One PolyCollection per (kind, shade); communication kinds hatched in a contrasting colour,
+    """One collection per (kind, shade); communication kinds hatched in a contrasting colour,
     compute boxes ``outlined`` in white (when they are wide enough for outlines to help). Without
-    outlines, boxes of one row and shade less than a ``pixel`` apart are drawn as one (they look
-    the same, and hatching each of hundreds of thousands of boxes is what takes a chart's time)."""
-    from matplotlib.collections import PolyCollection
+    outlines, boxes of a row and shade less than a ``pixel`` apart merge (they look the same) and
+    form compound paths (:func:`_compound`), unantialiased and snapped to pixels as a lone box is:
+    Agg renders a hatch pattern once per path (matplotlib ``src/_backend_agg.h``, ``_draw_path``)."""
+    from matplotlib.collections import PathCollection, PolyCollection
 
-    half = _BAR / 2
     for k_code, kind in enumerate(KINDS):
-        sel_k = kinds == k_code
-        if not sel_k.any():
-            continue
+        sel_k = kinds == k_code  # an absent kind has no shades, so no collection
         hatch = KIND_HATCHES.get(kind)
         for level in np.unique(levels[sel_k]).tolist():
             sel = sel_k & (levels == level)
-            a, b, y = x0[sel], x1[sel], span_row[sel]
-            if not outlined:
-                a, b, y = _merged(a, b, y, pixel)
-            verts = np.empty((len(a), 4, 2))
-            verts[:, 0, 0] = verts[:, 3, 0] = a
-            verts[:, 1, 0] = verts[:, 2, 0] = b
-            verts[:, 0, 1] = verts[:, 1, 1] = y - half
-            verts[:, 2, 1] = verts[:, 3, 1] = y + half
             fill = lighten(KIND_COLOURS[kind], CHUNK_LIGHTEN[level])
-            edge = text_colour(fill) if hatch else "white"  # a hatch takes the edge colour
-            ax.add_collection(PolyCollection(
-                verts, closed=True, facecolors=[fill], edgecolors=[edge], hatch=hatch,
-                linewidths=0.3 if outlined and not hatch else 0.0, antialiaseds=outlined, zorder=2))
+            style = dict(facecolors=[fill], edgecolors=[text_colour(fill) if hatch else "white"],
+                         hatch=hatch, zorder=2)  # a hatch takes the edge colour
+            if outlined:
+                ax.add_collection(PolyCollection(_box_corners(x0[sel], x1[sel], span_row[sel])[:, :4],
+                                                 linewidths=0.0 if hatch else 0.3, antialiaseds=True, **style))
+            else:
+                coll = PathCollection(_compound(*_merged(x0[sel], x1[sel], span_row[sel], pixel)),
+                                      linewidths=0.0, antialiaseds=False, **style)
+                coll.set_snap(True)
+                ax.add_collection(coll)
+
+
+def _box_corners(a: np.ndarray, b: np.ndarray, row: np.ndarray) -> np.ndarray:
+    """The corners of boxes ``a``..``b`` on rows ``row``, closed (the first again), shape (n, 5, 2)."""
+    lo, hi = row - _BAR / 2, row + _BAR / 2
+    return np.stack([np.stack([a, b, b, a, a], axis=1), np.stack([lo, lo, hi, hi, lo], axis=1)], axis=2)
+
+
+def _compound(a: np.ndarray, b: np.ndarray, row: np.ndarray) -> list:
+    """Boxes ``a``..``b`` on rows ``row`` as two ``Path`` objects of a closed subpath per box (one
+    for a lone box), never one: matplotlib draws a collection of one path as a marker
+    (``Collection.draw``), whose clip box keeps one more pixel column at the axes' edge."""
+    from matplotlib.path import Path
+
+    verts = _box_corners(a, b, row)
+    codes = np.array([Path.MOVETO, Path.LINETO, Path.LINETO, Path.LINETO, Path.CLOSEPOLY], dtype=Path.code_type)
+    cuts = [0, (len(a) + 1) // 2, len(a)] if len(a) > 1 else [0, len(a)]
+    return [Path(verts[i:j].reshape(-1, 2), np.tile(codes, j - i)) for i, j in zip(cuts, cuts[1:])]
 
 
 def _mb_labels(ax, x0, x1, span_row, kinds, levels, mbs, stages, px_per_unit: float,
@@ -319,11 +347,10 @@ def _mb_labels(ax, x0, x1, span_row, kinds, levels, mbs, stages, px_per_unit: fl
         i = int(first[g])
         kind = KINDS[kinds[i]]
         fill = lighten(KIND_COLOURS[kind], CHUNK_LIGHTEN[int(levels[i])])
-        colour = text_colour(fill)
         box = None if kind not in KIND_HATCHES else {"boxstyle": "square,pad=0.1", "facecolor": fill,
                                                       "edgecolor": "none"}
         ax.text((gx0[g] + gx1[g]) / 2, span_row[i], str(int(mbs[i])), ha="center", va="center",
-                fontsize=font_pt, color=colour, zorder=3, clip_on=True, bbox=box)
+                fontsize=font_pt, color=text_colour(fill), zorder=3, clip_on=True, bbox=box)
 
 
 def _kind_legend(fig, present: list[str], shaded: bool, ncol: int, anchor: tuple[float, float]) -> None:

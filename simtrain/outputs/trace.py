@@ -12,7 +12,6 @@ pids and tids start at 1, not 0: Perfetto treats pid 0 (the Linux idle task) spe
 from __future__ import annotations
 
 import json
-import math
 import os
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -76,19 +75,20 @@ class _Parts:
         n_streams = len(STREAMS)
         rank, stream = c["rank"].astype(np.int64), c["stream"].astype(np.int64)
         if group_by == "rank":
-            pid, tid = rank + 1, stream + 1
+            self.pid, self.tid = rank + 1, stream + 1
         else:
-            pid, tid = rank // gpus_per_node + 1, (rank % gpus_per_node) * n_streams + stream + 1
-        self.pid, self.tid = pid.tolist(), tid.tolist()
-        self.rank, self.stream = rank.tolist(), stream.tolist()
+            self.pid = rank // gpus_per_node + 1
+            self.tid = (rank % gpus_per_node) * n_streams + stream + 1
 
         def rank_name(r: int) -> str:
             return labels.get(r, f"rank {r}")
 
-        # metadata: processes, then threads, in (rank, stream) order
+        # metadata: processes, then threads, in (rank, stream) order (0 <= stream < n_streams, so
+        # the order of rank * n_streams + stream is that of the pairs)
         self.meta: list[dict] = []
         seen_pids: set[int] = set()
-        for r, s in sorted(set(zip(self.rank, self.stream))):
+        pairs = np.unique(rank * n_streams + stream).tolist()
+        for r, s in (divmod(k, n_streams) for k in pairs):
             p, t = _place(r, s, group_by, gpus_per_node)
             if p not in seen_pids:
                 seen_pids.add(p)
@@ -101,12 +101,9 @@ class _Parts:
 
         self.names = timeline.names
         self.cols = c
-        self.name, self.kind = c["name"].tolist(), c["kind"].tolist()
-        self.stage, self.layer, self.mb = c["stage"].tolist(), c["layer"].tolist(), c["mb"].tolist()
         # the same IEEE products as ``start * 1e6`` and ``(end - start) * 1e6`` on Python floats
-        self.ts = (c["start_s"] * _US).tolist()
-        self.dur = ((c["end_s"] - c["start_s"]) * _US).tolist()
-        self.flops, self.bytes = c["flops"].tolist(), c["bytes"].tolist()
+        self.ts = c["start_s"] * _US
+        self.dur = (c["end_s"] - c["start_s"]) * _US
         self.finite = bool(np.all(np.isfinite(c["start_s"])) and np.all(np.isfinite(c["end_s"]))
                            and np.all(np.isfinite(c["flops"])) and np.all(np.isfinite(c["bytes"])))
         self.flows, unpaired = _flow_pairs(timeline)
@@ -115,56 +112,77 @@ class _Parts:
                        "tid": 0, "ts": t * _US} for k, t in enumerate(ends[:-1] if len(ends) > 1 else [])]
         self.other = {"generator": "simtrain", "version": __version__, "group_by": group_by,
                       "step_time_s": timeline.end_s, "spans": len(timeline),
-                      "ranks": len(set(self.rank)), "flows": len(self.flows), "unpaired_flows": unpaired}
+                      "ranks": len({k // n_streams for k in pairs}), "flows": len(self.flows),
+                      "unpaired_flows": unpaired}
         if gpus_per_node is not None:
             self.other["gpus_per_node"] = int(gpus_per_node)
 
-    def label(self, i: int) -> str:
-        name = self.names[self.name[i]]
-        return name if self.mb[i] < 0 else f"{name} mb{self.mb[i]}"
+    def label(self, name: int, mb: int) -> str:
+        """A span's event name: its name, then `` mb<k>`` when it has a micro-batch."""
+        return self.names[name] if mb < 0 else f"{self.names[name]} mb{mb}"
 
     def span_dicts(self) -> list[dict]:
-        return [{"ph": "X", "name": self.label(i), "cat": KINDS[self.kind[i]], "pid": self.pid[i],
-                 "tid": self.tid[i], "ts": self.ts[i], "dur": self.dur[i],
-                 "args": {"stage": self.stage[i], "layer": self.layer[i], "mb": self.mb[i],
-                          "flops": self.flops[i], "bytes": self.bytes[i]}}
-                for i in range(len(self.ts))]
+        c = self.cols
+        return [{"ph": "X", "name": self.label(nm, m), "cat": KINDS[k], "pid": p, "tid": t, "ts": ts,
+                 "dur": dur, "args": {"stage": st, "layer": ly, "mb": m, "flops": fl, "bytes": by}}
+                for nm, m, k, p, t, ts, dur, st, ly, fl, by in zip(
+                    c["name"].tolist(), c["mb"].tolist(), c["kind"].tolist(), self.pid.tolist(),
+                    self.tid.tolist(), self.ts.tolist(), self.dur.tolist(), c["stage"].tolist(),
+                    c["layer"].tolist(), c["flops"].tolist(), c["bytes"].tolist())]
 
     def flow_dicts(self) -> list[dict]:
         out = []
+        pid, tid, ts = self.pid.tolist(), self.tid.tolist(), self.ts.tolist()
         for fid, (si, ri) in self.flows.items():
-            out.append({"ph": "s", "name": "pp", "cat": "pp", "id": fid, "pid": self.pid[si],
-                        "tid": self.tid[si], "ts": self.ts[si]})
-            out.append({"ph": "f", "bp": "e", "name": "pp", "cat": "pp", "id": fid, "pid": self.pid[ri],
-                        "tid": self.tid[ri], "ts": self.ts[ri]})
+            out.append({"ph": "s", "name": "pp", "cat": "pp", "id": fid, "pid": pid[si],
+                        "tid": tid[si], "ts": ts[si]})
+            out.append({"ph": "f", "bp": "e", "name": "pp", "cat": "pp", "id": fid, "pid": pid[ri],
+                        "tid": tid[ri], "ts": ts[ri]})
         return out
 
-    def span_texts(self) -> list[str]:
-        """The spans' complete events as compact sorted-key JSON, formatted directly (the
-        encoder's own rules: ``float.__repr__`` for floats, ASCII-escaped strings). FLOPs, bytes,
-        kinds and labels repeat from span to span, so each distinct one is formatted once."""
-        c = self.cols
-        flops, nbytes = _each(c["flops"], _f), _each(c["bytes"], _f)
-        cats = [_text(k) for k in KINDS]
-        kind = [cats[k] for k in self.kind]
+    def span_text(self) -> str:
+        """The spans' complete events as compact sorted-key JSON separated by commas, formatted
+        directly by the encoder's own rules (``float.__repr__`` for floats, ``str`` for ints,
+        ASCII-escaped strings). Each event is cut into pieces that each depend on one column (or
+        on name and micro-batch, or on pid and tid), formatted once per distinct value; the pieces
+        of all events are then joined in one ``str.join``. Only the start times, mostly distinct,
+        are formatted once per run of equal ones: that ``float.__repr__`` is most of the time left."""
+        c, n = self.cols, len(self.ts)
+        if not n:
+            return ""
         mb = c["mb"].astype(np.int64)
-        key = c["name"].astype(np.int64) * (int(mb.max(initial=0)) + 2) + mb + 1
-        first = {}
-        for k, nm, m in zip(key.tolist(), self.name, self.mb):
-            if k not in first:
-                first[k] = _text(self.names[nm] if m < 0 else f"{self.names[nm]} mb{m}")
-        label = [first[k] for k in key.tolist()]
-        return [f'{{"args":{{"bytes":{by},"flops":{fl},"layer":{ly},"mb":{m},"stage":{st}}},"cat":{k},'
-                f'"dur":{dur!r},"name":{nm},"ph":"X","pid":{p},"tid":{t},"ts":{ts!r}}}'
-                for nm, m, k, st, ly, p, t, ts, dur, fl, by in zip(
-                    label, self.mb, kind, self.stage, self.layer, self.pid, self.tid, self.ts, self.dur,
-                    flops, nbytes)]
+        mb_lo = min(int(mb.min()), 0)
+        n_mb = int(mb.max()) - mb_lo + 1
+        name_key = c["name"].astype(np.int64) * n_mb + (mb - mb_lo)
+        tid_hi = int(self.tid.max()) + 1
+        cats = [_text(k) for k in KINDS]
+        pieces = [
+            _each(c["bytes"], lambda v: '{"args":{"bytes":' + _f(v)),
+            _each(c["flops"], lambda v: ',"flops":' + _f(v)),
+            _each_int(c["layer"], lambda v: f',"layer":{v}'),
+            _each_int(mb, lambda v: f',"mb":{v}'),
+            _each_int(c["stage"], lambda v: f',"stage":{v}}},"cat":'),
+            _each_int(c["kind"], lambda v: cats[v] + ',"dur":'),
+            _each(self.dur, _f),
+            _each_int(name_key, lambda k: ',"name":' + _text(self.label(k // n_mb, k % n_mb + mb_lo))
+                      + ',"ph":"X","pid":'),
+            _each_int(self.pid * tid_hi + self.tid, lambda k: f'{k // tid_hi},"tid":{k % tid_hi},"ts":'),
+            _each_run(self.ts),
+        ]
+        step = len(pieces) + 1  # the pieces of span i at i * step ..., then "}," (the last: "}")
+        chunks: list[str | None] = [None] * (n * step)
+        for j, piece in enumerate(pieces):
+            chunks[j::step] = piece
+        chunks[len(pieces)::step] = ["},"] * n
+        chunks[-1] = "}"
+        return "".join(chunks)
 
     def flow_texts(self) -> list[str]:
         out = []
+        pid, tid, ts = self.pid.tolist(), self.tid.tolist(), self.ts.tolist()
         for fid, (si, ri) in self.flows.items():
-            out.append(_S % (fid, self.pid[si], self.tid[si], _f(self.ts[si])))
-            out.append(_F % (fid, self.pid[ri], self.tid[ri], _f(self.ts[ri])))
+            out.append(_S % (fid, pid[si], tid[si], _f(ts[si])))
+            out.append(_F % (fid, pid[ri], tid[ri], _f(ts[ri])))
         return out
 
 
@@ -172,17 +190,55 @@ _f = float.__repr__
 _text = json.encoder.encode_basestring_ascii
 _S = '{"cat":"pp","id":%d,"name":"pp","ph":"s","pid":%d,"tid":%d,"ts":%s}'
 _F = '{"bp":"e","cat":"pp","id":%d,"name":"pp","ph":"f","pid":%d,"tid":%d,"ts":%s}'
-_C = '{"args":{%s:%s},"name":%s,"ph":"C","pid":%d,"ts":%s}'
-_C_KEYS = {"ph", "name", "pid", "ts", "args"}
+_INF = float("inf")
 
 
 def _each(values: np.ndarray, fmt) -> list[str]:
     """``fmt`` of every value, computed once per distinct value (by bit pattern, so that -0.0 and
-    0.0 stay apart)."""
+    0.0 stay apart). A column of few distinct values (judged on an evenly spaced sample) finds them
+    by hashing and each value's place by binary search, which beats sorting the whole column;
+    otherwise the column is sorted. Both give the same texts."""
     bits = np.ascontiguousarray(values, dtype=np.float64).view(np.int64)
-    uniq, inverse = np.unique(bits, return_index=False, return_inverse=True)
-    texts = [fmt(v) for v in uniq.view(np.float64).tolist()]
-    return [texts[i] for i in inverse.ravel().tolist()]
+    if len(np.unique(bits[::max(1, len(bits) // 512)])) <= 64:
+        uniq = np.unique(bits)
+        inverse = np.searchsorted(uniq, bits)
+    else:
+        uniq, inverse = np.unique(bits, return_inverse=True)
+    return _texts_at([fmt(v) for v in uniq.view(np.float64).tolist()], inverse)
+
+
+def _each_run(values: np.ndarray) -> list[str]:
+    """``float.__repr__`` of every value, computed once per run of equal neighbours (spans come in
+    start-time order, so equal start times are neighbours; any order gives the same texts)."""
+    if not len(values):
+        return []
+    bits = np.ascontiguousarray(values, dtype=np.float64).view(np.int64)
+    starts = np.ones(len(bits), dtype=bool)
+    starts[1:] = bits[1:] != bits[:-1]
+    return _texts_at(list(map(_f, values[starts].tolist())), np.cumsum(starts) - 1)
+
+
+def _texts_at(texts: list[str], index: np.ndarray) -> list[str]:
+    """``[texts[i] for i in index]``, gathered by numpy (an object array) rather than in Python."""
+    table = np.empty(len(texts), dtype=object)
+    table[:] = texts
+    return table[index.ravel()].tolist()
+
+
+def _each_int(values: np.ndarray, fmt) -> list[str]:
+    """``fmt`` of every (integer) value, computed once per distinct value: looked up in a table
+    indexed by value when the values span a range not much longer than the array, else sorted."""
+    v = values.astype(np.int64)
+    lo, hi = int(v.min()), int(v.max())
+    if hi - lo > 4 * len(v) + 4096:
+        uniq, inverse = np.unique(v, return_inverse=True)
+        return _texts_at([fmt(k) for k in uniq.tolist()], inverse)
+    present = np.zeros(hi - lo + 1, dtype=bool)
+    present[v - lo] = True
+    table = np.empty(hi - lo + 1, dtype=object)
+    for k in np.flatnonzero(present).tolist():
+        table[k] = fmt(k + lo)
+    return table[v - lo].tolist()
 
 
 def _place(r: int, s: int, group_by: str, gpus_per_node: int | None) -> tuple[int, int]:
@@ -195,18 +251,28 @@ def _dumps(obj: Any) -> str:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"))
 
 
-def _counter_text(e: dict, texts: dict[str, str]) -> str:
-    """A counter event as :func:`counter_events` builds it, formatted directly; any other event
-    through the JSON encoder."""
-    if e.keys() == _C_KEYS and e["ph"] == "C" and type(e["pid"]) is int and type(e["ts"]) is float \
-            and type(e["args"]) is dict and len(e["args"]) == 1 and type(e["name"]) is str:
-        (key, value), = e["args"].items()
-        if type(key) is str and type(value) is float and math.isfinite(value) and math.isfinite(e["ts"]):
-            name = texts.get(e["name"])
-            if name is None:
-                name = texts[e["name"]] = _text(e["name"])
-            return _C % (_text(key), _f(value), name, e["pid"], _f(e["ts"]))
-    return _dumps(e)
+def _counter_texts(counters: Sequence[dict]) -> list[str]:
+    """Counter events as :func:`counter_events` builds them (a float sample of one str key, an int
+    pid, a float time, all finite), formatted directly; the text around the sample and the time is
+    formatted once per (key, name, pid). Any other event goes through the JSON encoder."""
+    around: dict[tuple[str, str, int], tuple[str, str]] = {}
+    out = []
+    for e in counters:
+        if type(e) is dict and len(e) == 5 and e.get("ph") == "C":
+            args, name, pid, ts = e.get("args"), e.get("name"), e.get("pid"), e.get("ts")
+            if type(args) is dict and len(args) == 1 and type(name) is str and type(pid) is int \
+                    and type(ts) is float and -_INF < ts < _INF:
+                (key, value), = args.items()
+                if type(key) is str and type(value) is float and -_INF < value < _INF:
+                    text = around.get((key, name, pid))
+                    if text is None:
+                        text = around[key, name, pid] = (
+                            '{"args":{' + _text(key) + ":",
+                            '},"name":' + _text(name) + f',"ph":"C","pid":{pid},"ts":')
+                    out.append(text[0] + _f(value) + text[1] + _f(ts) + "}")
+                    continue
+        out.append(_dumps(e))
+    return out
 
 
 def trace_events(timeline: Timeline, *, rank_labels: Mapping[int, str] | None = None,
@@ -270,18 +336,20 @@ def write_trace(timeline: Timeline, path: str | os.PathLike, **kw) -> None:
     if kw:
         raise TypeError(f"write_trace() got unexpected arguments {sorted(kw)}")
     if not parts.finite:  # NaN or infinity: the encoder's spelling of them
-        spans = [_dumps(e) for e in parts.span_dicts()]
+        spans = ",".join(_dumps(e) for e in parts.span_dicts())
         flows = [_dumps(e) for e in parts.flow_dicts()]
     else:
-        spans, flows = parts.span_texts(), parts.flow_texts()
-    texts: dict[str, str] = {}
+        spans, flows = parts.span_text(), parts.flow_texts()
+    sections = (",".join(_dumps(e) for e in parts.meta), spans, ",".join(flows),
+                ",".join(_dumps(e) for e in parts.steps), ",".join(_counter_texts(counters)))
     head = f'{{"displayTimeUnit":"ms","otherData":{_dumps(parts.other)},"traceEvents":['
     with atomic_open(path) as fh:
         fh.write(head)
         first = True
-        for chunk in ([_dumps(e) for e in parts.meta], spans, flows, [_dumps(e) for e in parts.steps],
-                      [_counter_text(e, texts) for e in counters]):
-            if chunk:
-                fh.write(("" if first else ",") + ",".join(chunk))
+        for text in sections:
+            if text:
+                if not first:
+                    fh.write(",")
+                fh.write(text)
                 first = False
         fh.write("]}")

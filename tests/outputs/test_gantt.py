@@ -13,9 +13,10 @@ from helpers import assert_user_error, cli, two_rank_timeline
 from simtrain import api
 from simtrain.metrics import memory_timeline
 from simtrain.outputs.colors import KIND_HATCHES
-from simtrain.outputs.gantt import _merged, draw_gantt, gantt_figure
-from simtrain.outputs.view import parse_window
+from simtrain.outputs.gantt import _chunks_of, _compound, _merged, draw_gantt, gantt_figure
+from simtrain.outputs.view import chunk_index, parse_window
 from simtrain.timeline import Timeline, TimelineBuilder
+from simtrain.workload.program import KINDS, STREAMS
 from outputs.test_view import many_rank_timeline
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -110,11 +111,11 @@ def test_legends_sit_outside_every_data_area(default_run):
 
 
 def test_communication_is_hatched_and_compute_is_not():
-    from matplotlib.collections import PolyCollection
+    from matplotlib.collections import LineCollection
 
     fig = gantt_figure(two_rank_timeline())
     ax = fig.axes[0]
-    hatches = {c.get_hatch() for c in ax.collections if isinstance(c, PolyCollection)}
+    hatches = {c.get_hatch() for c in ax.collections if not isinstance(c, LineCollection)}
     assert KIND_HATCHES["tp"] in hatches and KIND_HATCHES["pp"] in hatches
     assert None in hatches  # compute
     legend = {t.get_text(): h for t, h in zip(fig.legends[0].get_texts(), fig.legends[0].legend_handles)}
@@ -122,9 +123,13 @@ def test_communication_is_hatched_and_compute_is_not():
 
 
 def _boxes(fig) -> int:
-    from matplotlib.collections import PolyCollection
+    """Boxes drawn: one per path of a PolyCollection, one per subpath of a compound path."""
+    from matplotlib.collections import PathCollection, PolyCollection
+    from matplotlib.path import Path
 
-    return sum(len(c.get_paths()) for c in fig.axes[0].collections if isinstance(c, PolyCollection))
+    return sum(len(c.get_paths()) if isinstance(c, PolyCollection)
+               else sum(int((p.codes == Path.MOVETO).sum()) for p in c.get_paths())
+               for c in fig.axes[0].collections if isinstance(c, (PolyCollection, PathCollection)))
 
 
 def test_window_limits_the_axis_and_the_boxes():
@@ -203,3 +208,110 @@ def test_boxes_less_than_a_pixel_apart_merge_per_row():
     # a box inside another, and rows far apart in time, stay in their rows
     a, b, r = _merged(np.array([5.0, 5.5, 0.0]), np.array([9.0, 6.0, 0.5]), np.array([3, 3, 7]), gap=0.01)
     assert (a.tolist(), b.tolist(), r.tolist()) == ([5.0, 0.0], [9.0, 0.5], [3, 7])
+
+
+# ---------------------------------------------------------------- drawing many boxes at once
+
+
+def _narrow_spans_timeline(n_per_row: int = 3000) -> Timeline:
+    """Three ranks, each with a compute row (forward, then backward of a later chunk) and rows of
+    hatched TP and PP spans, all a fraction of a pixel wide with gaps of about a pixel between
+    some; the last span of a row ends the step, on the axes' right edge."""
+    rng = np.random.default_rng(7)
+    rows = [(r, s) for r in range(3) for s in ("compute", "tp", "pp_send")]
+    kind_of = {"compute": "F", "tp": "tp", "pp_send": "pp"}
+    cols: dict[str, list] = {c: [] for c in ("rank", "stream", "kind", "stage", "mb", "start_s", "end_s")}
+    for r, s in rows:
+        gaps = rng.choice([1e-6, 2e-5, 3e-4], size=n_per_row)
+        starts = np.cumsum(gaps + 4e-6) - 4e-6
+        starts = starts * (1.0 / (starts[-1] + 4e-6))  # every row ends at 1 s
+        kinds = np.full(n_per_row, KINDS.index(kind_of[s]))
+        later = np.arange(n_per_row) >= n_per_row // 2
+        if s == "compute":
+            kinds[later] = KINDS.index("B")
+        for c, v in (("rank", np.full(n_per_row, r)), ("stream", np.full(n_per_row, STREAMS.index(s))),
+                     ("kind", kinds), ("stage", np.where(later & (s == "compute"), r + 3, r)),
+                     ("mb", np.arange(n_per_row) % 7),
+                     ("start_s", starts), ("end_s", np.minimum(starts + 4e-6, 1.0))):
+            cols[c].append(v)
+    out = {c: np.concatenate(v) for c, v in cols.items()}
+    order = np.argsort(out["start_s"], kind="stable")
+    out = {c: v[order] for c, v in out.items()}
+    n = len(order)
+    for c in ("rank", "stream", "kind", "stage", "mb"):
+        out[c] = out[c].astype(np.int32)
+    out.update(name=np.zeros(n, dtype=np.int32), layer=np.zeros(n, dtype=np.int32),
+               arrow=np.full(n, -1, dtype=np.int32), flops=np.zeros(n), bytes=np.zeros(n),
+               alloc_bytes=np.zeros(n), free_bytes=np.zeros(n))
+    return Timeline(out, ["op"])
+
+
+def _rgba(fig) -> np.ndarray:
+    fig.canvas.draw()
+    return np.asarray(fig.canvas.buffer_rgba()).copy()
+
+
+def test_compound_paths_draw_the_pixels_of_one_path_per_box():
+    """Each collection's boxes drawn as two compound paths give exactly the picture of the same
+    boxes drawn as a PolyCollection of one path each, hatching and the axes' edge included."""
+    from matplotlib.collections import PathCollection, PolyCollection
+
+    tl = _narrow_spans_timeline()
+    compound = gantt_figure(tl)
+    reference = gantt_figure(tl)
+    ax = reference.axes[0]
+    swapped = 0
+    for coll in list(ax.collections):
+        if not isinstance(coll, PathCollection):
+            continue
+        boxes = np.concatenate([p.vertices.reshape(-1, 5, 2)[:, :4] for p in coll.get_paths()])
+        assert len(coll.get_paths()) == 2
+        one_each = PolyCollection(boxes, closed=True, facecolors=coll.get_facecolor(),
+                                  edgecolors=coll.get_edgecolor(), hatch=coll.get_hatch(),
+                                  linewidths=0.0, antialiaseds=False, zorder=coll.get_zorder())
+        coll.remove()
+        ax.add_collection(one_each)
+        swapped += 1
+    assert swapped == 4  # F, B (a later chunk: lighter), TP, PP
+    assert {c.get_hatch() for c in compound.axes[0].collections} >= {KIND_HATCHES["tp"], KIND_HATCHES["pp"]}
+    a, b = _rgba(compound), _rgba(reference)
+    assert a.shape == b.shape
+    assert np.array_equal(a, b), int((a != b).any(axis=2).sum())
+
+
+def test_compound_paths_hold_every_box_once():
+    a, b, row = np.array([0.0, 2.0, 5.0]), np.array([1.0, 3.0, 6.0]), np.array([0.0, 0.0, 1.0])
+    paths = _compound(a, b, row)  # boxes 0.8 of a row high
+    assert len(paths) == 2  # boxes 0-1, then box 2
+    first = paths[0].vertices.tolist()
+    assert first[:5] == [[0.0, -0.4], [1.0, -0.4], [1.0, 0.4], [0.0, 0.4], [0.0, -0.4]]
+    assert first[5:] == [[2.0, -0.4], [3.0, -0.4], [3.0, 0.4], [2.0, 0.4], [2.0, -0.4]]
+    assert paths[1].vertices.tolist() == [[5.0, 0.6], [6.0, 0.6], [6.0, 1.4], [5.0, 1.4], [5.0, 0.6]]
+    assert paths[0].codes.tolist() == [1, 2, 2, 2, 79] * 2  # MOVETO, LINETO x3, CLOSEPOLY
+    assert len(_compound(a[:1], b[:1], row[:1])) == 1
+
+
+def test_a_large_chart_draws_few_paths(tmp_path):
+    """Hundreds of thousands of spans end as a handful of paths: at most two per (kind, shade)."""
+    from matplotlib.collections import LineCollection
+
+    tl = _narrow_spans_timeline(20_000)
+    fig = gantt_figure(tl)
+    boxes = [c for c in fig.axes[0].collections if not isinstance(c, LineCollection)]
+    assert len(boxes) == 4 and all(len(c.get_paths()) == 2 for c in boxes)
+
+
+def test_chunks_are_those_of_the_view():
+    """The one-pass chunk count equals :func:`chunk_index` (ranks holding stages 0 and 3, spans of
+    no stage, and ranks numbered too sparsely for a table)."""
+    tl = _narrow_spans_timeline(50)
+    idx = np.arange(0, len(tl), 3)
+    chunks = _chunks_of(tl, idx)
+    assert np.array_equal(chunks, chunk_index(tl)[idx])
+    assert set(chunks.tolist()) == {0, 1}
+    cols = dict(tl.cols)
+    cols["stage"] = np.where(np.arange(len(tl)) % 5 == 0, -1, cols["stage"]).astype(np.int32)
+    cols["rank"] = (cols["rank"] * 1_000_000).astype(np.int32)
+    sparse = Timeline(cols, ["op"])
+    assert np.array_equal(_chunks_of(sparse, idx), chunk_index(sparse)[idx])
+    assert _chunks_of(sparse, idx[:0]).tolist() == []

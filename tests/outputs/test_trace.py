@@ -9,7 +9,7 @@ from collections import Counter
 import pytest
 
 from helpers import add_span, two_rank_timeline
-from simtrain.outputs.trace import counter_events, rank_pid, trace_events, write_trace
+from simtrain.outputs.trace import _each, _each_int, _each_run, counter_events, rank_pid, trace_events, write_trace
 from simtrain.timeline import TimelineBuilder
 from simtrain.workload.program import STREAMS
 
@@ -157,3 +157,69 @@ def test_written_trace_spells_non_finite_numbers_as_the_encoder_does(tmp_path):
     text = (tmp_path / "t.json").read_text(encoding="utf-8")
     assert text == json.dumps(trace_events(tl), sort_keys=True, separators=(",", ":"))
     assert '"bytes":Infinity,"flops":NaN' in text
+
+
+def test_each_value_formatted_once_in_either_way():
+    """Few distinct floats (hashed) and many (sorted), small-range ints (a table) and far-apart
+    ones (sorted) all give the text of each value in place; -0.0 stays apart from 0.0."""
+    import numpy as np
+
+    few = np.array([0.0, -0.0, 1.5, 0.0, 1e22])
+    assert _each(few, repr) == ["0.0", "-0.0", "1.5", "0.0", "1e+22"]
+    many = np.arange(2000) / 7.0
+    assert _each(many[::-1], repr) == [repr(x) for x in (np.arange(2000) / 7.0)[::-1].tolist()]
+    assert _each(np.zeros(0), repr) == []
+    assert _each_int(np.array([3, -1, 3, 0]), lambda v: f"<{v}>") == ["<3>", "<-1>", "<3>", "<0>"]
+    far = np.array([5, 10**12, -(10**12), 5], dtype=np.int64)
+    assert _each_int(far, str) == ["5", "1000000000000", "-1000000000000", "5"]
+    runs = np.array([0.0, 0.0, -0.0, 1.5, 1.5, 0.0, 1e-7])
+    assert _each_run(runs) == ["0.0", "0.0", "-0.0", "1.5", "1.5", "0.0", "1e-07"]
+    assert _each_run(np.zeros(0)) == []
+
+
+def _wide_ranging_timeline():
+    """Spans whose columns take many distinct values (times, FLOPs, bytes) or far-apart ones
+    (layers), none with a micro-batch, on eight ranks."""
+    b = TimelineBuilder()
+    for i in range(1500):
+        add_span(b, i % 8, STREAMS[i % 3], "F" if i % 3 == 0 else "tp", f"op{i % 11}", i * 1.1e-4,
+                 i * 1.1e-4 + (i % 97 + 1) * 1.3e-6, layer=(i % 4) * 1_000_000 - 1, flops=i * 0.37,
+                 nbytes=float(i % 5) ** 7 / 3.0)
+    return b.build()
+
+
+@pytest.mark.parametrize("group_by", ["rank", "node"])
+def test_wide_ranging_columns_write_the_encoders_json(tmp_path, group_by):
+    tl = _wide_ranging_timeline()
+    kw = {"group_by": group_by} | ({"gpus_per_node": 4} if group_by == "node" else {})
+    write_trace(tl, tmp_path / "t.json", **kw)
+    expected = json.dumps(trace_events(tl, **kw), sort_keys=True, separators=(",", ":"))
+    assert (tmp_path / "t.json").read_text(encoding="utf-8") == expected
+    processes = 2 if group_by == "node" else 8
+    assert len(json.loads(expected)["traceEvents"]) == 1500 + 2 * 24 + 2 * processes  # spans, threads, processes
+
+
+def test_counters_of_other_shapes_go_through_the_encoder(tmp_path):
+    """Counter-like events the direct formatting must not take: non-finite samples or times, a
+    bool pid, an int sample, an extra or a missing key; each is written as the encoder writes it."""
+    tl = two_rank_timeline()
+    good = counter_events("mem", 1, [(1e-3, 2.0)])[0]
+    odd = [dict(good, args={"value": float("nan")}), dict(good, ts=float("inf")), dict(good, pid=True),
+           dict(good, args={"value": 3}), dict(good, cat="x"), {k: v for k, v in good.items() if k != "ts"},
+           dict(good, name="mem \u00b5"), good]
+    write_trace(tl, tmp_path / "t.json", counters=odd)
+    text = (tmp_path / "t.json").read_text(encoding="utf-8")
+    assert text == json.dumps(trace_events(tl, counters=odd), sort_keys=True, separators=(",", ":"))
+    assert '"args":{"value":NaN}' in text and '"pid":true' in text and '"value":3}' in text
+
+
+def test_empty_and_micro_batchless_timelines_write_the_encoders_json(tmp_path):
+    b = TimelineBuilder()
+    add_span(b, 0, "compute", "opt", "optimizer", 0.0, 1e-3)
+    add_span(b, 2, "dp", "dp", "grads", 1e-3, 2e-3, layer=-1)
+    for tl in (TimelineBuilder().build(), b.build()):
+        write_trace(tl, tmp_path / "t.json", counters=counter_events("m", 1, [(0.0, 1.0)]))
+        expected = json.dumps(trace_events(tl, counters=counter_events("m", 1, [(0.0, 1.0)])),
+                              sort_keys=True, separators=(",", ":"))
+        assert (tmp_path / "t.json").read_text(encoding="utf-8") == expected
+    assert '"name":"grads","ph":"X","pid":3,"tid":7' in expected
