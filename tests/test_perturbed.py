@@ -46,6 +46,7 @@ def test_a_straggler_costs_a_tp_layout_its_compute_and_a_comm_bound_dp_layout_le
 
 LAYOUTS = [
     (dict(SMALL, gpus=64, tp=4, pp=2), dict(straggler="5:0.8,40:0.5")),
+    (dict(SMALL, gpus=64, tp=4, pp=2), dict(straggler="5:0.7,13:0.7,21:0.7")),
     (dict(SMALL, seq=1024, gpus=32, tp=2, pp=2, cp=2), dict(slow_node="1:0.7")),
     (dict(SMALL, gpus=64, gbs=32, tp=2, pp=4, schedule="interleaved-1f1b", vpp=2), dict(node_gpu="2:a100-80g")),
     (dict(SMALL, gpus=32, tp=4, pp=2, network="flow"), dict(straggler="9:0.6")),

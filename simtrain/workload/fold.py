@@ -14,10 +14,11 @@ representative (design guide, section 3, "Scale"). Three levels:
 
 * folding around perturbed GPUs (a straggler, a slow node, another GPU generation;
   :mod:`simtrain.specs.perturbation`): the pipeline groups holding a GPU that computes differently
-  are simulated rank by rank, together with every pipeline group that meets them in a collective
-  of a layer (TP, CP, EP, expert TP: these wait for the slow GPU every layer); the other pipeline
-  groups fold by their position in those groups, so that a representative meets the unfolded ranks
-  in the data-parallel collectives where its ranks would.
+  are simulated apart from the others, together with every pipeline group that meets them in a
+  collective of a layer (TP, CP, EP, expert TP: these wait for the slow GPU every layer); such
+  connected sets that are perturbed alike (the same profile on the same positions) fold into one
+  per position, and the other pipeline groups fold by their position in those groups, so that a
+  representative meets the perturbed ones in the data-parallel collectives where its ranks would.
 
 Folding by EP position or around perturbed GPUs needs each pipeline group to keep one position
 along the pipeline, and the groups of every parallel dimension to fall either wholly inside one
@@ -26,6 +27,8 @@ simulated unfolded.
 """
 
 from __future__ import annotations
+
+from collections.abc import Hashable, Iterable, Mapping
 
 from simtrain.topology.mesh import DeviceMesh
 
@@ -63,43 +66,66 @@ def _position(mesh: DeviceMesh, dim: str, rank: int) -> int:
     return _group(mesh, dim, rank).index(rank)
 
 
-def reached(mesh: DeviceMesh, touched: set[int]) -> list[list[int]]:
-    """The pipeline groups holding a GPU of ``touched`` and, transitively, every pipeline group
-    sharing a collective of a layer (:data:`LAYER_DIMS`) with one of them, in rank order."""
-    pipeline_of = {r: i for i, g in enumerate(mesh.groups("pp")) for r in g}
+def components(mesh: DeviceMesh, touched: Iterable[int]) -> list[list[list[int]]]:
+    """The pipeline groups holding a GPU of ``touched`` with, transitively, every pipeline group
+    sharing a collective of a layer (:data:`LAYER_DIMS`) with one of them: one list per connected
+    set, each in rank order, the sets in the order of their first rank."""
     groups = mesh.groups("pp")
-    seen = {pipeline_of[g] for g in touched}
-    todo = list(seen)
-    while todo:
-        for rank in groups[todo.pop()]:
-            for dim in LAYER_DIMS:
-                for peer in _group(mesh, dim, rank):
-                    p = pipeline_of[peer]
-                    if p not in seen:
-                        seen.add(p)
-                        todo.append(p)
-    return [groups[i] for i in sorted(seen)]
+    pipeline_of = {r: i for i, g in enumerate(groups) for r in g}
+    seen: set[int] = set()
+    out = []
+    for start in sorted({pipeline_of[g] for g in touched}):
+        if start in seen:
+            continue
+        seen.add(start)
+        todo, found = [start], [start]
+        while todo:
+            for rank in groups[todo.pop()]:
+                for dim in LAYER_DIMS:
+                    for peer in _group(mesh, dim, rank):
+                        p = pipeline_of[peer]
+                        if p not in seen:
+                            seen.add(p)
+                            todo.append(p)
+                            found.append(p)
+        out.append([groups[i] for i in sorted(found)])
+    return out
 
 
-def _around(mesh: DeviceMesh, touched: set[int]) -> list[FoldClass]:
-    """Classes around perturbed GPUs: the reached pipeline groups one by one, the others folded
-    by their position along every layer dimension (see the module docstring)."""
-    unfolded = reached(mesh, touched)
-    inside = {tuple(g) for g in unfolded}
+def reached(mesh: DeviceMesh, touched: Iterable[int]) -> list[list[int]]:
+    """Every pipeline group of :func:`components`, in rank order."""
+    return sorted(g for c in components(mesh, touched) for g in c)
+
+
+def _around(mesh: DeviceMesh, touched: Mapping[int, Hashable]) -> list[FoldClass]:
+    """Classes around perturbed GPUs (``touched``: GPU -> how it computes): the reached pipeline
+    groups, one class per position in sets that are perturbed alike (the same profile on the same
+    GPUs of the same positions, so their programs are the same), and the other groups folded by
+    their position along every layer dimension (see the module docstring)."""
+    def key(g: list[int]) -> tuple[int, ...]:
+        return tuple(_position(mesh, dim, g[0]) for dim in LAYER_DIMS)
+
+    alike: dict[tuple, list[list[int]]] = {}
+    inside = set()
+    for comp in components(mesh, touched):
+        signature = tuple((key(g), tuple(touched.get(r) for r in g)) for g in comp)
+        for g in comp:
+            inside.add(tuple(g))
+            alike.setdefault((signature, key(g)), []).append(g)
     by_position: dict[tuple[int, ...], list[list[int]]] = {}
     for g in mesh.groups("pp"):
         if tuple(g) not in inside:
-            key = tuple(_position(mesh, dim, g[0]) for dim in LAYER_DIMS)
-            by_position.setdefault(key, []).append(g)
-    classes = [(g, [g]) for g in unfolded] + [(gs[0], gs) for gs in by_position.values()]
+            by_position.setdefault(key(g), []).append(g)
+    classes = [(gs[0], gs) for gs in alike.values()] + [(gs[0], gs) for gs in by_position.values()]
     return sorted(classes, key=lambda c: c[0][0])
 
 
-def fold_classes(mesh: DeviceMesh, fold: bool, by_ep: bool, touched: set[int] | None = None) -> list[FoldClass]:
+def fold_classes(mesh: DeviceMesh, fold: bool, by_ep: bool,
+                 touched: Mapping[int, Hashable] | None = None) -> list[FoldClass]:
     """The simulated pipeline groups with the pipeline groups each stands for, in rank order:
     all of them unfolded (``fold`` False), the first one for all, with ``by_ep`` one per EP
-    position, or around the GPUs ``touched`` by a perturbation (unfolded where the layout does not
-    allow it: see the module docstring)."""
+    position, or around the GPUs ``touched`` by a perturbation (GPU -> how it computes; unfolded
+    where the layout does not allow it: see the module docstring)."""
     groups = mesh.groups("pp")
     unfolded = [(g, [g]) for g in groups]
     if not fold:

@@ -28,6 +28,8 @@ class WorkloadOptions:
     gpus: tuple[tuple[int, GpuSpec], ...] = ()  # (GPU, its GPU) where a node holds another generation
 
     @property
-    def touched(self) -> set[int]:
-        """The GPUs that compute differently from the cluster's GPU."""
-        return {g for g, _ in self.speeds} | {g for g, _ in self.gpus}
+    def touched(self) -> dict[int, tuple[float, str | None]]:
+        """The GPUs that compute differently from the cluster's GPU: their speed factor and other
+        GPU's name."""
+        speeds, gpus = dict(self.speeds), {g: spec.name for g, spec in self.gpus}
+        return {g: (speeds.get(g, 1.0), gpus.get(g)) for g in sorted(set(speeds) | set(gpus))}

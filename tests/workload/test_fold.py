@@ -36,7 +36,7 @@ def test_folding_around_a_slow_gpu():
     # Its TP group [4..7] waits for it every layer, so their four pipeline groups are simulated rank by
     # rank; the other twelve fold by TP position: four representatives, each for three groups.
     mesh = build_mesh(tp=4, cp=1, dp=4, pp=2)
-    classes = fold_classes(mesh, fold=True, by_ep=False, touched={5})
+    classes = fold_classes(mesh, fold=True, by_ep=False, touched={5: (0.8, None)})
     unfolded = [([r, r + 16], [[r, r + 16]]) for r in range(4, 8)]
     folded = [([j, j + 16], [[j + d, j + d + 16] for d in (0, 8, 12)]) for j in range(4)]
     assert sorted(classes) == sorted(unfolded + folded)
@@ -48,3 +48,17 @@ def test_reached_pipelines_close_over_every_layer_dimension():
     mesh = build_mesh(tp=2, cp=2, dp=2, pp=1)
     assert reached(mesh, {0}) == [[0], [1], [2], [3]]
     assert reached(mesh, {4, 7}) == [[4], [5], [6], [7]]
+
+
+def test_sets_perturbed_alike_fold_together():
+    # GPUs 5 and 13 (TP position 1 of DP 1 and DP 3, both pipeline position 0) at the same speed:
+    # their two TP-connected sets run the same programs and fold into one class per TP position;
+    # GPU 9 at another speed keeps its set apart
+    mesh = build_mesh(tp=4, cp=1, dp=4, pp=2)
+    alike = fold_classes(mesh, fold=True, by_ep=False, touched={5: (0.8, None), 13: (0.8, None)})
+    assert [c for c in alike if 4 <= c[0][0] < 8] == [([r, r + 16], [[r, r + 16], [r + 8, r + 24]])
+                                                     for r in range(4, 8)]
+    assert [c for c in alike if c[0][0] < 4] == [([r, r + 16], [[r, r + 16], [r + 8, r + 24]]) for r in range(4)]
+    assert len(alike) == 8
+    apart = fold_classes(mesh, fold=True, by_ep=False, touched={5: (0.8, None), 9: (0.5, None)})
+    assert len(apart) == 12
