@@ -80,20 +80,44 @@ def _merge(a, b):
     return _union(np.concatenate([a[0], b[0]]), np.concatenate([a[1], b[1]]))
 
 
-def rank_breakdown(tl: Timeline, rank: int, step: float) -> dict[str, float]:
-    """Compute, recompute, exposed comm per kind (prioritised) and idle of one rank; sums to step."""
+def rank_columns(tl: Timeline) -> dict[int, dict[str, np.ndarray]]:
+    """Each rank's spans as columns of their own, from one stable sort by rank (masking the whole
+    timeline once per rank costs time quadratic in the ranks of an unfolded run)."""
     c = tl.cols
-    on_rank = c["rank"] == rank
+    if len(c["rank"]) == 0:
+        return {}
+    order = np.argsort(c["rank"], kind="stable")
+    ranks = c["rank"][order]
+    cuts = np.flatnonzero(ranks[1:] != ranks[:-1]) + 1
+    starts = np.concatenate([[0], cuts])
+    ends = np.concatenate([cuts, [len(ranks)]])
+    cols = {k: v[order] for k, v in c.items()}
+    return {int(ranks[a]): {k: v[a:b] for k, v in cols.items()} for a, b in zip(starts, ends)}
+
+
+def _of_rank(tl: Timeline | dict[str, np.ndarray], rank: int) -> dict[str, np.ndarray]:
+    """The columns of ``rank``'s spans: ``tl`` itself when it already holds one rank's columns."""
+    if isinstance(tl, dict):
+        return tl
+    c = tl.cols
+    m = c["rank"] == rank
+    return {k: v[m] for k, v in c.items()}
+
+
+def rank_breakdown(tl: Timeline | dict[str, np.ndarray], rank: int, step: float) -> dict[str, float]:
+    """Compute, recompute, exposed comm per kind (prioritised) and idle of one rank; sums to step.
+    ``tl`` is a timeline or that rank's columns (:func:`rank_columns`)."""
+    c = _of_rank(tl, rank)
     compute_stream = c["stream"] == STREAMS.index("compute")
     recompute = c["kind"] == KINDS.index("R")
     out: dict[str, float] = {}
-    m = on_rank & compute_stream
+    m = compute_stream
     busy = _union(c["start_s"][m], c["end_s"][m])
     out["compute"] = float(np.sum((c["end_s"] - c["start_s"])[m & ~recompute]))
     out["recompute"] = float(np.sum((c["end_s"] - c["start_s"])[m & recompute]))
     covered = busy
     for kind in COMM_KINDS:
-        mk = on_rank & (c["kind"] == KINDS.index(kind))
+        mk = c["kind"] == KINDS.index(kind)
         kind_iv = _union(c["start_s"][mk], c["end_s"][mk])
         merged = _merge(covered, kind_iv)
         out[kind] = _measure(merged) - _measure(covered)
@@ -102,16 +126,16 @@ def rank_breakdown(tl: Timeline, rank: int, step: float) -> dict[str, float]:
     return out
 
 
-def comm_exposure(tl: Timeline, rank: int) -> dict[str, tuple[float, float]]:
-    """Per comm kind on one rank: (exposed, overlapped) seconds, each kind on its own."""
-    c = tl.cols
-    on_rank = c["rank"] == rank
-    m = on_rank & (c["stream"] == STREAMS.index("compute"))
+def comm_exposure(tl: Timeline | dict[str, np.ndarray], rank: int) -> dict[str, tuple[float, float]]:
+    """Per comm kind on one rank: (exposed, overlapped) seconds, each kind on its own. ``tl`` is a
+    timeline or that rank's columns (:func:`rank_columns`)."""
+    c = _of_rank(tl, rank)
+    m = c["stream"] == STREAMS.index("compute")
     busy = _union(c["start_s"][m], c["end_s"][m])
     busy_len = _measure(busy)
     out = {}
     for kind in COMM_KINDS:
-        mk = on_rank & (c["kind"] == KINDS.index(kind))
+        mk = c["kind"] == KINDS.index(kind)
         kind_iv = _union(c["start_s"][mk], c["end_s"][mk])
         total = _measure(kind_iv)
         exposed = _measure(_merge(busy, kind_iv)) - busy_len
@@ -123,12 +147,13 @@ def memory_timeline(tl: Timeline, static_bytes: dict[int, float]) -> dict[int, t
     """Per rank: (times, bytes in use from that time on): static memory plus activations that a
     span allocates when it starts and releases when it ends. At equal times releases come first
     (a backward frees before the next forward allocates)."""
-    c = tl.cols
+    per_rank = rank_columns(tl)
+    empty = {k: v[:0] for k, v in tl.cols.items()}
     out = {}
     for rank, static in static_bytes.items():
-        m = c["rank"] == rank
-        times = np.concatenate([[0.0], c["start_s"][m], c["end_s"][m]])
-        deltas = np.concatenate([[static], c["alloc_bytes"][m], -c["free_bytes"][m]])
+        c = per_rank.get(rank, empty)
+        times = np.concatenate([[0.0], c["start_s"], c["end_s"]])
+        deltas = np.concatenate([[static], c["alloc_bytes"], -c["free_bytes"]])
         keep = deltas != 0
         keep[0] = True
         times, deltas = times[keep], deltas[keep]
@@ -292,7 +317,9 @@ def summarize(tl: Timeline, *, model: ModelSpec, gpu: GpuSpec, num_gpus: int, se
     ranks = sorted(rank_weight)
     weights = np.array([rank_weight[r] for r in ranks], dtype=float)
     wsum = weights.sum()
-    per_rank = [rank_breakdown(tl, r, step) for r in ranks]
+    columns = rank_columns(tl)
+    empty = {k: v[:0] for k, v in tl.cols.items()}
+    per_rank = [rank_breakdown(columns.get(r, empty), r, step) for r in ranks]
 
     def mean(key: str) -> float:
         return float(np.dot(weights, [p[key] for p in per_rank]) / wsum)
@@ -306,7 +333,7 @@ def summarize(tl: Timeline, *, model: ModelSpec, gpu: GpuSpec, num_gpus: int, se
         **{k: mean(k) for k in COMM_KINDS}, "bubble": idle - imbalance,
     }
     breakdown = {k: breakdown[k] for k in BREAKDOWN}
-    exposure = [comm_exposure(tl, r) for r in ranks]
+    exposure = [comm_exposure(columns.get(r, empty), r) for r in ranks]
     exposed = {k: float(np.dot(weights, [e[k][0] for e in exposure]) / wsum) for k in COMM_KINDS}
     overlapped = {k: float(np.dot(weights, [e[k][1] for e in exposure]) / wsum) for k in COMM_KINDS}
 
@@ -357,8 +384,10 @@ def run_report(tl: Timeline, program: Program, *, model: ModelSpec, gpu: GpuSpec
                         static_bytes=program.static_bytes, memory=tl)
     step = metrics["step_time_s"]
     seconds = []
+    columns = rank_columns(last)
+    empty = {k: v[:0] for k, v in last.cols.items()}
     for r in program.ranks:
-        split = rank_breakdown(last, r, step)
+        split = rank_breakdown(columns.get(r, empty), r, step)
         seconds.append(RankSeconds(busy_s=split["compute"] + split["recompute"],
                                    comm_s=sum(split[k] for k in COMM_KINDS), idle_s=split["idle"],
                                    weight=program.rank_weight[r]))
