@@ -40,7 +40,7 @@ from simtrain.energy import PowerDraw, RankSeconds, energy_metrics
 from simtrain.specs.gpu import GpuSpec
 from simtrain.specs.model import ModelSpec
 from simtrain.specs.parallel import ParallelSpec
-from simtrain.timeline import Timeline
+from simtrain.timeline import Timeline, rank_columns
 from simtrain.workload.program import COMM_KINDS, KINDS, STREAMS, Program
 from simtrain.units import TFLOPS, GiB
 
@@ -78,21 +78,6 @@ def _measure(intervals: tuple[np.ndarray, np.ndarray]) -> float:
 
 def _merge(a, b):
     return _union(np.concatenate([a[0], b[0]]), np.concatenate([a[1], b[1]]))
-
-
-def rank_columns(tl: Timeline) -> dict[int, dict[str, np.ndarray]]:
-    """Each rank's spans as columns of their own, from one stable sort by rank (masking the whole
-    timeline once per rank costs time quadratic in the ranks of an unfolded run)."""
-    c = tl.cols
-    if len(c["rank"]) == 0:
-        return {}
-    order = np.argsort(c["rank"], kind="stable")
-    ranks = c["rank"][order]
-    cuts = np.flatnonzero(ranks[1:] != ranks[:-1]) + 1
-    starts = np.concatenate([[0], cuts])
-    ends = np.concatenate([cuts, [len(ranks)]])
-    cols = {k: v[order] for k, v in c.items()}
-    return {int(ranks[a]): {k: v[a:b] for k, v in cols.items()} for a, b in zip(starts, ends)}
 
 
 def _of_rank(tl: Timeline | dict[str, np.ndarray], rank: int) -> dict[str, np.ndarray]:

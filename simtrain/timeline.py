@@ -242,3 +242,18 @@ def program_timeline(ops: Sequence[Op], rows: list[int], starts: list[float], en
     cols["alloc_bytes"] = np.where(compute, floats[:, 2], 0.0)[op_of]
     cols["free_bytes"] = np.where(compute, floats[:, 3], 0.0)[op_of]
     return Timeline.from_columns(cols, list(names))
+
+
+def rank_columns(tl: Timeline) -> dict[int, dict[str, np.ndarray]]:
+    """Each rank's spans as columns of their own, from one stable sort by rank (masking the whole
+    timeline once per rank costs time quadratic in the ranks of an unfolded run)."""
+    c = tl.cols
+    if len(c["rank"]) == 0:
+        return {}
+    order = np.argsort(c["rank"], kind="stable")
+    ranks = c["rank"][order]
+    cuts = np.flatnonzero(ranks[1:] != ranks[:-1]) + 1
+    starts = np.concatenate([[0], cuts])
+    ends = np.concatenate([cuts, [len(ranks)]])
+    cols = {k: v[order] for k, v in c.items()}
+    return {int(ranks[a]): {k: v[a:b] for k, v in cols.items()} for a, b in zip(starts, ends)}

@@ -78,3 +78,20 @@ def test_from_columns_sorts_stably_and_numbers_names_by_first_appearance():
     assert tl.names == ["b", "a"]
     assert [tl.names[i] for i in tl["name"]] == ["b", "a", "a", "b"]
     assert tl["rank"].dtype == np.int32 and tl["start_s"].dtype == np.float64
+
+
+def test_rank_columns_split_the_spans_of_each_rank_in_order():
+    import numpy as np
+
+    from simtrain.timeline import Timeline, rank_columns
+
+    cols = {c: np.zeros(5, dtype=np.int64) for c in ("stream", "kind", "name", "stage", "layer", "mb", "arrow")}
+    cols["rank"] = np.array([3, 1, 3, 1, 3])
+    cols.update({c: np.arange(5, dtype=float) for c in ("start_s", "end_s", "flops", "bytes", "alloc_bytes",
+                                                         "free_bytes")})
+    tl = Timeline.from_columns(cols, ["x"])
+    split = rank_columns(tl)
+    assert sorted(split) == [1, 3]
+    for rank, c in split.items():
+        mask = tl["rank"] == rank
+        assert list(c["start_s"]) == list(tl["start_s"][mask])

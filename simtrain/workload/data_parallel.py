@@ -165,6 +165,7 @@ class DataParallelOps:
         self.bucket_params = bucket_size(layout.par, opts)
         self.per_micro_batch = self.zero >= 2
         self.rank = -1  # the rank being lowered
+        self.recorded: list | None = None  # grad_done calls, while an action template is captured
         self.buckets: list[Bucket] = []
         self.param_gather: dict[tuple[int, int], int] = {}  # (stage, layer) -> ZeRO-1/2 gather op
         self.used: set[tuple[int, int]] = set()  # (stage, layer) already waiting for its gather
@@ -207,11 +208,21 @@ class DataParallelOps:
             op.deps.append(ag)
 
     def grad_done(self, stage: int, layer: int, op: Op, kind: str) -> None:
-        """Record ``op`` as the latest weight-gradient op of ``layer`` (passes B and W)."""
+        """Record ``op`` as the latest weight-gradient op of ``layer`` (passes B and W); while
+        ``recorded`` is a list, the call is also appended to it (:mod:`simtrain.workload.templates`)."""
+        if self.recorded is not None:
+            self.recorded.append((stage, layer, op.id, kind))
         if kind in ("B", "W"):
             self.grad_ops[(stage, layer)] = op.id
             if self.per_micro_batch:
                 self.pass_grads[(stage, layer)] = op.id
+
+    def settled(self, stage: int, layers: list[int]) -> bool:
+        """Whether an action on ``layers`` of ``stage`` emits no data-parallel op and waits for
+        none: once per step (ZeRO 0 and 1) and after the step's first use of every layer's
+        parameters (its first forward waits for their gathers)."""
+        return not self.per_micro_batch and all(
+            (stage, layer) in self.used or (stage, layer) not in self.param_gather for layer in layers)
 
     def begin_pass(self) -> None:
         """A new action starts: the first layer's ZeRO-3 gather has no previous layer to follow;

@@ -37,6 +37,7 @@ from simtrain.workload.options import WorkloadOptions
 from simtrain.workload.overlap import interleave
 from simtrain.workload.program import STREAM, Op, Program
 from simtrain.workload.stages import split_layers
+from simtrain.workload.templates import ActionTemplates
 
 
 class _Lowering:
@@ -64,6 +65,7 @@ class _Lowering:
         # without sequence parallelism each TP rank sends its slice; the receiver all-gathers them
         self.gather_received = par.tp > 1 and not par.sequence_parallel and opts.tp_comm
         self.needs: list[tuple[int, tuple]] = []  # (op id, send key)
+        self.templates = ActionTemplates(self.em, self.dp)
 
     def build(self) -> Program:
         """Every simulated rank's program: its actions in schedule order, then its gradient
@@ -114,13 +116,10 @@ class _Lowering:
                        costs.optimizer_cost(updated, 1, em.shape.grad_bytes)).id
 
     def _grad_norm(self, rank: int, reductions: list[int]) -> int:
-        """The global gradient norm before the optimizer step: after its reductions, each rank's
-        sum of squares (one fp32) is all-reduced over every GPU of the job, as Megatron-LM's
-        gradient clipping does (``clip_grad_norm_fp32``, ``megatron/core/optimizer/clip_grads.py``:
-        over the model-parallel group, and over data parallelism where the optimizer is
-        distributed). The one collective makes every rank's optimizer wait for the slowest. The
-        sum of squares needs every gradient, so it also follows the rank's last compute op (with
-        no reduction to wait for, as without data parallelism, that is what orders it)."""
+        """The global gradient norm before the optimizer step: each rank's sum of squares (one
+        fp32), after its reductions and its last compute op, all-reduced over every GPU, as
+        Megatron-LM's gradient clipping does (``clip_grad_norm_fp32``,
+        ``megatron/core/optimizer/clip_grads.py``); every optimizer waits for the slowest rank."""
         world = (tuple(range(self.world)),)
         computed = self.prog.order.get((rank, STREAM["compute"]), [])
         after = [*reductions, computed[-1]] if computed else reductions
@@ -152,17 +151,34 @@ class _Lowering:
     def _plain_action(self, rank: int, a: Action, previous_send: int | None) -> None:
         """One F, B, I or W action of schedule stage ``a.stage`` on micro-batch ``a.mb``; with
         blocking sends it waits for op ``previous_send``."""
-        dp, blocks = self.dp, self.blocks
+        dp = self.dp
         chunk = self.sched.chunk_of_stage(a.stage)
         layers = self.chunks[chunk]
         embed = chunk == 0 and self.opts.embedding
         head = chunk == len(self.chunks) - 1 and self.opts.lm_head
-        logits = costs.logits_bytes(self.model, self.em.shape)
         prev_stage, next_stage = self.sched.stage_neighbours(a.stage)
         start = len(self.prog.ops)
         dp.begin_pass()
-        last = None
         receives = prev_stage is not None if a.kind == "F" else (next_stage is not None and a.kind in ("B", "I"))
+        last = self.templates.emit((rank, a.kind, a.stage, receives), rank, a.mb, dp.settled(a.stage, layers),
+                                   lambda: self._body(rank, a, layers, embed, head, receives))
+        if a.kind == "F":
+            self._needs_from(start, (prev_stage, a.mb, "act") if prev_stage is not None else None, rank)
+            if next_stage is not None:
+                self._send(rank, a.stage, next_stage, a.mb, "act", last)
+        elif a.kind in ("B", "I"):
+            self._needs_from(start, (next_stage, a.mb, "grad") if next_stage is not None else None, rank)
+            if prev_stage is not None and last is not None:
+                self._send(rank, a.stage, prev_stage, a.mb, "grad", last)
+        first = self._first_non_dp(start)
+        if self.blocking_p2p and first is not None and previous_send is not None:
+            self.prog.ops[first].deps.append(previous_send)
+
+    def _body(self, rank: int, a: Action, layers: list[int], embed: bool, head: bool, receives: bool) -> int | None:
+        """The ops of action ``a`` (its pass over the chunk's ``layers``, with the embedding and the
+        LM head where the chunk has them); returns what the action's send waits for."""
+        dp, blocks, last = self.dp, self.blocks, None
+        logits = costs.logits_bytes(self.model, self.em.shape)
         if receives and self.gather_received:
             last = blocks.tp(rank, "all_gather", a.stage, -1, a.mb, None)
         if a.kind == "F":
@@ -172,35 +188,21 @@ class _Lowering:
                 last = blocks.forward_layer(rank, a.stage, layer, a.mb, last)
             if head:
                 last = self._end_op(rank, a, "lm_head", a.kind, costs.lm_head_cost, last, alloc=logits).id
-            self._needs_from(start, (prev_stage, a.mb, "act") if prev_stage is not None else None, rank)
-            if next_stage is not None:
-                self._send(rank, a.stage, next_stage, a.mb, "act", last)
-        elif a.kind in ("B", "I"):
+        elif a.kind in ("B", "I", "W"):
             if head:
-                op = self._end_op(rank, a, "lm_head", a.kind, costs.lm_head_cost, last, free=logits)
+                op = self._end_op(rank, a, "lm_head", a.kind, costs.lm_head_cost, last,
+                                  free=logits if a.kind != "W" else 0.0)
                 dp.grad_done(a.stage, LM_HEAD, op, a.kind)
                 last = op.id
             for layer in reversed(layers):
-                last = blocks.backward_layer(rank, a.stage, layer, a.mb, last, a.kind)
-            if embed and a.kind == "B":
-                dp.grad_done(a.stage, EMBEDDING, self._end_op(rank, a, "embed", "B", costs.embedding_cost, last), "B")
-            self._needs_from(start, (next_stage, a.mb, "grad") if next_stage is not None else None, rank)
-            if prev_stage is not None and last is not None:
-                self._send(rank, a.stage, prev_stage, a.mb, "grad", last)
-        elif a.kind == "W":
-            if head:
-                op = self._end_op(rank, a, "lm_head", "W", costs.lm_head_cost, last)
-                dp.grad_done(a.stage, LM_HEAD, op, "W")
-                last = op.id
-            for layer in reversed(layers):
-                last = blocks.weight_layer(rank, a.stage, layer, a.mb, last)
-            if embed:
-                dp.grad_done(a.stage, EMBEDDING, self._end_op(rank, a, "embed", "W", costs.embedding_cost, last), "W")
+                last = (blocks.weight_layer(rank, a.stage, layer, a.mb, last) if a.kind == "W" else
+                        blocks.backward_layer(rank, a.stage, layer, a.mb, last, a.kind))
+            if embed and a.kind != "I":
+                dp.grad_done(a.stage, EMBEDDING, self._end_op(rank, a, "embed", a.kind, costs.embedding_cost, last),
+                             a.kind)
         else:
             raise ValueError(f"unexpected action kind {a.kind!r}")
-        first = self._first_non_dp(start)
-        if self.blocking_p2p and first is not None and previous_send is not None:
-            self.prog.ops[first].deps.append(previous_send)
+        return last
 
     def _end_op(self, rank: int, a: Action, name: str, kind: str, cost_fn: Callable[..., costs.OpCost],
                 last: int | None, **kw) -> Op:
@@ -215,8 +217,7 @@ class _Lowering:
         if first is not None:
             self.needs.append((first, (self._pipeline(rank), self.step, *key)))
 
-    def _pipeline(self, rank: int) -> int:
-        """``rank``'s pipeline group by its first rank: a transfer stays within one group."""
+    def _pipeline(self, rank: int) -> int:  # a transfer stays within one pipeline group
         return self.mesh.group_of("pp", rank)[0]
 
     def _first_non_dp(self, first_op: int) -> int | None:

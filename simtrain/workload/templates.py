@@ -1,0 +1,124 @@
+"""Action templates: one micro-batch's ops of a (rank, pass, stage) lowered once, then copied.
+
+Every forward of one stage on one rank emits the same ops with the same costs, dependencies and
+collective groups; only the micro-batch, the op ids and the collectives' sequence numbers differ.
+The first emission that is self-contained is captured (its ops' fields, dependencies relative to
+its first op, the sequence numbers relative to the rank's counters, and the gradient records it
+left with the data-parallel ops); the later ones are instantiated from it, which skips the cost
+model, the group look-ups and the per-layer Python of :mod:`simtrain.workload.blocks`.
+
+An emission is captured only where copying it is exact: every dependency lies inside it (the first
+forward of a stage in a step also waits for its parameter gathers, so it is emitted in full), and
+it emits no data-parallel op. Under ZeRO 2 and 3 the data-parallel ops interleave with every
+micro-batch's layers, so no action is templated (:meth:`DataParallelOps.settled`).
+``tests/test_equivalence.py`` and the byte-identical golden reports check that the copies equal
+the emitted ops.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from simtrain.workload.program import STREAM, Op
+
+_DP = STREAM["dp"]
+
+
+@dataclass(frozen=True)
+class _Template:
+    start: int  # id of the first op when it was captured
+    mb: int  # the micro-batch it was captured from
+    fields: tuple[tuple, ...]  # per op: the Op fields, deps relative to the first op, key's relative n
+    counts: tuple[tuple[int, int], ...]  # (stream, collectives it numbered)
+    streams: tuple[tuple[int, tuple[int, ...]], ...]  # (stream, offsets of its ops, in order)
+    calls: tuple[tuple[int, int, int, str], ...]  # grad_done (stage, layer, op offset, kind)
+    last: int | None  # offset of the op the next one waits for
+
+
+class ActionTemplates:
+    """Captures and instantiates action bodies for one lowering (see the module docstring)."""
+
+    def __init__(self, em, dp) -> None:
+        self.em, self.dp = em, dp
+        self._store: dict[tuple, _Template] = {}
+
+    def emit(self, key: tuple, rank: int, mb: int, settled: bool, body: Callable[[], int | None]) -> int | None:
+        """The ops of ``body`` (an action's emission, returning what the next op waits for) for
+        micro-batch ``mb``: instantiated from the template of ``key`` where one exists and the data-
+        parallel state is ``settled``, else emitted and, where exact, captured."""
+        if not settled:
+            return body()
+        tpl = self._store.get(key)
+        if tpl is not None:
+            return self._instantiate(tpl, rank, mb)
+        prog, counters = self.em.prog, self.em._counters
+        start = len(prog.ops)
+        before = {s: counters.get((rank, s), 0) for s in range(len(STREAM))}
+        self.dp.recorded = []
+        try:
+            last = body()
+        finally:
+            calls, self.dp.recorded = self.dp.recorded, None
+        tpl = _capture(prog.ops, start, mb, last, before, counters, rank, calls)
+        if tpl is not None:
+            self._store[key] = tpl
+        return last
+
+    def _instantiate(self, tpl: _Template, rank: int, mb: int) -> int | None:
+        """Append a copy of ``tpl``'s ops for ``rank`` and micro-batch ``mb`` (what
+        :meth:`Program.add` does, op by op, in bulk)."""
+        em, prog = self.em, self.em.prog
+        base = len(prog.ops)
+        counters = em._counters
+        now = {s: counters.get((rank, s), 0) for s, _ in tpl.counts}
+        for s, count in tpl.counts:
+            counters[(rank, s)] = now[s] + count
+        members = prog.members
+        new = []
+        for k, (stream, kind, name, stage, layer, own_mb, seconds, flops, nbytes, comm, group_set, key, peer,
+                peer_stage, deps, alloc, free) in enumerate(tpl.fields, base):
+            if key is not None:
+                key = (key[0], key[1], key[2] + now[stream])
+                members[key] = members.get(key, 0) + 1
+            new.append(Op(k, rank, stream, kind, name, stage, layer, mb if own_mb else -1, seconds, flops, nbytes,
+                          comm, group_set, key, peer, peer_stage,
+                          [base + deps[0]] if len(deps) == 1 else [base + d for d in deps], alloc, free))
+        prog.ops.extend(new)
+        order = prog.order
+        for stream, offsets in tpl.streams:
+            ids = [base + o for o in offsets]
+            queue = order.get((rank, stream))
+            if queue is None:
+                order[(rank, stream)] = ids
+            else:
+                queue.extend(ids)
+        grad_done = self.dp.grad_done
+        for stage, layer, offset, kind in tpl.calls:
+            grad_done(stage, layer, new[offset], kind)
+        return None if tpl.last is None else base + tpl.last
+
+
+def _capture(ops: list[Op], start: int, mb: int, last: int | None, before: dict[int, int],
+             counters: dict[tuple[int, int], int], rank: int, calls: list) -> _Template | None:
+    """The template of ops ``start:``, or None where copying them would not be exact."""
+    fields = []
+    for op in ops[start:]:
+        if op.stream == _DP or op.mb not in (mb, -1) or any(d < start for d in op.deps):
+            return None
+        key = op.key
+        if key is not None:
+            if len(key) != 3 or not isinstance(key[2], int):
+                return None
+            key = (key[0], key[1], key[2] - before[op.stream])
+        fields.append((op.stream, op.kind, op.name, op.stage, op.layer, op.mb == mb, op.duration_s, op.flops,
+                       op.nbytes, op.comm, op.group_set, key, op.peer, op.peer_stage,
+                       tuple(d - start for d in op.deps), op.alloc, op.free))
+    counts = tuple((s, counters.get((rank, s), 0) - n) for s, n in before.items()
+                   if counters.get((rank, s), 0) != n)
+    by_stream: dict[int, list[int]] = {}
+    for offset, f in enumerate(fields):
+        by_stream.setdefault(f[0], []).append(offset)
+    return _Template(start, mb, tuple(fields), counts, tuple((s, tuple(o)) for s, o in by_stream.items()),
+                     tuple((stage, layer, op_id - start, kind) for stage, layer, op_id, kind in calls),
+                     None if last is None else last - start)
