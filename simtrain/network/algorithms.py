@@ -26,7 +26,7 @@ from typing import Callable, Mapping, Sequence
 from simtrain.errors import SpecError, unknown_name
 from simtrain.network.channels import channel_count, node_blocks
 from simtrain.network.phases import Phase, direct_phases, group_shape, hierarchical_phases, phase_time, ring_phases
-from simtrain.network.protocols import bandwidth_factor, latency_s, protocols, tree_cap_Bps
+from simtrain.network.protocols import GroupShape, bandwidth_factor, latency_s, protocols, tree_cap_Bps
 from simtrain.network.trees import nvls_phases, nvls_tree_phases, tree_phases
 from simtrain.topology.cluster import Cluster
 from simtrain.topology.routes import Router
@@ -200,21 +200,32 @@ def unit_phases(op: str, algo: str, gpus: Sequence[int], router: Router,
     return registry[algo].phases(op, gpus, 1.0, router)
 
 
+def unit_cost(unit: list[Phase], cluster: Cluster) -> tuple[float, float]:
+    """Seconds per byte of :func:`unit_phases` (each phase's busiest link, its latency left out)
+    and their summed latency: what :func:`price` needs of them, whatever the bytes."""
+    return (sum(phase_time(p, cluster) - p.latency_s for p in unit), sum(p.latency_s for p in unit))
+
+
+def tuning_shape(gpus: Sequence[int], router: Router) -> GroupShape:
+    """The group as NCCL's tuning model prices it, with its channels (:func:`price`)."""
+    return group_shape(gpus, router, channel_count(node_blocks(gpus, router.cluster), router))
+
+
 def price(op: str, algo: str, gpus: Sequence[int], nbytes: float, router: Router,
-          registry: Mapping[str, CollectiveAlgorithm] = REGISTRY, unit: list[Phase] | None = None) -> Price:
+          registry: Mapping[str, CollectiveAlgorithm] = REGISTRY, unit: list[Phase] | None = None,
+          cost: tuple[float, float] | None = None, shape: GroupShape | None = None) -> Price:
     """The uncontended price of ``algo`` (module docstring); ``unit``: its :func:`unit_phases`
-    when already built."""
+    when already built, ``cost`` their :func:`unit_cost`, ``shape`` the group's
+    :func:`tuning_shape` when already known."""
     op, gpus = normalize_op(op), tuple(gpus)
     unit = unit_phases(op, algo, gpus, router, registry) if unit is None else unit
     family = find_algorithm(algo, registry).family
     if not unit or nbytes <= 0:
         return Price(algo, "Simple", 0.0)
-    cluster = router.cluster
-    seconds = sum(phase_time(p, cluster) - p.latency_s for p in unit)  # per byte
-    fixed = sum(p.latency_s for p in unit)
+    seconds, fixed = unit_cost(unit, router.cluster) if cost is None else cost  # seconds per byte
     if family is None:
         return Price(algo, "Simple", nbytes * seconds + fixed)
-    shape = group_shape(gpus, router, channel_count(node_blocks(gpus, cluster), router))
+    shape = tuning_shape(gpus, router) if shape is None else shape
     best = None
     for proto in protocols(family, shape):
         moving = nbytes * seconds / bandwidth_factor(family, op, proto, shape, nbytes)

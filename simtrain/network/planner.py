@@ -11,8 +11,9 @@ from __future__ import annotations
 from typing import Mapping, Sequence
 
 from simtrain.network.algorithms import (REGISTRY, CollectiveAlgorithm, Price, candidates, check_algorithm, forced,
-                                         normalize_op, price, scaled_phases, unit_phases)
+                                         normalize_op, price, scaled_phases, tuning_shape, unit_cost, unit_phases)
 from simtrain.network.phases import Phase
+from simtrain.network.protocols import GroupShape, latency_s, protocols
 from simtrain.topology.cluster import Cluster
 from simtrain.topology.routes import Router
 
@@ -33,6 +34,12 @@ class Planner:
         self._units: dict[tuple, list[Phase]] = {}
         self._prices: dict[tuple, Price] = {}
         self._plans: dict[tuple, list[Phase]] = {}
+        self._costs: dict[tuple, tuple[float, float]] = {}  # (op, algo, gpus) -> unit_cost of its unit
+        self._shapes: dict[tuple[int, ...], GroupShape] = {}
+        self._choice: dict[tuple, tuple[list[str], list[float]]] = {}  # (op, gpus) -> algorithms, bounds
+        self._node_prices: dict[tuple, Price] = {}  # (op, bytes, node kind, local GPUs) -> price
+        # the tuner's only choice for a send, with its builder: priced from the route's cost
+        self._direct_p2p = [a for a in registry.values() if "p2p" in a.ops] == [REGISTRY["direct"]]
 
     def _unit(self, op: str, algo: str, gpus: tuple[int, ...]) -> list[Phase]:
         key = (op, algo, gpus)
@@ -45,17 +52,111 @@ class Planner:
         """The chosen algorithm's :class:`~simtrain.network.algorithms.Price`: the forced one where
         it applies, else the tuner's (the smallest time, ties in registry order)."""
         op = normalize_op(op)
+        if op == "p2p" and self._direct_p2p and len(gpus) == 2:
+            return self._send_price(gpus[0], gpus[1], nbytes)
         key = (op, tuple(gpus), nbytes)
         best = self._prices.get(key)
         if best is None:
             gpus = key[1]
-            chosen = self.algo and forced(op, gpus, self.cluster, self.algo, self.nvls, False, self.registry)
-            for algo in [chosen] if chosen else candidates(op, gpus, self.cluster, self.nvls, self.registry):
-                cand = price(op, algo, gpus, nbytes, self.router, self.registry, self._unit(op, algo, gpus))
-                if best is None or cand.time_s < best.time_s:
-                    best = cand
+            same = self._same_node_key(op, gpus, nbytes)
+            best = self._node_prices.get(same) if same else None
+            if best is not None:
+                self._prices[key] = best
+                return best
+            algos, bounds = self._choices(op, gpus)
+            if nbytes <= 0:
+                bounds = [0.0] * len(algos)
+            first = None  # registry position of ``best``: equal times go to the earlier algorithm
+            for i in sorted(range(len(algos)), key=bounds.__getitem__):
+                if best is not None and bounds[i] > best.time_s:
+                    continue  # slower than ``best`` whatever its links carry
+                algo = algos[i]
+                unit = self._unit(op, algo, gpus)
+                cost = self._costs.get((op, algo, gpus)) or self._unit_cost(op, algo, gpus, unit)
+                shape = self._shape(gpus) if unit and nbytes > 0 and self.registry[algo].family else None
+                cand = price(op, algo, gpus, nbytes, self.router, self.registry, unit, cost, shape)
+                if best is None or cand.time_s < best.time_s or (cand.time_s == best.time_s and i < first):
+                    best, first = cand, i
             self._prices[key] = best
+            if same and self._ring_learned(same[2], same[3]):
+                self._node_prices[same] = best
         return best
+
+    def _same_node_key(self, op: str, gpus: tuple[int, ...], nbytes: float) -> tuple | None:
+        """For a ring-family collective on two or more GPUs of one node: (op, bytes, the node's
+        kind, the GPUs' local numbers), under which the price is the same on every node of that
+        kind once the ring's routes are learned for it (:mod:`simtrain.topology.node_routes`): the
+        candidates there are the ring and NVLS (trees and hierarchical need two nodes), the ring's
+        links are its learned routes' and NVLS's each GPU's link to its NVSwitch, with the
+        capacities the kind lists, and their latencies come from the group's shape (one node: no
+        fabric latency), the same on every node. None otherwise."""
+        if op not in ("all_reduce", "all_gather", "reduce_scatter") or len(gpus) < 2 \
+                or self.registry is not REGISTRY or not self.router.structural:
+            return None
+        gpn = self.cluster.gpus_per_node
+        if any(g.__class__ is not int for g in gpus):
+            return None
+        node = gpus[0] // gpn
+        if not 0 <= node < self.cluster.num_nodes or any(g // gpn != node for g in gpus):
+            return None
+        return (op, nbytes, self.router.node_routes.kind(node), tuple(g - node * gpn for g in gpus))
+
+    def _ring_learned(self, kind: tuple, local: tuple[int, ...]) -> bool:
+        """Whether every hop of the ring over local GPUs ``local`` follows a route learned for
+        nodes of ``kind``."""
+        routes = self.router.node_routes
+        return all(routes.reused(kind, a, b) for a, b in zip(local, local[1:] + local[:1]))
+
+    def _unit_cost(self, op: str, algo: str, gpus: tuple[int, ...], unit: list[Phase]) -> tuple[float, float]:
+        """:func:`~simtrain.network.algorithms.unit_cost` of a unit, once per unit: its busiest
+        links do not depend on the bytes."""
+        out = self._costs[(op, algo, gpus)] = unit_cost(unit, self.cluster)
+        return out
+
+    def _shape(self, gpus: tuple[int, ...]) -> GroupShape:
+        """:func:`~simtrain.network.algorithms.tuning_shape` of ``gpus``, once per group."""
+        shape = self._shapes.get(gpus)
+        if shape is None:
+            shape = self._shapes[gpus] = tuning_shape(gpus, self.router)
+        return shape
+
+    def _choices(self, op: str, gpus: tuple[int, ...]) -> tuple[list[str], list[float]]:
+        """The algorithms weighed for ``op`` on ``gpus`` (the forced one where it applies, else the
+        tuner's candidates) and a lower bound of each one's price with bytes to move (:meth:`_bounds`),
+        once per group."""
+        out = self._choice.get((op, gpus))
+        if out is None:
+            chosen = self.algo and forced(op, gpus, self.cluster, self.algo, self.nvls, False, self.registry)
+            algos = [chosen] if chosen else candidates(op, gpus, self.cluster, self.nvls, self.registry)
+            out = self._choice[(op, gpus)] = (algos, self._bounds(op, gpus, algos))
+        return out
+
+    def _bounds(self, op: str, gpus: tuple[int, ...], algos: list[str]) -> list[float]:
+        """A lower bound of each algorithm's price (:func:`~simtrain.network.algorithms.price`)
+        of more than 0 bytes, known before its phases are built: with a latency family, the
+        smallest of NCCL's latencies over its protocols (the time moving the bytes adds is >= 0,
+        and so is its rounding); else 0. The tuner builds the phases of an algorithm only when its
+        bound does not exceed the best price found so far: NCCL's ring over the whole cluster (the
+        gradient norm's all-reduce, latency linear in the ranks) is never built where the tree's
+        price is below its latency."""
+        if len(algos) < 2 or len(gpus) < 2 or self.registry is not REGISTRY:
+            return [0.0] * len(algos)
+        shape = self._shape(gpus)
+        families = [self.registry[a].family for a in algos]
+        return [0.0 if f is None else min(latency_s(f, op, p, shape) for p in protocols(f, shape)) for f in families]
+
+    def _send_price(self, src: int, dst: int, nbytes: float) -> Price:
+        """:func:`~simtrain.network.algorithms.price` of ``direct`` on one send without building
+        its phase: one flow over the route, whose links are distinct (a shortest path), so the
+        busiest carries one byte per byte at the narrowest link's capacity; the same sums in the
+        same order as the phase's (:func:`~simtrain.network.phases.phase_time`)."""
+        cluster = self.cluster
+        cluster.node_of(src), cluster.node_of(dst)  # the checks the phase builder makes
+        if src == dst or nbytes <= 0:
+            return Price("direct", "Simple", 0.0)
+        capacity_Bps, latency_s = self.router.cost(src, dst)
+        busiest = 1.0 / capacity_Bps  # = max(1.0 / capacity of each link): division is monotone
+        return Price("direct", "Simple", nbytes * ((busiest + latency_s) - latency_s) + latency_s)
 
     def algorithm(self, op: str, gpus: Sequence[int], nbytes: float) -> str:
         """The algorithm that runs ``op`` on ``gpus`` (:meth:`price`)."""

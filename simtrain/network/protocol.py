@@ -24,6 +24,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import Any, Callable, Iterator, NamedTuple, Protocol
 
+from simtrain.topology.build import paused_gc
 from simtrain.workload.program import Op, Program
 
 LinkSeries = dict[str, list[tuple[float, float]]]  # "u->v" -> [(time_s, utilisation)]
@@ -90,15 +91,20 @@ class PricedNetwork(ABC):
         self._durations: dict[tuple, float] = {}
 
     def fixed_duration(self, op: Op) -> float:
+        """The op's price: the slowest of the groups it stands for. Pricing them first builds
+        routes and phases by the hundred thousand (a folded op on 131,072 GPUs), none of them in
+        a reference cycle, so Python's cycle collector is paused meanwhile (:func:`paused_gc`):
+        its full passes over the cluster graph would otherwise cost more than the pricing."""
         key = (op.comm, op.group_set, op.nbytes)
         t = self._durations.get(key)
         if t is None:
-            groups = self._program.group_sets[op.group_set]
-            if op.comm == "p2p":
-                t = max(self.p2p_time(a, b, op.nbytes) for a, b in groups)
-            else:
-                parts, size = op_parts(op)
-                t = max(sum(self.collective_time(c, g, size) for c in parts) for g in groups)
+            with paused_gc():
+                groups = self._program.group_sets[op.group_set]
+                if op.comm == "p2p":
+                    t = max(self.p2p_time(a, b, op.nbytes) for a, b in groups)
+                else:
+                    parts, size = op_parts(op)
+                    t = max(sum(self.collective_time(c, g, size) for c in parts) for g in groups)
             self._durations[key] = t
         return t
 

@@ -61,6 +61,7 @@ from simtrain.presets import preset_dir
 from simtrain.errors import SpecError, unknown_name
 from simtrain.specs.gpu import GpuSpec
 from simtrain.specs.strict import parse_toml, read_toml
+from simtrain.topology.bisection import bisection_flow
 from simtrain.topology.build import build_graph, check_graph
 from simtrain.topology.spec import TopologySpec, parse_spec
 
@@ -174,19 +175,9 @@ def bisection_bandwidth(cluster: Cluster) -> float:
     """Max flow (= min cut, one direction), bytes/s, from the first half of the GPUs (node-major)
     to the second half, with edge capacities = ``bandwidth_Bps`` (rounded to whole bytes/s so the
     flow algorithm works in exact integers). Flow through a GPU cannot raise the value: every GPU
-    is a source or a sink. 0.0 with fewer than two GPUs."""
-    n = cluster.num_gpus
-    if n < 2:
-        return 0.0
-    flow = nx.DiGraph()
-    for u, v, bw in cluster.graph.edges(data="bandwidth_Bps"):
-        flow.add_edge(u, v, capacity=round(bw))
-    for g in range(n):  # edges without "capacity" are unbounded
-        if g < n // 2:
-            flow.add_edge("_source", cluster.gpu_id(g))
-        else:
-            flow.add_edge(cluster.gpu_id(g), "_sink")
-    return float(nx.maximum_flow_value(flow, "_source", "_sink"))
+    is a source or a sink. 0.0 with fewer than two GPUs. Computed on a reduced graph of the same
+    maximum flow (:mod:`simtrain.topology.bisection`): the fabric's switches and the two halves."""
+    return bisection_flow(cluster.graph, cluster.num_gpus) if cluster.num_gpus >= 2 else 0.0
 
 
 def summary(cluster: Cluster) -> dict[str, Any]:

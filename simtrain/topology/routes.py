@@ -18,6 +18,8 @@ from typing import Any
 
 from simtrain.errors import SpecError
 from simtrain.topology.cluster import Cluster
+from simtrain.topology.node_routes import NodeRoutes
+from simtrain.topology.route_costs import RouteCosts
 
 
 class Router:
@@ -41,6 +43,7 @@ class Router:
         self._mid_paths: dict[tuple[str, str], tuple[tuple[tuple[str, ...], ...], tuple[float, ...]]] = {}
         self._nic_ports: dict[str, tuple[str, str, float, float] | None] = {}
         self._across: bool | None = None  # routes across nodes from the fabric's structure
+        self.node_routes = NodeRoutes(self)  # routes inside nodes, learned per kind of node
 
     def route(self, src_gpu: int, dst_gpu: int) -> tuple[str, ...]:
         """The node path from GPU ``src_gpu`` to GPU ``dst_gpu``."""
@@ -93,14 +96,23 @@ class Router:
         return (sum(edges[e][1] for e in zip(path, path[1:]))
                 + sum(node_lat[n] for n in path[1:-1]))
 
+    def cost(self, src_gpu: int, dst_gpu: int) -> tuple[float, float]:
+        """``(bandwidth, latency)`` of the route, exactly as :meth:`bandwidth` and :meth:`latency`
+        give them, without keeping the route (:class:`~simtrain.topology.route_costs.RouteCosts`)."""
+        costs = self._cache.get("costs")
+        if costs is None:
+            costs = self._cache["costs"] = RouteCosts(self)
+        return costs.cost(src_gpu, dst_gpu)
+
     def _static(self) -> tuple[dict, dict, dict, dict, dict]:
         st = self._cache.get("static")
         if st is None:
             g = self.cluster.graph
             kind = dict(g.nodes(data="kind"))
-            edges = {(u, v): (d["capacity_Bps"], d["latency_s"]) for u, v, d in g.edges(data=True)}
+            succ = g.succ  # read as plain dicts: a million edges on 131,072 GPUs
+            edges = {(u, v): (d["capacity_Bps"], d["latency_s"]) for u, out in succ.items() for v, d in out.items()}
             node_lat = dict(g.nodes(data="latency_s", default=0.0))
-            nbrs = {n: tuple(sorted(v for v in g.successors(n) if kind[v] != "gpu")) for n in g}
+            nbrs = {n: tuple(sorted(v for v in out if kind[v] != "gpu")) for n, out in succ.items()}
             adj = {n: nb for n, nb in nbrs.items() if kind[n] != "gpu"}
             ports = {n: nb for n, nb in nbrs.items() if kind[n] == "gpu"}
             # a port with a single non-GPU neighbour (a NIC under its leaf) is routed from there
@@ -145,12 +157,12 @@ class Router:
         of gpu -> NIC -> leaf and of leaf -> NIC -> gpu; None without a NIC."""
         cache = self._nic_ports
         if gpu not in cache:
-            edges = self._static()[0]
-            nic = next((p for p, _, pre, *_ in self._ports(gpu) if pre), None)
+            edges, _, _, ports, anchor = self._static()
+            nic = next((p for p in ports[gpu] if anchor[p][1]), None)  # the first port routed from a switch
             if nic is None:
                 cache[gpu] = None
             else:
-                leaf = self._static()[4][nic][0]
+                leaf = anchor[nic][0]
                 cache[gpu] = (nic, leaf, min(edges[(gpu, nic)][0], edges[(nic, leaf)][0]),
                               min(edges[(nic, gpu)][0], edges[(leaf, nic)][0]))
         return cache[gpu]
@@ -160,6 +172,10 @@ class Router:
         if src == dst:
             return (ga,)
         cl = self.cluster
+        node = src // cl.gpus_per_node
+        inside = self.structural and node == dst // cl.gpus_per_node
+        if inside and (path := self.node_routes.route(src, dst, node)) is not None:
+            return path
         if self._across is None:
             self._across = self.structural and cl.spec is not None and cl.spec.fabric.kind != "none"
         if self._across and src // cl.gpus_per_node != dst // cl.gpus_per_node:
@@ -172,7 +188,7 @@ class Router:
                 if mid_paths and outer <= min(bws):  # every candidate equally wide: ECMP
                     mid = mid_paths[zlib.crc32(f"{src}-{dst}".encode()) % len(mid_paths)]
                     return (ga, a[0]) + mid + (b[0], gb)
-                return self._pick(src, dst, [((ga, a[0]), mid_paths, bws, (b[0], gb), outer)])
+                return pick(self.cluster.name, src, dst, [((ga, a[0]), mid_paths, bws, (b[0], gb), outer)])
         edges = self._static()[0]
         groups, best = [], None
         inf = float("inf")
@@ -195,22 +211,27 @@ class Router:
                 outer = min(cap_gp, edges[(q, gb)][0], cap_pre if head else inf,
                             edges[(aq, q)][0] if tail else inf)
                 groups.append(((ga,) + head, mid_paths, bws, tail + (gb,), outer))
-        return self._pick(src, dst, groups)
+        path = pick(self.cluster.name, src, dst, groups)
+        if inside:
+            self.node_routes.learn(src, dst, node, path)
+        return path
 
-    def _pick(self, src: int, dst: int, groups: list) -> tuple[str, ...]:
-        """Among the candidate groups (head, middle paths, their bottlenecks, tail, bottleneck of
-        head and tail) the widest paths, then ECMP by ``crc32(f"{src}-{dst}")``."""
-        if not groups or not groups[0][1]:
-            raise SpecError(f"topology {self.cluster.name}: gpu {src} has no route to gpu {dst}")
-        pick = zlib.crc32(f"{src}-{dst}".encode())
-        if len(groups) == 1 and groups[0][4] <= min(groups[0][2]):  # all candidates equally wide
-            head, mid_paths, _, tail, _ = groups[0]
-            return head + mid_paths[pick % len(mid_paths)] + tail
-        cands = [(min(outer, bw), head + m + tail)
-                 for head, mid_paths, bws, tail, outer in groups for m, bw in zip(mid_paths, bws)]
-        widest = max(bw for bw, _ in cands)
-        paths = sorted(path for bw, path in cands if bw >= widest * (1 - 1e-12))
-        return paths[pick % len(paths)]
+
+def pick(name: str, src: int, dst: int, groups: list) -> tuple[str, ...]:
+    """Among the candidate groups of a route from GPU ``src`` to ``dst`` on topology ``name``
+    (head, middle paths, their bottlenecks, tail, bottleneck of head and tail) the widest paths,
+    then ECMP by ``crc32(f"{src}-{dst}")``."""
+    if not groups or not groups[0][1]:
+        raise SpecError(f"topology {name}: gpu {src} has no route to gpu {dst}")
+    ecmp = zlib.crc32(f"{src}-{dst}".encode())
+    if len(groups) == 1 and groups[0][4] <= min(groups[0][2]):  # all candidates equally wide
+        head, mid_paths, _, tail, _ = groups[0]
+        return head + mid_paths[ecmp % len(mid_paths)] + tail
+    cands = [(min(outer, bw), head + m + tail)
+             for head, mid_paths, bws, tail, outer in groups for m, bw in zip(mid_paths, bws)]
+    widest = max(bw for bw, _ in cands)
+    paths = sorted(path for bw, path in cands if bw >= widest * (1 - 1e-12))
+    return paths[ecmp % len(paths)]
 
 
 def breadth_first(adj: dict[str, tuple[str, ...]], root: str) -> tuple[dict[str, int], dict[str, list[str]]]:

@@ -1,14 +1,22 @@
 """The planner: folded groups launch together in one phase, and so do p2p pairs; NVLink SHARP as the
-topology says; the price names its protocol and channels; ZeRO-0 never beats ZeRO-1."""
+topology says; the price names its protocol and channels; ZeRO-0 never beats ZeRO-1. Its shortcuts
+change no price: a send priced from its route's cost, an algorithm skipped when NCCL's latency alone
+exceeds the best price, a price inside one node reused on nodes of its kind give exactly (bit for
+bit) the price of building every candidate's phases and taking the smallest, on random groups of
+every preset."""
 
 from __future__ import annotations
+
+import random
 
 import pytest
 from hypothesis import HealthCheck, assume, given, settings, strategies as st
 
 from helpers import fat_tree, flow_time
+from simtrain.network import algorithms
 from simtrain.network.planner import Planner
-from simtrain.topology.cluster import load_topology
+from simtrain.topology.cluster import build_topology, list_topologies, load_topology
+from simtrain.topology.routes import Router
 
 
 def test_plan_launches_all_folded_groups_together():
@@ -59,3 +67,100 @@ def test_zero0_is_never_faster_than_zero1(topology, gpus, tp, pp, seq, network):
                 network=network)
     steps = [api.simulate(api.resolve({**base, "zero": zero})).report["step_time_s"] for zero in (0, 1)]
     assert steps[0] >= steps[1] * (1 - 1e-9)
+
+
+OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
+
+
+def straightforward(op: str, gpus: tuple[int, ...], nbytes: float, router: Router, nvls: bool) -> algorithms.Price:
+    """Every candidate's phases built and priced, the smallest time winning (ties in registry order)."""
+    best = None
+    for algo in algorithms.candidates(op, gpus, router.cluster, nvls):
+        cand = algorithms.price(op, algo, gpus, nbytes, router)
+        if best is None or cand.time_s < best.time_s:
+            best = cand
+    return best
+
+
+def groups(n: int, per_node: int, rng: random.Random) -> list[tuple[int, ...]]:
+    """Random groups: a node, a strided (data-parallel-like) set, a random subset, everyone."""
+    node = rng.randrange(n // per_node)
+    stride = per_node * rng.choice([1, 2])
+    out = [tuple(range(node * per_node, (node + 1) * per_node)),
+           tuple(range(rng.randrange(per_node), n, stride)),
+           tuple(sorted(rng.sample(range(n), rng.randrange(2, 24)))),
+           tuple(range(n))]
+    return [g for g in out if len(g) >= 2]
+
+
+@pytest.mark.parametrize("name", list_topologies())
+def test_collective_prices_are_the_straightforward_ones(name):
+    cluster = load_topology(name, nodes=3 if name == "gb200-nvl72" else 36)
+    rng = random.Random(name)
+    for nvls in (False, cluster.nvls):
+        planner, router = Planner(cluster, nvls=nvls), Router(cluster, structural=False)
+        for gpus in groups(cluster.num_gpus, cluster.gpus_per_node, rng):
+            for op in OPS:
+                if op == "all_to_all" and len(gpus) > 40:
+                    continue  # n^2 flows: the small groups cover it
+                for nbytes in (4.0, 3.0e6, 2.0**30):
+                    assert planner.price(op, gpus, nbytes) == straightforward(op, gpus, nbytes, router, nvls), \
+                        (op, len(gpus), nbytes)
+
+
+@pytest.mark.parametrize("name", list_topologies())
+def test_send_prices_are_the_straightforward_ones(name):
+    cluster = load_topology(name, nodes=40)
+    planner, router = Planner(cluster), Router(cluster, structural=False)
+    rng = random.Random(name)
+    n = cluster.num_gpus
+    for _ in range(400):
+        a, b = rng.randrange(n), rng.randrange(n)
+        for nbytes in (0.0, 1.0, 3.7e8):
+            assert planner.price("p2p", (a, b), nbytes) == algorithms.price("p2p", "direct", (a, b), nbytes, router)
+    assert planner.price("p2p", (3, 3), 1e6).time_s == 0.0
+
+
+def test_the_ring_over_everyone_is_skipped_only_when_it_cannot_win():
+    """4 bytes over 36 nodes: the ring's latency (2(n-1) steps) exceeds the tree's whole price, so
+    its phases are never built; at 1 GiB the ring is built (and weighed)."""
+    cluster = load_topology("h100-ib", nodes=36)
+    planner = Planner(cluster, nvls=False)
+    world = tuple(range(cluster.num_gpus))
+    assert planner.price("all_reduce", world, 4.0).algorithm == "tree"
+    assert ("all_reduce", "ring", world) not in planner._units
+    planner.price("all_reduce", world, 2.0**30)
+    assert ("all_reduce", "ring", world) in planner._units
+
+
+@pytest.mark.parametrize("name", ["h100-ib", "h100-rail", "a100-hdr", "gb200-nvl72", "seed-h100"])
+def test_prices_inside_a_node_are_reused_only_where_exact(name):
+    """The same local group on every node (learned once, reused on the others), and random local
+    groups in random order, against building every one."""
+    cluster = load_topology(name, nodes=3 if name == "gb200-nvl72" else 12)
+    gpn, rng = cluster.gpus_per_node, random.Random(name)
+    shapes = [tuple(range(gpn)), tuple(range(0, gpn, 2)), tuple(rng.sample(range(gpn), min(gpn, 5)))]
+    for nvls in (False, cluster.nvls):
+        planner, router = Planner(cluster, nvls=nvls), Router(cluster, structural=False)
+        for local in shapes:
+            for node in range(cluster.num_nodes):
+                gpus = tuple(node * gpn + i for i in local)
+                for op in ("all_reduce", "all_gather", "reduce_scatter"):
+                    for nbytes in (4.0, 2.0**27):
+                        assert planner.price(op, gpus, nbytes) == straightforward(op, gpus, nbytes, router, nvls)
+        assert planner._node_prices  # reused, not only built
+
+
+def test_a_tied_node_is_never_reused():
+    """NVLink as wide as a NIC two GPUs share: their routes tie and ECMP picks by global numbers,
+    so a pair's price inside one node is built on every node."""
+    cluster = build_topology({
+        "gpu": "h100-sxm", "nodes": 6,
+        "node": {"gpus": 8, "nvswitch": True, "nvlink_GBps": 64, "nvlink_efficiency": 1.0, "nics": 4,
+                 "nic_gbps": 400, "pcie_GBps": 64},
+        "fabric": {"kind": "fat-tree", "tiers": 2, "nodes_per_leaf": 2, "spines": 2}}, "t")
+    planner, router = Planner(cluster, nvls=False), Router(cluster, structural=False)
+    for node in range(6):
+        gpus = (node * 8, node * 8 + 1)
+        assert planner.price("all_gather", gpus, 1e6) == straightforward("all_gather", gpus, 1e6, router, False)
+    assert not planner._node_prices

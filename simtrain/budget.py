@@ -1,0 +1,176 @@
+"""Cheap estimates of the work an input asks for, checked before anything large is built.
+
+Every estimate here is integer arithmetic on the resolved settings (no graph, grid, schedule or
+program is built to make it), so a request far beyond what one machine can represent is refused
+in microseconds, with one line naming the estimate and what to change:
+
+* the cluster graph (:func:`graph_size`): vertices and directed edges that
+  :func:`simtrain.topology.build.build_graph` would create, counted from the same rules (per node
+  its GPUs, its NVSwitch, its NICs; the leaves, spines and cores of the fabric; two directed edges
+  per physical link);
+* the rank grid (:func:`check_ranks`): the ranks a device mesh lays out
+  (:mod:`simtrain.topology.mesh` holds one integer per rank and dimension);
+* the pipeline schedule (:func:`schedule_cells`): one cell per (rank, model chunk, micro-batch),
+  each holding a forward and a backward action or more;
+* the operations of a step (:func:`operations_lower_bound`): what the lowering
+  (:mod:`simtrain.workload.lower`) emits for the simulated ranks; a lower bound, so a run is
+  refused only when it would certainly exceed ``--max-events``.
+
+The limits are sized for a few GiB of memory: a cluster graph costs about 500 bytes per element
+(a node or an edge with its attribute dictionary; measured: ``simtrain topology h100-ib --nodes
+12500`` builds 866,000 elements and peaks at 466 MiB, its bisection included), so 2,000,000
+elements stay near 1 GiB; a schedule action costs about 100 bytes (a frozen dataclass of five
+fields), so 1,000,000 cells of two or three actions stay under 300 MiB.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from simtrain.errors import ScheduleError, SpecError
+
+if TYPE_CHECKING:
+    from simtrain.topology.spec import TopologySpec
+
+#: Most vertices + directed edges of a cluster graph (h100-ib holds about 28,800 nodes = 230,000 GPUs).
+MAX_GRAPH_ELEMENTS = 2_000_000
+#: Most vertices + directed edges ``simtrain topology --draw`` draws (256 h100-ib nodes, 17,700
+#: elements, draw in about 3 s; the time grows with the elements).
+MAX_DRAWN_ELEMENTS = 20_000
+#: Most ranks of a device mesh or a run (2**21 = 2,097,152 GPUs).
+MAX_RANKS = 2**21
+#: Most (rank, chunk, micro-batch) cells of a generated pipeline schedule (pp 64 x vpp 4 x 4,096
+#: micro-batches; a 2,000,000-cell 1F1B takes about 10 s to generate).
+MAX_SCHEDULE_CELLS = 1_000_000
+
+#: Operations the lowering emits at least per layer, micro-batch and simulated pipeline: the
+#: forward and the backward of the attention block and of the MLP block (design guide, section 3,
+#: "Granularity"; :mod:`simtrain.workload.blocks`).
+OPS_PER_LAYER = 4
+#: With TP > 1, at least one TP collective per block and pass (Megatron-LM's all-reduce, or its
+#: all-gather / reduce-scatter with sequence parallelism, around each block: Korthikanti et al.
+#: 2022, section 4.2.2).
+TP_OPS_PER_LAYER = 4
+
+
+def graph_size(spec: TopologySpec) -> tuple[int, int]:
+    """(vertices, directed edges) of the graph :func:`simtrain.topology.build.build_graph` builds
+    from ``spec``, counted from its rules without building it.
+
+    >>> from simtrain.topology.cluster import preset_table
+    >>> from simtrain.topology.spec import parse_spec
+    >>> graph_size(parse_spec(preset_table("h100-ib"), "h100-ib"))  # 8 nodes, 2 leaves, 8 spines
+    (146, 416)
+    """
+    nd, fb, n = spec.node, spec.fabric, spec.nodes
+    switch = 1 if nd.nvswitch and nd.gpus > 1 else 0
+    vertices = n * (nd.gpus + switch + nd.nics)
+    links = n * (nd.gpus * switch + (nd.gpus // nd.nics * nd.nics if nd.nics else 0))
+    if fb.kind != "none":
+        leaves = spec.num_leaves
+        spines = fb.spines * (spec.num_pods if fb.tiers == 3 else 1)
+        vertices += leaves + spines
+        links += n * nd.nics + leaves * fb.spines
+        if fb.tiers == 3:
+            vertices += fb.cores
+            links += fb.cores * spec.num_pods
+    return vertices, 2 * links
+
+
+def most_nodes(spec: TopologySpec, limit: int | None = None) -> int:
+    """The most nodes of ``spec``'s kind whose graph stays within ``limit`` elements (default
+    :data:`MAX_GRAPH_ELEMENTS`; 0 when even one node exceeds it): a bisection over the node count,
+    which the graph size grows with."""
+    limit = MAX_GRAPH_ELEMENTS if limit is None else limit
+    lo, hi = 0, limit
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if sum(graph_size(replace(spec, nodes=mid))) <= limit:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def check_graph_size(spec: TopologySpec, source: str) -> None:
+    """A one-line :class:`SpecError` when the graph of ``spec`` would exceed
+    :data:`MAX_GRAPH_ELEMENTS`, naming its size and the most nodes that fit."""
+    vertices, edges = graph_size(spec)
+    if vertices + edges <= MAX_GRAPH_ELEMENTS:
+        return
+    fb = spec.fabric
+    most = most_nodes(spec)
+    fabric = f", [fabric] spines = {fb.spines:,}" if fb.kind != "none" else ""
+    if fb.tiers == 3:
+        fabric += f", cores = {fb.cores:,}"
+    switches = {2: " or fewer spines", 3: " or fewer spines or cores"}.get(fb.tiers, "") if fb.kind != "none" else ""
+    change = (f"use at most {most:,} nodes" if most else "use fewer nodes") + switches
+    raise SpecError(f"{source}: nodes = {spec.nodes:,}{fabric}: the cluster graph would have {vertices:,} "
+                    f"vertices and {edges:,} directed links, more than the {MAX_GRAPH_ELEMENTS:,} "
+                    f"elements that can be built; {change}")
+
+
+def check_drawing(spec: TopologySpec) -> None:
+    """A one-line :class:`SpecError` when ``--draw`` would draw more than
+    :data:`MAX_DRAWN_ELEMENTS` vertices and links (``simtrain topology``)."""
+    vertices, edges = graph_size(spec)
+    if vertices + edges <= MAX_DRAWN_ELEMENTS:
+        return
+    raise SpecError(f"--draw: topology {spec.name} with nodes = {spec.nodes:,} has {vertices + edges:,} vertices "
+                    f"and directed links, more than the {MAX_DRAWN_ELEMENTS:,} a drawing shows; draw "
+                    f"it with --nodes {max(1, most_nodes(spec, MAX_DRAWN_ELEMENTS))} or fewer (the structure "
+                    f"repeats)")
+
+
+def check_ranks(world: int, what: str) -> None:
+    """A one-line :class:`SpecError` when ``world`` ranks exceed :data:`MAX_RANKS`; ``what``
+    names the input (``gpus=...``)."""
+    if world > MAX_RANKS:
+        raise SpecError(f"{what}: {world:,} ranks, more than the {MAX_RANKS:,} GPUs a layout can "
+                        f"hold; use fewer GPUs")
+
+
+def schedule_cells(pp: int, m: int, vpp: int = 1) -> int:
+    """(rank, model chunk, micro-batch) cells of a schedule: ``pp * vpp * m``."""
+    return pp * max(1, vpp) * m
+
+
+def check_schedule(name: str, pp: int, m: int, vpp: int = 1) -> None:
+    """A one-line :class:`ScheduleError` when generating schedule ``name`` would exceed
+    :data:`MAX_SCHEDULE_CELLS`."""
+    cells = schedule_cells(pp, m, vpp)
+    if cells <= MAX_SCHEDULE_CELLS:
+        return
+    chunks = f" x vpp={vpp:,}" if vpp and vpp > 1 else ""
+    raise ScheduleError(f"schedule {name}: pp={pp:,} x micro-batches={m:,}{chunks} = {cells:,} cells, more "
+                        f"than the {MAX_SCHEDULE_CELLS:,} a schedule can hold; use fewer micro-batches "
+                        f"(a smaller global batch or a larger micro-batch), fewer stages or fewer chunks")
+
+
+def operations_lower_bound(layers: int, microbatches: int, *, pipelines: int = 1, tp: int = 1,
+                           steps: int = 1) -> int:
+    """At least this many operations in a step: per simulated pipeline (``pipelines``), step and
+    micro-batch, :data:`OPS_PER_LAYER` per layer, plus :data:`TP_OPS_PER_LAYER` with TP > 1.
+
+    >>> operations_lower_bound(32, 100_000, tp=8)  # llama3-8b, TP8, gbs 100000
+    25600000
+    """
+    per_layer = OPS_PER_LAYER + (TP_OPS_PER_LAYER if tp > 1 else 0)
+    return pipelines * steps * microbatches * layers * per_layer
+
+
+def check_operations(layers: int, microbatches: int, *, pipelines: int, tp: int, steps: int,
+                     max_events: int) -> None:
+    """A one-line :class:`SpecError` when a step certainly runs more than ``max_events``
+    operations (:func:`operations_lower_bound`), before its schedule or program is built."""
+    ops = operations_lower_bound(layers, microbatches, pipelines=pipelines, tp=tp, steps=steps)
+    if ops <= max_events:
+        return
+    folded = "" if pipelines == 1 else f" x {pipelines:,} unfolded pipelines"
+    times = f" x {steps:,} steps" if steps > 1 else ""
+    change = ("raise --max-events, use fewer micro-batches (a smaller --gbs or a larger --mbs)"
+              + (", fewer --steps" if steps > 1 else "") + (" or drop --no-fold" if pipelines > 1 else ""))
+    raise SpecError(f"max_events={max_events:,}: {f'{steps:,} steps' if steps > 1 else 'the step'} would run at least "
+                    f"{ops:,} operations ({microbatches:,} micro-batches x {layers} layers{times}{folded}); "
+                    f"{change}")

@@ -1,0 +1,131 @@
+"""The work estimates (simtrain.budget): exact graph sizes, lower bounds that hold, and inputs far
+beyond them refused with one line naming the estimate and what to change, before anything large
+is built."""
+
+from __future__ import annotations
+
+import pytest
+
+from simtrain import api
+from simtrain.budget import (MAX_GRAPH_ELEMENTS, graph_size, most_nodes, operations_lower_bound,
+                             schedule_cells)
+from simtrain.errors import ScheduleError
+from simtrain.schedules import generate
+from simtrain.topology.cluster import list_topologies, load_topology, preset_table
+from simtrain.topology.spec import parse_spec
+from helpers import assert_user_error
+
+BIG = str(10**18)
+
+
+@pytest.mark.parametrize("name", list_topologies())
+def test_graph_size_counts_what_the_build_creates(name):
+    for nodes in (1, 3, 37):  # 3 and 37 leave a leaf (and a pod) partly filled
+        cluster = load_topology(name, nodes=nodes)
+        assert graph_size(cluster.spec) == (cluster.graph.number_of_nodes(), cluster.graph.number_of_edges())
+
+
+def test_graph_size_of_a_million_h100_nodes_by_hand():
+    # per node 8 GPUs + 1 NVSwitch + 8 NICs; 250,000 leaves of 4 nodes; 8 spines
+    # links per node: 8 NVLink + 8 PCIe + 8 NIC-leaf; 8 per leaf to the spines; two directions
+    spec = parse_spec(preset_table("h100-ib"), "h100-ib", 1_000_000)
+    assert graph_size(spec) == (17 * 1_000_000 + 250_000 + 8, 2 * (24 * 1_000_000 + 8 * 250_000))
+
+
+def test_most_nodes_is_the_last_count_that_fits():
+    # h100-ib: 4 nodes and their leaf = 4 x 17 + 1 vertices and 2 x (4 x 24 + 8) edges = 277
+    # elements, plus the 8 spines: 277 * n / 4 + 8 <= 2,000,000 gives n = 28,880; node 28,881
+    # opens a leaf: 17 + 1 vertices and 2 x (24 + 8) edges more, past the limit.
+    spec = parse_spec(preset_table("h100-ib"), "h100-ib", 8)
+    assert MAX_GRAPH_ELEMENTS == 2_000_000
+    assert most_nodes(spec) == 28_880
+
+
+def test_topology_beyond_the_graph_limit_is_refused_with_its_size():
+    assert_user_error("topology", "h100-ib", "--nodes", "1000000",
+                      contains=("nodes = 1,000,000", "17,250,008 vertices", "52,000,000 directed links",
+                                "at most 28,880 nodes"))
+
+
+def test_a_billion_spines_is_refused_before_building(tmp_path):
+    path = tmp_path / "spines.toml"
+    path.write_text('name = "many"\ngpu = "h100-sxm"\nnodes = 2\n[node]\ngpus = 8\nnic_gbps = 400\n'
+                    '[fabric]\nkind = "fat-tree"\nnodes_per_leaf = 1\nspines = 1000000000\n', encoding="utf-8")
+    # 2 x 17 + 2 leaves + 10**9 spines; links 2 x 24 + 2 x 10**9, both directions
+    assert_user_error("topology", str(path), contains=("spines = 1,000,000,000", "1,000,000,036 vertices",
+                                                       "4,000,000,096 directed links"))
+
+
+@pytest.mark.parametrize("flag", ["--gpus", "--nodes"])
+def test_run_with_10_to_the_18_gpus_or_nodes_is_refused(flag, tmp_path):
+    assert_user_error("run", flag, BIG, "--out", str(tmp_path), contains=("cluster graph would have",))
+    assert not any(tmp_path.iterdir())
+
+
+def test_mesh_beyond_the_rank_limit_is_refused():
+    assert_user_error("mesh", "--gpus", "100000000", "--tp", "8",
+                      contains=("gpus=100000000", "100,000,000 ranks", "2,097,152", "fewer GPUs"))
+
+
+def test_collective_with_more_groups_than_gpus_is_refused_at_once():
+    assert_user_error("collective", "all-reduce", "--size", "1M", "--gpus", "8", "--topology", "h100-ib",
+                      "--concurrent-groups", BIG, contains=("--concurrent-groups", "do not fit in 64 GPUs"))
+
+
+@pytest.mark.parametrize("argv, cells", [
+    (["interleaved-1f1b", "--pp", "4", "--microbatches", "8", "--vpp", BIG], 32 * 10**18),
+    (["1f1b", "--pp", BIG, "--microbatches", "8"], 8 * 10**18),
+    (["1f1b", "--pp", "4", "--microbatches", BIG], 4 * 10**18),
+])
+def test_schedule_beyond_the_cell_limit_is_refused(argv, cells):
+    assert_user_error("schedule", *argv, contains=(f"{cells:,} cells", "fewer micro-batches"))
+
+
+def test_generate_checks_cells_before_building(monkeypatch):
+    from simtrain import budget
+
+    assert schedule_cells(4, 8, 2) == 64
+    monkeypatch.setattr(budget, "MAX_SCHEDULE_CELLS", 100)
+    assert generate("1f1b", 2, 50).num_microbatches == 50  # 100 cells: at the limit, built
+    with pytest.raises(ScheduleError, match="pp=2 x micro-batches=51 = 102 cells, more than the 100"):
+        generate("1f1b", 2, 51)
+
+
+def test_run_past_max_events_is_refused_before_the_schedule(tmp_path):
+    # llama3-8b (32 layers), TP8: 4 + 4 operations per layer and micro-batch at least;
+    # gbs 100000 at mbs 1 and dp 1 is 100,000 micro-batches: 100,000 x 32 x 8 = 25,600,000
+    assert_user_error("run", "--model", "llama3-8b", "--topology", "h100-ib", "--gpus", "8", "--tp", "8",
+                      "--pp", "1", "--gbs", "100000", "--max-events", "1000", "--out", str(tmp_path),
+                      contains=("max_events=1,000", "at least 25,600,000 operations", "100,000 micro-batches",
+                                "raise --max-events"))
+
+
+@pytest.mark.parametrize("settings", [
+    dict(gpus=8, tp=8, pp=1, gbs=4),
+    dict(gpus=16, tp=1, pp=4, gbs=16, schedule="interleaved-1f1b", vpp=2),
+    dict(gpus=16, tp=2, pp=2, gbs=8, fold=False),
+])
+def test_operations_lower_bound_holds(settings):
+    sc = api.resolve(dict(model="llama3-8b", topology="h100-ib", seq=1024, **settings))
+    par = sc.parallel
+    bound = operations_lower_bound(sc.model.layers, par.num_microbatches,
+                                   pipelines=1 if sc.fold else par.world // par.pp, tp=par.tp)
+    assert bound <= api.simulate(sc, perturbation_costs=False).report["num_events"]
+
+
+def test_steps_and_unfolded_pipelines_name_their_settings(tmp_path):
+    # llama3-8b on 16 GPUs TP2 PP2 DP4, gbs 16: 4 micro-batches; unfolded: 16 / 2 = 8 pipelines,
+    # 4 x 32 x (4 + 4) x 8 = 8,192 operations; with 3 steps 24,576
+    base = ("run", "--model", "llama3-8b", "--topology", "h100-ib", "--gpus", "16", "--tp", "2", "--pp", "2",
+            "--gbs", "16", "--out", str(tmp_path), "--no-fold", "--max-events", "100")
+    assert_user_error(*base, contains=("at least 8,192 operations", "x 8 unfolded pipelines", "drop --no-fold"))
+    assert_user_error(*base, "--steps", "3", contains=("3 steps would run at least 24,576", "fewer --steps"))
+
+
+def test_drawing_a_large_cluster_is_refused_before_its_bisection(tmp_path):
+    # 1,000 h100-ib nodes: 17,000 + 250 leaves + 8 spines = 17,258 vertices and 2 x (24,000 + 2,000)
+    # = 52,000 directed links; 288 nodes are 72 leaves of 277 elements + 8 spines = 19,952 <= 20,000
+    png = tmp_path / "t.png"
+    assert_user_error("topology", "h100-ib", "--nodes", "1000", "--draw", str(png),
+                      contains=("69,258 vertices and directed links", "--nodes 288 or fewer"))
+    assert not png.exists()
