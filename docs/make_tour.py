@@ -31,9 +31,9 @@ TOUR_LIST = ["list", "gpus"]
 
 #: The module map's order: the data flow of the design guide, by first name under simtrain/
 #: (a module or a subpackage). Names not listed follow, alphabetically.
-FLOW = ("__init__", "units", "errors", "specs", "presets", "topology", "schedules", "costs", "workload",
-        "network", "engine", "timeline", "metrics", "analytic", "outputs", "settings", "api", "search",
-        "imports", "cli", "__main__")
+FLOW = ("__init__", "units", "errors", "budget", "specs", "presets", "topology", "schedules", "costs", "workload",
+        "network", "engine", "timeline", "metrics", "energy", "finite", "analytic", "outputs", "settings",
+        "perturbed", "api", "search", "executors", "imports", "cli", "__main__")
 #: Longest summary shown; a longer first sentence is cut to the docstring's first line.
 SUMMARY_CHARS = 200
 

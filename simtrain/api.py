@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from simtrain import engine
+from simtrain import budget, engine
 from simtrain.energy import power_draw
 from simtrain.errors import SimtrainError, SpecError
 from simtrain.topology.mesh import build_mesh
@@ -20,6 +20,7 @@ from simtrain.metrics import Report, run_report
 from simtrain.outputs.html import SideBySide
 from simtrain.outputs.view import ChartOptions
 from simtrain.outputs.words import counted
+from simtrain.network.algorithms import check_forced
 from simtrain.network.analytic import AnalyticNetwork
 from simtrain.network.fixed import FixedLatency
 from simtrain.network.protocol import NetworkModel
@@ -36,6 +37,7 @@ from simtrain.specs.model import ModelSpec, load_model
 from simtrain.specs.parallel import ParallelSpec, resolve_parallel, validate_parallel
 from simtrain.settings import OUTPUTS, SETTINGS, complete, defaults_note
 from simtrain.specs.strict import Table, read_toml
+from simtrain.finite import check_finite, check_timeline
 from simtrain.timeline import Timeline
 from simtrain.topology.cluster import Cluster, load_topology
 from simtrain.topology.routes import Router
@@ -144,6 +146,7 @@ def _resolve(s: dict[str, Any], recompute_rule: str) -> Scenario:
     calibration = read_calibration(s["calibration"]) if s["calibration"] else None
     par = resolve_parallel(s["gpus"], tp=s["tp"], cp=s["cp"], pp=s["pp"], dp=s["dp"], gbs=s["gbs"], **par_kw)
     validate_parallel(par, model, s["gpus"])
+    SCHEDULES.check_vpp(par.schedule, par.vpp)
     s["dp"] = par.dp
     s["recompute"] = par.recompute
     routing = Routing(skew=s["routing_skew"], seed=s["routing_seed"])
@@ -253,8 +256,11 @@ def simulate(scenario: Scenario, options: WorkloadOptions | None = None, *,
                                       calibration=scenario.calibration, steps=scenario.settings.get("steps", 1),
                                       optimizer_sync=scenario.settings.get("optimizer_sync", "grad-norm"),
                                       **perturbed.workload_fields(pert, cluster, scenario.gpu, par.world))
+    budget.check_operations(model.layers, par.num_microbatches, pipelines=1 if opts.fold else par.world // par.pp,
+                            tp=par.tp if opts.tp_comm else 1, steps=opts.steps, max_events=scenario.max_events)
     schedule = build_schedule(scenario, opts)
     program = lower(model, par, scenario.gpu, schedule, mesh, opts)
+    check_forced(scenario.collective_algo, program, cluster, scenario.network)  # as collective --algo
     router = _router(cluster, pert)
     perturbed.check_reachable(program, router, pert.failed_links)
     layer_size = par.tp * par.cp * (par.ep if model.num_experts > 1 else 1)
@@ -272,6 +278,7 @@ def simulate(scenario: Scenario, options: WorkloadOptions | None = None, *,
     if interference is None:
         interference = scenario.gpu.comm_interference
     result = engine.run(program, network, max_events=scenario.max_events, comm_interference=interference)
+    check_timeline(result.timeline)
     links, link_series = network.link_report(result.timeline.end_s)
     report = run_report(result.timeline, program, model=model, gpu=scenario.gpu, par=par,
                         num_events=result.num_events, links=links, config=scenario_config(scenario),
@@ -279,6 +286,7 @@ def simulate(scenario: Scenario, options: WorkloadOptions | None = None, *,
                         power=power_draw(scenario.cluster, scenario.gpu, par.world, scenario.settings),
                         perturbations=_perturbation_costs(scenario, result.timeline.end_s) if
                         perturbation_costs and pert.any else {}, slow_steps=slow_steps)
+    check_finite({"report": report, "link utilisation": link_series}, "simulation result")
     wall = time.perf_counter() - t0
     marks = perturbed.rank_marks(pert, opts)
     labels = {r: (f"stage {program.pipeline_rank_of[r]} (rank {r}, stands for {program.rank_weight[r]})"
@@ -345,51 +353,47 @@ def write_outputs(result: SimResult, out_dir: str | Path, plot: bool = True, *, 
     """Write report.json, trace.json, (unless ``plot`` is false) timeline.png showing what
     ``chart`` selects and (with ``html``) report.html, with ``comparison`` in it, into ``out_dir``."""
     from simtrain.metrics import memory_timeline
-    from simtrain.outputs.files import write_json_atomic
+    from simtrain.outputs.files import final_paths, output_set, write_json_atomic
     from simtrain.outputs.trace import counter_events, rank_pid, write_trace
 
-    out = Path(out_dir)
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise SpecError(f"--out {out}: cannot create the folder ({exc.strerror})") from None
-    paths = {"report": str(out / "report.json"), "trace": str(out / "trace.json")}
-    write_json_atomic(result.report, paths["report"])
-    memory = memory_timeline(result.timeline, result.static_bytes)
-    counters = [e for rank, (t, level) in sorted(memory.items())
-                for e in counter_events("memory", rank_pid(rank), list(zip(t, level / GiB)), key="GiB")]
-    for i, (link, samples) in enumerate(sorted(result.link_series.items())):
-        pid = LINK_PID_BASE + i
-        counters.append({"ph": "M", "name": "process_name", "pid": pid, "tid": 0,
-                         "args": {"name": f"link {link}"}})
-        counters += counter_events(f"link {link}", pid, samples, key="utilisation")
-    write_trace(result.timeline, paths["trace"], rank_labels=result.rank_labels, counters=counters)
-    sc = result.scenario
-    title = (f"{sc.model.name} on {sc.parallel.world} x {sc.gpu.name}: TP{sc.parallel.tp} "
-             f"CP{sc.parallel.cp} PP{sc.parallel.pp} DP{sc.parallel.dp}, {sc.parallel.schedule}, "
-             f"{counted(sc.parallel.num_microbatches, 'micro-batch')}")
-    if plot:
-        from simtrain.outputs.gantt import draw_gantt
+    with output_set(out_dir) as out:  # a folder of this run's own, moved into place as one set
+        paths = {"report": str(out / "report.json"), "trace": str(out / "trace.json")}
+        write_json_atomic(result.report, paths["report"])
+        memory = memory_timeline(result.timeline, result.static_bytes)
+        counters = [e for rank, (t, level) in sorted(memory.items())
+                    for e in counter_events("memory", rank_pid(rank), list(zip(t, level / GiB)), key="GiB")]
+        for i, (link, samples) in enumerate(sorted(result.link_series.items())):
+            pid = LINK_PID_BASE + i
+            counters.append({"ph": "M", "name": "process_name", "pid": pid, "tid": 0,
+                             "args": {"name": f"link {link}"}})
+            counters += counter_events(f"link {link}", pid, samples, key="utilisation")
+        write_trace(result.timeline, paths["trace"], rank_labels=result.rank_labels, counters=counters)
+        sc = result.scenario
+        title = (f"{sc.model.name} on {sc.parallel.world} x {sc.gpu.name}: TP{sc.parallel.tp} "
+                 f"CP{sc.parallel.cp} PP{sc.parallel.pp} DP{sc.parallel.dp}, {sc.parallel.schedule}, "
+                 f"{counted(sc.parallel.num_microbatches, 'micro-batch')}")
+        if plot:
+            from simtrain.outputs.gantt import draw_gantt
 
-        chart = chart or ChartOptions()
-        paths["timeline"] = str(out / "timeline.png")
-        draw_gantt(result.timeline, paths["timeline"], title=title, rank_labels=result.rank_labels,
-                   memory=memory, memory_capacity_bytes=sc.gpu.usable_memory_bytes, ranks=chart.ranks,
-                   streams=chart.streams, window=chart.window)
-    if plot and len(result.report["step_times_s"]) > 1:
-        from simtrain.outputs.step_times import draw_step_times
+            chart = chart or ChartOptions()
+            paths["timeline"] = str(out / "timeline.png")
+            draw_gantt(result.timeline, paths["timeline"], title=title, rank_labels=result.rank_labels,
+                       memory=memory, memory_capacity_bytes=sc.gpu.usable_memory_bytes, ranks=chart.ranks,
+                       streams=chart.streams, window=chart.window)
+        if plot and len(result.report["step_times_s"]) > 1:
+            from simtrain.outputs.step_times import draw_step_times
 
-        paths["step_times"] = str(out / "step_times.png")
-        draw_step_times(result.report["step_times_s"], result.report["step_time_stats"], paths["step_times"],
-                        title=title)
-    if html:
-        from simtrain.outputs.html import write_html_report
+            paths["step_times"] = str(out / "step_times.png")
+            draw_step_times(result.report["step_times_s"], result.report["step_time_stats"], paths["step_times"],
+                            title=title)
+        if html:
+            from simtrain.outputs.html import write_html_report
 
-        paths["html"] = str(out / "report.html")
-        write_html_report(paths["html"], result.timeline, title=title, report=result.report,
-                          rank_labels=result.rank_labels, memory=memory,
-                          capacity_bytes=sc.gpu.usable_memory_bytes, comparison=comparison)
-    return paths
+            paths["html"] = str(out / "report.html")
+            write_html_report(paths["html"], result.timeline, title=title, report=result.report,
+                              rank_labels=result.rank_labels, memory=memory,
+                              capacity_bytes=sc.gpu.usable_memory_bytes, comparison=comparison)
+    return final_paths(out_dir, paths)
 
 
 def with_settings(scenario: Scenario, **changes) -> Scenario:

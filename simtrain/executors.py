@@ -12,21 +12,43 @@ finishes, in completion order:
 
 The function is deterministic, so a result does not depend on where it ran; the caller records
 each result as it arrives (a search appends it to its results file).
+
+Local worker processes die with the process that started them: each asks the kernel for SIGKILL
+when its parent ends (``prctl(PR_SET_PDEATHSIG, SIGKILL)``, Linux ``prctl(2)``), and a watchdog
+thread exits the worker when its parent process changes (every platform, within
+:data:`WATCH_INTERVAL_S`), so a parent killed with SIGKILL leaves no worker behind. Workers ignore
+SIGINT (a terminal's Ctrl-C reaches the whole process group; the parent answers it); the parent
+blocks SIGINT and SIGTERM while it starts them, so neither is handled halfway through a fork and
+a worker takes its own dispositions before it sees one (POSIX ``pthread_sigmask``; skipped where
+missing). When the caller stops early (an interruption, an error, the generator closed), the
+workers are killed at once instead of finishing their candidates.
 """
 
 from __future__ import annotations
 
+import os
+import signal
+import sys
+import threading
+import time
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
 from typing import Any, TypeVar
 
-from simtrain.errors import SpecError
+from simtrain.errors import SimulationError, SpecError
 from simtrain.settings import EXECUTORS
 
 T = TypeVar("T")
 R = TypeVar("R")
 
 INSTALL_HINT = "pip install 'simtrain[dist]'"
+#: ``PR_SET_PDEATHSIG`` of ``<linux/prctl.h>``: the signal a process gets when its parent ends.
+PR_SET_PDEATHSIG = 1
+#: The signals that stop a command (:mod:`simtrain.cli.main`).
+STOP_SIGNALS = frozenset({signal.SIGINT, signal.SIGTERM})
+#: How often (seconds) a worker's watchdog looks for a change of its parent process.
+WATCH_INTERVAL_S = 0.2
 
 
 def check_executor(executor: str, scheduler: str | None) -> None:
@@ -60,10 +82,107 @@ def run_unordered(fn: Callable[[T], R], items: Iterable[T], *, executor: str = "
         for item in todo:
             yield item, fn(item)
     else:
-        with ProcessPoolExecutor(max_workers=min(jobs, len(todo))) as pool:
-            futures = {pool.submit(fn, item): item for item in todo}
-            for fut in as_completed(futures):
-                yield futures[fut], fut.result()
+        yield from _run_pool(fn, todo, jobs)
+
+
+def _run_pool(fn: Callable[[T], R], todo: list[T], jobs: int) -> Iterator[tuple[T, R]]:
+    pool = ProcessPoolExecutor(max_workers=min(jobs, len(todo)), initializer=worker_init, initargs=(os.getpid(),))
+    try:
+        blocked = _sigmask(signal.SIG_BLOCK, STOP_SIGNALS)  # no handler runs in a fork's hooks
+        try:
+            futures = {pool.submit(fn, item): item for item in todo}  # starts the workers
+        finally:
+            _sigmask(signal.SIG_SETMASK, blocked)
+        for fut in as_completed(futures):
+            yield futures[fut], fut.result()
+    except BrokenProcessPool:
+        stop_workers(pool)
+        raise SimulationError(f"--jobs {jobs}: a worker process ended abruptly (killed, or out of memory); "
+                              f"run again with fewer --jobs (a --results file keeps what finished)") from None
+    except BaseException:  # interrupted, or the caller stopped early: do not finish the rest
+        stop_workers(pool)
+        raise
+    pool.shutdown(wait=True)
+
+
+def _sigmask(how: int, signals: Iterable[int]) -> Any:
+    """``signal.pthread_sigmask`` where the platform has it (the previous mask), else nothing."""
+    if not hasattr(signal, "pthread_sigmask"):  # pragma: no cover - Windows
+        return set()
+    return signal.pthread_sigmask(how, signals)
+
+
+def stop_workers(pool: ProcessPoolExecutor) -> None:
+    """Cancel what has not started and kill the pool's workers now (SIGKILL), then reap them."""
+    processes = list((getattr(pool, "_processes", None) or {}).values())
+    pool.shutdown(wait=False, cancel_futures=True)
+    for proc in processes:
+        try:
+            proc.kill()
+        except (OSError, ValueError, AttributeError):
+            pass
+    for proc in processes:
+        try:
+            proc.join(timeout=5)
+        except (OSError, ValueError, AssertionError):
+            pass
+
+
+def worker_init(creator: int | None = None) -> None:
+    """Initializer of a local worker (module docstring): ignore SIGINT, take SIGTERM's default
+    action (a forked worker inherits the parent's handlers), die with the parent; ``creator``
+    is the process that started the pool."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    _sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)  # blocked by the parent while it forked
+    die_with_parent(creator)
+
+
+def die_with_parent(creator: int | None = None) -> None:
+    """End this process when its parent ends: SIGKILL from the kernel on Linux (guarded: a no-op
+    elsewhere or without ``prctl``), and a daemon thread that exits when ``os.getppid()``
+    changes (the parent ended and the process was adopted). ``creator``, the process that
+    started the pool, must be the parent or the parent's parent (a fork server started the
+    process); otherwise it ended before this process got here, and this one ends at once."""
+    parent = os.getppid()
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+
+            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+        except (OSError, AttributeError):  # pragma: no cover - no libc prctl
+            pass
+    if os.getppid() != parent or _orphaned(parent, creator):
+        os._exit(1)  # the parent ended before the request took effect
+    threading.Thread(target=_watch_parent, args=(parent,), name="simtrain-watch-parent", daemon=True).start()
+
+
+def _orphaned(parent: int, creator: int | None) -> bool:
+    """Whether ``creator`` is neither ``parent`` nor its parent (read from ``/proc/PID/stat``,
+    proc(5); where that is missing, whether ``creator`` is gone)."""
+    if creator is None or parent == creator:
+        return False
+    try:
+        with open(f"/proc/{parent}/stat", "rb") as fh:
+            return int(fh.read().rsplit(b")", 1)[1].split()[1]) != creator
+    except (OSError, ValueError, IndexError):
+        return not _alive(creator)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # pragma: no cover - alive, owned by another user
+        return True
+    return True
+
+
+def _watch_parent(parent: int) -> None:
+    while os.getppid() == parent:
+        time.sleep(WATCH_INTERVAL_S)
+    os._exit(1)
 
 
 def _run_dask(fn: Callable[[T], R], todo: list[T], jobs: int, scheduler: str | None) -> Iterator[tuple[T, R]]:

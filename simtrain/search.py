@@ -4,7 +4,9 @@ Layouts are enumerated as in the course notes' ``parallel_plan.py`` (TP within a
 DP derived), crossed with the schedules, micro-batch sizes, ZeRO stages and recompute policies
 asked for. The closed form ranks them and drops what does not fit; the simulator then runs the
 candidates (all, or the analytic top K) in parallel processes. Every finished candidate is
-appended to a results file as one JSON line, so an interrupted search resumes where it stopped.
+appended to a results file as one JSON line, so an interrupted search resumes where it stopped:
+a last line cut off mid-write (the process killed during the append) is truncated away and its
+candidate runs again; any other line that is not such a row is a one-line error naming the line.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import sys
+from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -83,27 +87,114 @@ def simulate_candidate(candidate: Candidate) -> dict:
     return {**result.report, "wall_s": result.wall_s}
 
 
-def load_results(path: Path) -> dict[str, dict]:
-    """Finished candidates of an earlier run (one JSON object per line; a torn last line is skipped)."""
-    done = {}
+#: The start of every row a search appends (``json.dumps(..., sort_keys=True)``: "key" sorts first).
+ROW_START = b'{"key": "'
+
+
+def check_results_path(path: Path, resume: bool) -> None:
+    """One-line errors for a ``--results`` path the search could not append to, before any
+    candidate runs: a folder, a missing or unwritable folder, a file that is not a regular file
+    (with ``resume``, it is read) or not writable."""
+    folder = path.parent if str(path.parent) else Path(".")
+    if path.is_dir():
+        raise SpecError(f"--results {path}: is a folder; give a file path in it (such as {path / 'results.jsonl'})")
+    if not folder.is_dir():
+        raise SpecError(f"--results {path}: folder {folder} does not exist; create it or give a path in an "
+                        f"existing folder")
+    if path.exists():
+        if not path.is_file():
+            raise SpecError(f"--results {path}: not a regular file; give a .jsonl file path")
+        if not os.access(path, os.R_OK | os.W_OK):
+            raise SpecError(f"--results {path}: the file is not readable and writable; give a path you can write")
+    elif not os.access(folder, os.W_OK | os.X_OK):
+        raise SpecError(f"--results {path}: cannot create a file in {folder} (not writable); give a path in a "
+                        f"writable folder")
+
+
+def _row_problem(row: object) -> str | None:
+    """What makes ``row`` something other than a row a search writes (None: it is one)."""
+    if not isinstance(row, dict):
+        return f"a JSON {type(row).__name__}, not an object"
+    if not isinstance(row.get("key"), str):
+        return "its \"key\" is missing or not a string"
+    report = row.get("report")
+    if not isinstance(report, dict):
+        return "its \"report\" is missing or not an object"
+    if isinstance(report.get("error"), str):
+        return None
+    for name in ("step_time_s", "mfu"):
+        value = report.get(name)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not np.isfinite(value):
+            return f"its report's \"{name}\" is {json.dumps(value)[:40]}, not a finite number"
+    if not isinstance(report.get("fits_in_memory", True), bool):
+        return "its report's \"fits_in_memory\" is not true or false"
+    if not isinstance(report.get("config", {}), dict):
+        return "its report's \"config\" is not an object"
+    return None
+
+
+def _torn_label(line: bytes) -> str:
+    """The candidate of a row cut off mid-write, as far as its key survived."""
+    import re
+
+    match = re.match(rb'\{"key": ("(?:[^"\\]|\\.)*")', line)
+    try:
+        return _label(json.loads(json.loads(match.group(1)))) if match else "one whose key was cut off"
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return "one whose key was cut off"
+
+
+def load_results(path: Path, notice: Callable[[str], None] | None = None) -> dict[str, dict]:
+    """Finished candidates of an earlier run (one JSON object per line). A last line cut off
+    mid-write (no newline at its end, or not parsing, and begun as a row) is truncated away and
+    ``notice`` hears which candidate runs again (default: a line on stderr). Any other line that
+    is not a row a search writes is a one-line error naming the file and the line."""
+    done: dict[str, dict] = {}
     if not path.exists():
         return done
-    for line in path.read_text(encoding="utf-8").splitlines():
+    check_results_path(path, resume=True)
+    data = path.read_bytes()
+    complete = data.endswith(b"\n")
+    lines = data.split(b"\n")[:-1] if complete else data.split(b"\n")
+    offset = 0
+    for number, line in enumerate(lines if data else [], 1):
         try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(row, dict) and "key" in row:
-            done[row["key"]] = row
+            row = json.loads(line.decode("ascii"))
+        except (ValueError, RecursionError):  # JSONDecodeError, UnicodeDecodeError, deep nesting
+            row, problem = None, "not a JSON object (binary data, or not written by search)"
+        else:
+            problem = _row_problem(row)
+        if number == len(lines) and line.startswith(ROW_START) and (not complete or row is None):
+            _truncate(path, offset)
+            say = notice or (lambda text: print(text, file=sys.stderr))
+            say(f"simtrain: --results {path}: line {number} was cut off mid-write; dropped it, candidate "
+                f"{_torn_label(line)} runs again")
+            break
+        if problem is not None:
+            raise SpecError(f"--results {path}: line {number}: {problem}; valid: one JSON row per line as "
+                            f"search appends them (start over without --resume)")
+        done[row["key"]] = row
+        offset += len(line) + 1
     return done
+
+
+def _truncate(path: Path, size: int) -> None:
+    try:
+        with open(path, "r+b") as fh:
+            fh.truncate(size)
+    except OSError as exc:
+        raise SpecError(f"--results {path}: cannot cut off its torn last line ({exc.strerror})") from None
 
 
 def run_candidates(candidates: list[Candidate], *, jobs: int, results: Path | None, resume: bool,
                    progress: Callable[[int, int, str], None] | None = None, executor: str = "local",
-                   scheduler: str | None = None) -> dict[str, dict]:
+                   scheduler: str | None = None, notice: Callable[[str], None] | None = None) -> dict[str, dict]:
     """Simulate ``candidates`` over ``jobs`` processes, or on a dask cluster (``executor``,
-    ``scheduler``: :mod:`simtrain.executors`); append each to ``results`` as it finishes."""
-    done = load_results(results) if (results is not None and resume) else {}
+    ``scheduler``: :mod:`simtrain.executors`); append each to ``results`` as it finishes.
+    ``notice`` hears of a torn last line dropped from ``results`` (:func:`load_results`)."""
+    if results is not None:
+        check_results_path(results, resume)
+    done = load_results(results, notice) if (results is not None and resume) else {}
     if results is not None and not resume and results.exists():
         results.unlink()
     todo = [c for c in candidates if c.key not in done]
@@ -117,15 +208,20 @@ def run_candidates(candidates: list[Candidate], *, jobs: int, results: Path | No
         done[c.key] = row
         finished += 1
         if results is not None:
-            with open(results, "a", encoding="utf-8") as fh:
-                fh.write(json.dumps(row, sort_keys=True) + "\n")
-                fh.flush()
-                os.fsync(fh.fileno())
+            try:
+                with open(results, "a", encoding="utf-8") as fh:
+                    fh.write(json.dumps(row, sort_keys=True) + "\n")
+                    fh.flush()
+                    os.fsync(fh.fileno())
+            except OSError as exc:
+                raise SpecError(f"--results {results}: cannot append a finished candidate ({exc.strerror})") from None
         if progress:
             progress(finished, total, _label(c.as_dict()))
 
-    for c, report in run_unordered(simulate_candidate, todo, executor=executor, jobs=jobs, scheduler=scheduler):
-        record(c, report)
+    with closing(run_unordered(simulate_candidate, todo, executor=executor, jobs=jobs,
+                               scheduler=scheduler)) as finishing:  # closed early: workers stop at once
+        for c, report in finishing:
+            record(c, report)
     return done
 
 
@@ -157,16 +253,21 @@ def _ranks(x: np.ndarray) -> np.ndarray:
 
 def simulated_search(base: dict, *, gpus: int, gpus_per_node: int, top: int | None, jobs: int,
                      results: Path | None, resume: bool, progress=None, executor: str = "local",
-                     scheduler: str | None = None, **grid) -> dict:
+                     scheduler: str | None = None, notice=None, **grid) -> dict:
     """Enumerate, estimate, simulate (where ``executor`` says) and rank. Returns a JSON-ready
     result; ``progress(done, total, label)`` hears of every stage: ``label`` "estimate" while
-    the closed form ranks the layouts, then each finished candidate.
+    the closed form ranks the layouts, then each finished candidate; ``notice`` hears of a torn
+    last line dropped from ``results`` (:func:`load_results`).
 
     >>> out = simulated_search({"model": "llama3-8b", "topology": "seed-h100", "nodes": 1, "seq": 8192,
     ...                         "gbs": 64}, gpus=8, gpus_per_node=8, top=2, jobs=1, results=None, resume=False)
     >>> out["candidates_fit"], [r["analytic_rank"] for r in sorted(out["ranking"], key=lambda r: r["analytic_rank"])]
     (16, [1, 2])
     """
+    if results is not None:  # before any work: a bad path or row, and a torn last line repaired
+        check_results_path(results, resume)
+        if resume:
+            load_results(results, notice)
     candidates = enumerate_candidates(base, gpus=gpus, gpus_per_node=gpus_per_node, **grid)
     estimated = []
     for i, c in enumerate(candidates):
@@ -181,7 +282,7 @@ def simulated_search(base: dict, *, gpus: int, gpus_per_node: int, top: int | No
     estimated.sort(key=lambda ce: ce[1]["step_time_s"])
     chosen = estimated[:top] if top else estimated
     done = run_candidates([c for c, _ in chosen], jobs=jobs, results=results, resume=resume, progress=progress,
-                          executor=executor, scheduler=scheduler)
+                          executor=executor, scheduler=scheduler, notice=notice)
     rows = []
     for analytic_rank, (c, est) in enumerate(chosen, 1):
         rep = done[c.key]["report"]

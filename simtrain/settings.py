@@ -37,7 +37,7 @@ from simtrain.engine import DEFAULT_MAX_EVENTS
 from simtrain.errors import SpecError, unknown_name
 from simtrain.specs.strict import check_value
 from simtrain.specs.order import DEFAULT_ORDER
-from simtrain.specs.parallel import ATTENTION_KERNELS, GRAD_DTYPES, MOE_DISPATCHERS
+from simtrain.specs.parallel import ATTENTION_KERNELS, GRAD_DTYPES, MOE_DISPATCHERS, parse_recompute
 
 
 @dataclass(frozen=True)
@@ -53,6 +53,22 @@ NON_NEGATIVE = Rule(lambda v: v >= 0, "must be >= 0")
 FRACTION = Rule(lambda v: 0 < v <= 1, "must be in (0, 1]")
 NON_NEGATIVE_FINITE = Rule(lambda v: 0 <= v < math.inf, "must be a finite number >= 0")
 POSITIVE_FINITE = Rule(lambda v: 0 < v < math.inf, "must be a finite number > 0")
+#: A coefficient of variation of kernel times: lognormal with sigma = sqrt(ln(1 + cv^2)) (the
+#: moments of the lognormal distribution), finite for any cv a float holds only up to ~1e154; at
+#: 100 (sigma 3.03) one kernel in a thousand already takes over 10,000 times its median.
+CV = Rule(lambda v: 0 <= v <= 100, "must be from 0 to 100")
+#: ZeRO's stages (Rajbhandari et al. 2020, section 5: P_os, P_os+g, P_os+g+p, and none).
+ZERO_STAGE = Rule(lambda v: v in (0, 1, 2, 3), "must be a ZeRO stage: 0, 1, 2 or 3")
+
+
+def _recompute_phrase(value: Any) -> str:
+    """Empty when ``value`` is a recompute policy (:func:`simtrain.specs.parallel.parse_recompute`),
+    else the words that say what is valid."""
+    try:
+        parse_recompute(value)
+    except SpecError:
+        return "must be none, selective, full, auto or a layer count N >= 0"
+    return ""
 
 #: How a step ends (see the ``optimizer_sync`` setting).
 OPTIMIZER_SYNCS = ("grad-norm", "post-validation")
@@ -81,6 +97,7 @@ class Setting:
     off_help: str = ""
     scenario: bool = False  # describes the scenario (model, cluster, layout, batch): see defaults_note
     derived_from: tuple[str, ...] = ()  # the settings a default of None is derived from
+    check: Callable[[Any], str] | None = None  # beyond type, range and choices: "" or what is valid
 
     @property
     def cli_flags(self) -> tuple[str, ...]:
@@ -115,6 +132,9 @@ class Setting:
         value = check_value(label, value, self.kind, choices=self.choices or None)
         if self.rule is not None and isinstance(value, (int, float)) and not self.rule.test(value):
             raise SpecError(f"{label} = {value!r}: {self.rule.phrase}")
+        phrase = self.check(value) if self.check is not None else ""
+        if phrase:
+            raise SpecError(f"{label} = {value!r}: {phrase}")
         return value
 
 
@@ -159,11 +179,11 @@ _TABLE = (
             scenario=True),
     Setting("gbs", int, DEFAULT_SCENARIO["gbs"], "global batch size, sequences", rule=POSITIVE, metavar="N",
             scenario=True),
-    Setting("zero", int, 1, "ZeRO stage 0-3", rule=NON_NEGATIVE, metavar="0-3"),
+    Setting("zero", int, 1, "ZeRO stage 0-3", rule=ZERO_STAGE, metavar="0-3"),
     Setting("sp", bool, True, "sequence parallelism", off_flag="--no-sp", off_help="no sequence parallelism"),
     Setting("recompute", (str, int), "none", "activation recompute: none, selective, full, auto (the fewest "
             "whole layers per chunk that fit in memory) or a number of layers per chunk",
-            metavar="none|selective|full|auto|N"),
+            metavar="none|selective|full|auto|N", check=_recompute_phrase),
     Setting("order", str, DEFAULT_ORDER, "rank order, innermost first", metavar="ORDER"),
     Setting("first_stage_layers", int, None, "layers on the first pipeline chunk",
             default_text="even, or one fewer on the end chunks where the layers do not divide",
@@ -239,7 +259,7 @@ _TABLE = (
     Setting("seed", int, 0, "seed of the random draws (--throttle, --jitter, --slow-steps)", rule=NON_NEGATIVE,
             metavar="N"),
     Setting("jitter", float, 0.0, "coefficient of variation of every kernel's time, drawn per op, GPU and step "
-            "(lognormal, mean 1); with --steps N the report gives the step-time distribution", rule=NON_NEGATIVE_FINITE,
+            "(lognormal, mean 1); with --steps N the report gives the step-time distribution", rule=CV,
             metavar="CV"),
     Setting("slow_steps", str, None, "with probability PROB per step one random GPU runs the step at FACTOR of its "
             "speed (default 0.5), e.g. 0.05:0.5", default_text="none", metavar="PROB[:FACTOR]"),

@@ -95,11 +95,9 @@ TESTED_THROUGH_OTHERS = {
     "network/fixed.py": "the fixed-latency network tests/test_engine.py runs on",
     "network/links.py": "link statistics: tests/network/test_solver.py and tests/network/test_flow.py",
     "network/protocol.py": "the engine's side of it: tests/test_engine.py drives a network by hand",
-    "outputs/files.py": "atomic writes: tests/outputs/test_gantt.py and test_trace.py find no temporary left",
     "schedules/ir.py": "actions and schedules, built by every test of tests/schedules/",
     "specs/gpu.py": "GPU presets and tables: tests/test_doctests.py and tests/topology/test_build.py",
     "specs/strict.py": "strict tables: the loaders' error tests and tests/test_fuzz_loaders.py",
-    "workload/emit.py": "op emission, exercised by every lowering test of tests/workload/",
     "workload/options.py": "the lowering's options, set by tests/workload/test_lower.py and tests/test_engine.py",
     "workload/program.py": "the program vocabulary: tests/test_engine.py builds programs by hand",
 }
@@ -110,8 +108,10 @@ CROSS_CUTTING = {
     "test_equivalence.py": "folded, fast-path runs against every rank simulated, on random layouts",
     "test_doctests.py": "the examples in docstrings",
     "test_benchmarks.py": "the benchmarks' quick forms run to the end",
+    "test_cli_fuzz.py": "every flag and --config key of every command under generated values",
     "test_fuzz_loaders.py": "every loader under random and mutated input",
     "test_golden.py": "byte-identical reports of the golden scenarios",
+    "test_interrupts.py": "signals, killed and concurrent runs and searches, in real processes",
     "test_notebooks.py": "the notebooks run and are committed without outputs",
     "test_reliability.py": "no hangs, reproducible across processes, properties of random configurations",
 }

@@ -34,3 +34,19 @@ def test_quick_scale_benchmark_runs_every_scenario(capsys):
 
 def test_bare_simpy_rate_counts_its_events():
     assert _bench().bare_simpy_rate(1000) > 0
+
+
+EDGES = BENCH.parent / "bench_edges.py"
+
+
+def test_quick_edge_benchmark_refuses_every_cheap_command(capsys):
+    spec = importlib.util.spec_from_file_location("bench_edges", EDGES)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    rows = bench.main(["--quick", "--limit", "60"])
+    out = capsys.readouterr().out
+    cheap = [name for name, (is_cheap, _) in bench.COMMANDS.items() if is_cheap]
+    assert [r["name"] for r in rows] == cheap, out
+    for r in rows:  # each a user error: exit 2 and one line, not a timeout or a traceback
+        assert r["rc"] == "2" and r["stderr"].startswith("simtrain: error: "), r
+        assert r["peak_rss_mib"] > 0 and r["command"] in out

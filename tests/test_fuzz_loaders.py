@@ -1,18 +1,25 @@
 """Fuzzing every loader: random and mutated inputs load or raise the project's error, never
-anything else (hypothesis)."""
+anything else (hypothesis); hostile files (a link to /dev/zero, binary data, deep nesting, huge
+integers and indices) end at once with one short line."""
 
 from __future__ import annotations
 
 import json
+import os
 import string
+import sys
 
+import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
+from helpers import assert_user_error
 from simtrain import api
-from simtrain.errors import SimtrainError
-from simtrain.schedules import schedule_from_csv, validate
-from simtrain.specs.model import model_from_hf_config, model_from_table
-from simtrain.specs.strict import Table, parse_toml
+from simtrain.costs.calibration import read_calibration
+from simtrain.errors import SimtrainError, SpecError
+from simtrain.schedules import read_schedule_csv, schedule_from_csv, validate
+from simtrain.specs.model import load_model, model_from_hf_config, model_from_table
+from simtrain.specs.strict import (MAX_INT, Table, check_value, parse_json, parse_toml, read_json, read_text,
+                                   read_toml, shown)
 from simtrain.topology.cluster import build_topology
 
 FUZZ = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -166,3 +173,132 @@ def test_experiment_toml_file(data):
             api.resolve(api.load_config(p))
 
         only_our_errors(load_and_resolve, path)
+
+
+# ---- hostile files: size, binary data, depth, huge integers, huge indices --------------------------
+
+def _write(tmp_path, name, content):
+    path = tmp_path / name
+    path.write_bytes(content if isinstance(content, bytes) else content.encode())
+    return str(path)
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/zero"), reason="needs /dev/zero")
+def test_a_link_to_dev_zero_is_refused_after_the_cap(tmp_path):
+    link = tmp_path / "zero.toml"
+    link.symlink_to("/dev/zero")
+    with pytest.raises(SpecError, match=r"zero.toml: larger than 64 MiB"):
+        read_toml(link)
+    with pytest.raises(SimtrainError, match=r"cannot read schedule CSV: larger than 16 MiB"):
+        read_schedule_csv(link)
+    line = assert_user_error("run", "--config", link, contains="larger than 64 MiB")
+    assert len(line) < 200
+
+
+def test_the_cap_is_exact(tmp_path):
+    """A file of exactly the cap is read; one byte more is refused."""
+    path = _write(tmp_path, "a.txt", "x" * 1000)
+    assert read_text(path, max_bytes=1000) == "x" * 1000
+    with pytest.raises(SpecError, match="larger than 999 bytes"):
+        read_text(path, max_bytes=999)
+
+
+def test_binary_input_is_one_line(tmp_path):
+    path = _write(tmp_path, "b.toml", b"name = \"x\"\n\xff\xfe\x00")
+    with pytest.raises(SpecError, match=r"b.toml: not UTF-8 text \(byte 0xff at offset 11\)"):
+        read_toml(path)
+    nul = _write(tmp_path, "n.toml", b"gpus = 8\x00")
+    with pytest.raises(SpecError, match=r"n.toml: binary data \(a NUL byte at offset 8\)"):
+        read_toml(nul)
+    csv_path = _write(tmp_path, "s.csv", bytes(range(128, 256)))
+    with pytest.raises(SimtrainError, match="not UTF-8 text"):
+        read_schedule_csv(csv_path)
+    assert_user_error("schedule", csv_path, "--pp", 1, "--microbatches", 1, contains="not UTF-8 text")
+
+
+def test_deep_nesting_and_huge_integers_are_one_line(tmp_path):
+    for text in ("a = " + "[" * 100_000, "a = " + "{b=" * 100_000):
+        with pytest.raises(SpecError, match="nested too deeply"):
+            parse_toml(text, "deep.toml")
+    with pytest.raises(SpecError, match="nested too deeply"):
+        parse_json("[" * 100_000, "deep.json")
+    digits = sys.get_int_max_str_digits()
+    with pytest.raises(SpecError, match=f"an integer of more than {digits} digits"):
+        parse_toml("gpus = " + "9" * 5000, "big.toml")
+    with pytest.raises(SpecError, match=f"an integer of more than {digits} digits"):
+        parse_json('{"hidden_size": ' + "9" * 5000 + "}", "config.json")
+    with pytest.raises(SpecError, match="NaN is not a JSON number"):
+        parse_json('{"hidden_size": NaN}', "config.json")
+    config = _write(tmp_path, "deep.toml", "a = " + "[" * 100_000)
+    assert_user_error("run", "--config", config, contains="nested too deeply")
+    hf = _write(tmp_path, "config.json", "[" * 100_000)
+    assert_user_error("run", "--model", hf, contains="nested too deeply")
+
+
+def test_integers_beyond_int64_are_refused_with_a_short_line():
+    with pytest.raises(SpecError, match=r"out of range \(at most 9,223,372,036,854,775,807 in size\)"):
+        check_value("gpus", MAX_INT + 1, int)
+    assert check_value("gpus", MAX_INT, int) == MAX_INT
+    with pytest.raises(SpecError) as info:
+        check_value("nvlink_GBps", 10**4000, float)  # float(10**4000) would overflow
+    assert len(str(info.value)) < 200
+    with pytest.raises(SpecError, match="must be at most 10"):
+        check_value("x", 11.0, float, max_value=10)
+
+
+def test_shown_cuts_long_values():
+    assert shown("ab") == "'ab'"
+    assert shown("x" * 200) == "'" + "x" * 76 + "..."
+    assert len(shown("x" * 200)) == 80
+    text = shown(2**20000)  # 6,021 digits: more than repr may print (int-string conversion limit)
+    assert text == "<an integer of about 6021 digits>"
+
+
+def test_a_huge_stage_number_is_refused_before_building(tmp_path):
+    """``99999999F0`` would need a hundred million stages: refused at once with a short line."""
+    path = _write(tmp_path, "s.csv", "99999999F0,99999999B0\n")
+    with pytest.raises(SimtrainError) as info:
+        read_schedule_csv(path)
+    msg = str(info.value)
+    assert "stage 99999999 is beyond what the file's 2 actions can fill" in msg
+    assert len(msg) < 300
+    mb = _write(tmp_path, "m.csv", "0F0,0B0,0F99999999,0B99999999\n")
+    with pytest.raises(SimtrainError, match="micro-batch 99999999 is beyond what the file's 4 actions"):
+        read_schedule_csv(mb)
+    digits = _write(tmp_path, "d.csv", "0F0,0F" + "9" * 5000 + "\n")
+    with pytest.raises(SimtrainError, match="thousands of digits") as info:
+        read_schedule_csv(digits)
+    assert len(str(info.value)) < 300
+    with pytest.raises(SimtrainError, match="10,000 micro-batches asked for, but the file has only 2 actions"):
+        schedule_from_csv("0F0,0B0\n", "x.csv", num_microbatches=10_000)
+
+
+def test_missing_stages_are_listed_briefly():
+    with pytest.raises(SimtrainError) as info:
+        schedule_from_csv("0F0,0B0,900F0,900B0\n", "x.csv")
+    msg = str(info.value)
+    assert "stages 1, 2, 3, 4, 5, 6, 7, 8, ... (899 in all) appear in no cell" in msg
+
+
+def test_calibration_file_bounds(tmp_path):
+    head = "kind,shape,dtype,time_us\n"
+    huge = _write(tmp_path, "c.csv", head + "gemm,1x" + "9" * 20 + "x8x8,bf16,1.0\n")
+    with pytest.raises(SpecError, match="numbers must be at most 2\\*\\*53"):
+        read_calibration(huge)
+    tiny = _write(tmp_path, "t.csv", head + "gemm,1x8x8x8,bf16,1e-320\n")
+    with pytest.raises(SpecError, match="must be a finite number > 0"):
+        read_calibration(tiny)
+    long_kind = _write(tmp_path, "k.csv", head + "x" * 10_000 + ",1,bf16,1\n")
+    with pytest.raises(SpecError) as info:
+        read_calibration(long_kind)
+    assert len(str(info.value)) < 300
+
+
+def test_hf_config_json_is_read_through_the_guarded_reader(tmp_path):
+    path = _write(tmp_path, "config.json", '{"model_type": "llama", "hidden_size": ' + "9" * 5000 + "}")
+    with pytest.raises(SpecError, match="config.json: malformed JSON: an integer of more than"):
+        load_model(path)
+    huge = _write(tmp_path, "huge.json", json.dumps(dict(HF, hidden_size=2**70)))
+    with pytest.raises(SpecError, match="hidden_size = .*out of range"):
+        load_model(huge)
+    assert read_json(_write(tmp_path, "ok.json", "[1, 2]")) == [1, 2]

@@ -12,13 +12,18 @@ hidden, ``kv`` K (= V) width per token, ``V`` vocabulary, ``t, c, p, d`` = TP, C
 degrees, ``s = seq // c`` tokens per CP rank, ``b`` micro-batch size, ``m = gbs / (d b)``
 micro-batches per pipeline, ``l = L / p`` layers per stage, ``P e`` sustained FLOP/s.
 
-Memory (the notes' ledger; ZeRO-1 over DP x CP, sequence parallelism with TP, flash attention):
+Memory (the notes' ledger, with the layout's ZeRO stage, sequence parallelism, attention kernel,
+recompute policy and stage split read as :mod:`simtrain.analytic.ledger` says):
 
-* ``psi = N / (t p)``; model states ``4 psi + 12 psi / (d c)`` bytes (bf16 weights and
-  gradients, fp32 master weights and Adam moments sharded; Rajbhandari et al. 2020);
+* ``psi = N / (t p)``; model states under ZeRO-1 over DP x CP ``4 psi + 12 psi / (d c)`` bytes
+  (bf16 weights and gradients, fp32 master weights and Adam moments sharded; Rajbhandari et al.
+  2020), ``16 psi`` under ZeRO-0, ``2 psi + 14 psi / (d c)`` under ZeRO-2, ``16 psi / (d c)``
+  under ZeRO-3; a stage of an uneven split holds its share of the layers' parameters;
 * activations ``(34 (l - rc) + 2 rc) s b h / t`` bytes per in-flight micro-batch (Korthikanti et
-  al. 2022, table 2, with SP and flash attention; a fully recomputed layer keeps only its input),
-  times the micro-batches in flight: ``min(p, m)`` on the first stage of 1F1B;
+  al. 2022, table 2, with SP and flash attention; a fully recomputed layer keeps only its input;
+  without SP ``s b h (10 + 24 / t)`` and ``2 s b h``; the eager attention core's scores unless
+  recompute is selective), times the micro-batches in flight: ``min(p, m)`` on the first stage
+  of 1F1B;
 * ``rc`` is the smallest full-layer recompute count per stage that fits in usable memory; none
   fits: the configuration does not fit.
 
@@ -37,8 +42,12 @@ Time of one micro-batch on the slowest (last) stage, then the step:
   ``s b kv x 2`` bytes, once forward and twice backward (K/V and their gradients), overlapped with
   attention, exposed part only: ``max(0, l x 3 (c-1) x 2 s b kv x 2 / B_cp - l x 6 seq h sec)``;
 * PP p2p, half hidden: ``2 s b h 2 / t / B_pp x 0.5`` (activation forward, gradient backward);
-* DP (over DP x CP), 80% hidden behind the backward, once per step:
-  ``2 (dc-1)/(dc) x 2 psi / B_dp x 0.2`` (gradient reduce-scatter + parameter all-gather);
+* DP (over DP x CP), 80% hidden behind the backward, once per step under ZeRO 0 and 1:
+  ``2 (dc-1)/(dc) x 2 psi / B_dp x 0.2`` (gradient reduce-scatter + parameter all-gather); ZeRO
+  2 and 3 move more per micro-batch (:func:`simtrain.analytic.ledger.dp_passes`);
+* selective recompute repeats the attention core's forward, ``2 seq q`` per token and layer;
+* an uneven stage split (``--first-stage-layers``, ``--last-stage-layers``, ``--balance-stages``)
+  gives each stage its own layer count; the slowest stage sets the micro-batch time;
 * bubble ``(p - 1) t_mb`` for 1F1B; other schedules: their record's bubble
   (:meth:`simtrain.schedules.record.ScheduleRecord.bubble`).
 
@@ -63,9 +72,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from simtrain.analytic import moe
+from simtrain.analytic import ledger, moe
+from simtrain.analytic.bandwidth import (cluster_bandwidths, group_bandwidth,  # noqa: F401 (re-exported)
+                                        group_spans, per_node)
 from simtrain.errors import SpecError
-from simtrain.specs.order import parse_order
 from simtrain.metrics import BREAKDOWN, StepMetrics, step_metrics
 from simtrain.schedules.registry import REGISTRY
 from simtrain.specs.gpu import GpuSpec
@@ -83,78 +93,6 @@ ANALYTIC_SCHEDULES = REGISTRY.closed_form_names()
 
 COMM_KINDS = ("tp", "cp", "ep", "pp", "dp")
 TP_HIDDEN, PP_HIDDEN, DP_HIDDEN = 0.0, 0.5, 0.8  # fraction of each kind hidden behind compute
-
-
-# ---- bandwidths ---------------------------------------------------------------------------------
-
-def cluster_bandwidths(cluster: Cluster) -> tuple[float, float]:
-    """(intra-node, scale-out) achievable bandwidth per GPU and direction, bytes/s.
-
-    Intra-node: the node's NVLink (``[node] nvlink_GBps`` x ``nvlink_efficiency``); a node without
-    NVSwitch uses the scale-out value. Scale-out: one GPU's share of the node's NICs, ``nics x nic
-    x nic_efficiency / gpus``, capped by its PCIe link (seed-h100, efficiencies 1: 8 x 50e9 / 8 =
-    50e9, PCIe 64e9). Read from ``cluster.spec``, or from the graph's edge tiers
-    (``capacity_Bps``) when a cluster has no spec.
-    """
-    g = cluster.gpus_per_node
-    if cluster.spec is not None:
-        nd = cluster.spec.node
-        nic_Bps = nd.nic_Bps * cluster.spec.fabric.nic_efficiency
-        out = min(nd.pcie_Bps, nic_Bps * nd.nics / g) if nd.nics else 0.0
-        intra = nd.nvlink_Bps * nd.nvlink_efficiency if nd.nvswitch else out
-        return intra, out
-    edges = cluster.graph.edges(data=True)
-    nvlink = [d["capacity_Bps"] for _, _, d in edges if d.get("tier") == "nvlink"]
-    pcie = [d["capacity_Bps"] for _, _, d in edges if d.get("tier") == "pcie"]
-    nic = [d["capacity_Bps"] for u, _, d in edges if d.get("tier") == "leaf"
-           and cluster.graph.nodes[u].get("kind") == "nic"]
-    nics = sum(1 for _, k in cluster.graph.nodes(data="kind") if k == "nic") / cluster.num_nodes
-    out = min(min(pcie), min(nic) * nics / g) if nic and pcie else 0.0
-    return (min(nvlink) if nvlink else out), out
-
-
-def group_bandwidth(cluster: Cluster, span: int) -> float:
-    """Bandwidth per GPU of a group spanning ``span`` consecutive ranks (the notes' rule: within
-    one node NVLink, else scale-out; oversubscription as in the module docstring)."""
-    intra, out = cluster_bandwidths(cluster)
-    g = cluster.gpus_per_node
-    if span <= g:
-        return intra
-    spec = cluster.spec
-    if spec is None or spec.fabric.kind == "none":
-        return out
-    fb = spec.fabric
-    leaf_nodes = fb.nodes_per_leaf
-    if span > leaf_nodes * g:
-        out /= fb.oversubscription
-        if fb.tiers == 3:
-            rails = spec.node.nics if fb.kind == "rail-optimized" else 1
-            if span > max(fb.leaves_per_pod * leaf_nodes // rails, leaf_nodes) * g:
-                out /= fb.core_oversubscription
-    return out
-
-
-def _per_node(span: int, size: int, cluster: Cluster) -> int:
-    """Members per node of a group of ``size`` ranks spread evenly over ``span`` consecutive ranks."""
-    gpn = cluster.gpus_per_node
-    return size if span <= gpn else max(1, gpn // (span // size))
-
-
-def group_spans(par: ParallelSpec) -> dict[str, int]:
-    """Span in ranks of the TP, CP, PP and DP x CP groups in ``par.order`` (innermost first).
-
-    The span of a dimension is its stride times its size; a group made of several dimensions
-    spans the largest of theirs. With the default order tp-cp-ep-dp-pp these are the script's
-    ``bandwidth(1, tp)``, ``bandwidth(tp, cp)``, ``bandwidth(tp*cp*dp, pp)`` and
-    ``bandwidth(tp, dp*cp)``. EP is folded from DP x CP and has size 1 for dense models.
-    """
-    sizes = {"tp": par.tp, "cp": par.cp, "ep": 1, "dp": par.dp, "pp": par.pp}
-    span, stride = {}, 1
-    for dim in parse_order(par.order):
-        span[dim] = stride * sizes[dim]
-        stride *= sizes[dim]
-    return {"tp": span["tp"], "cp": span["cp"], "pp": span["pp"],
-            "dpcp": max(span["dp"], span["cp"])}
 
 
 # ---- the model ----------------------------------------------------------------------------------
@@ -233,7 +171,7 @@ def _evaluate(model: ModelSpec, cluster: Cluster, par: ParallelSpec, gpu: GpuSpe
         return fail(f"tp={t} exceeds the {node} GPUs of a node")
     if model.heads % t or model.kv_heads % t:
         return fail(f"tp={t} does not divide the {model.heads} heads / {model.kv_heads} KV heads")
-    if model.layers % (p * v):
+    if not ledger.split_requested(par) and model.layers % (p * v):
         return fail(f"pp*vpp={p * v} does not divide the {model.layers} layers")
     if c > 1 and par.seq // c < min_cp_chunk:
         return fail(f"seq/cp={par.seq // c} tokens per CP rank is below "
@@ -248,40 +186,61 @@ def _evaluate(model: ModelSpec, cluster: Cluster, par: ParallelSpec, gpu: GpuSpe
     if model.is_moe and n_params is not None:
         raise SpecError(f"{what}: n_params replaces N of dense models only")
     m = par.gbs // (d * b)
-    s, layers = par.seq // c, model.layers // p
+    s = par.seq // c
+    ranks = ledger.rank_layers(model, par, gpu, sched, v)  # layers per pipeline rank
+    share = [n * p / model.layers for n in ranks.layers]  # of an even stage's parameters
 
-    # ---- memory: the first stage holds the most in-flight micro-batches
+    # ---- memory: states (ZeRO: ledger module) and activations of the micro-batches in flight
     n_total = float(model.params_total if n_params is None else n_params)
     n_embed = model.params_total - model.params_nonembedding  # 2 V h for an untied model
     usable = gpu.usable_memory_bytes
     psi = n_total / (t * p)
     lay = moe.expert_layout(model, par, n_total) if model.is_moe else None
-    states = (4 * psi + 12 * psi / (d * c) if lay is None
-              else moe.model_states_bytes(lay, d * c)) * rec.static_copies
-    sbh = s * b * model.hidden / t
+    states = (ledger.states_bytes(psi, d * c, par.zero) if lay is None
+              else moe.model_states_bytes(lay, d * c, par.zero)) * rec.static_copies
+    acts = ledger.Activations.of(model, par, s)
     flights = [rec.in_flight(p, i, m, v) for i in range(p)]
 
-    def act(rc: int, n: float) -> float:
-        return (34 * (layers - rc) + 2 * rc) * sbh * n
+    def parts_of(rc: int, i: int) -> tuple[float, float]:
+        """(model states, activations) of pipeline rank ``i`` with ``rc`` layers recomputed."""
+        return states * share[i], acts.layers(ranks.layers[i], min(rc, ranks.layers[i])) * flights[i]
 
-    fixed = _recompute_request(par, layers)
-    tries = range(layers + 1) if fixed is None else (fixed,)
-    rc = next((r for r in tries if states + act(r, max(flights)) <= usable), None)
+    def worst(rc: int) -> int:
+        return max(range(p), key=lambda i: sum(parts_of(rc, i)))
+
+    top = math.ceil(max(ranks.layers))
+    fixed = _recompute_request(par, top)
+    tries = range(top + 1) if fixed is None else (fixed,)
+    rc = next((r for r in tries if sum(parts_of(r, worst(r))) <= usable), None)
     if rc is None:
-        r = layers if fixed is None else fixed
-        return fail(f"{'no recompute count' if fixed is None else f'recompute={r} layers'} fits "
-                    f"in {usable / GB:.1f} GB (model states {states / GB:.1f} GB + activations "
-                    f"{act(r, max(flights)) / GB:.1f} GB with {r}/{layers} layers recomputed)")
+        r = top if fixed is None else fixed
+        i = worst(r)
+        st, ac = parts_of(r, i)
+        head = ("no recompute count fits: even with every layer recomputed" if fixed is None
+                else f"recompute={par.recompute} does not fit:")
+        return fail(f"{head} stage {i} needs {(st + ac) / GB:.1f} GB (model states {st / GB:.1f} GB under "
+                    f"ZeRO-{par.zero} + activations {ac / GB:.1f} GB, {min(r, ranks.layers[i]):g}/"
+                    f"{ranks.layers[i]:g} layers recomputed), more than the {usable / GB:.1f} GB usable; "
+                    f"raise tp, pp or cp, the ZeRO stage, or recompute more")
 
-    # ---- time of one micro-batch on the last stage
+    # ---- time of one micro-batch on the slowest stage
     h, big_v = model.hidden, model.vocab
     n_flops = model.params_active if model.is_moe else n_total  # top-k: moe module docstring
     f_layer = 6 * (n_flops - n_embed) / model.layers + 6 * par.seq * model.q_width
     f_head = 6 * big_v * h
+    f_sel = ledger.selective_flops_per_token(model, par)
     sec = s * b / t / gpu.effective_flops
     avg = (model.layers * f_layer + f_head) / p * sec
-    recompute = rc * f_layer / 3 * sec
-    slow = layers * f_layer * sec + recompute + f_head * sec
+
+    def redo(i: int) -> float:
+        """Recompute seconds of rank ``i`` per micro-batch: full layers, then selective."""
+        return (min(rc, ranks.layers[i]) * f_layer / 3 + ranks.layers[i] * f_sel) * sec
+
+    work = [ranks.layers[i] * f_layer * sec + redo(i) + (f_head * sec if i in ranks.head_ranks else 0.0)
+            for i in range(p)]
+    slowest = max(range(p), key=lambda i: work[i])
+    layers = round(ranks.layers[slowest])
+    recompute, slow = redo(slowest), work[slowest]
     spans = group_spans(par)
     if lay is not None:
         spans |= {"ep": lay.ep_span, "edp": lay.edp_span, "etp": lay.etp_span}
@@ -300,7 +259,7 @@ def _evaluate(model: ModelSpec, cluster: Cluster, par: ParallelSpec, gpu: GpuSpe
     tp_n = moe.tp_allreduces(model, par, layers, moe_l)  # 4 per dense layer
     tp_c = tp_n * 2 * (t - 1) / t * act_bytes / bw("tp") if t > 1 else 0.0
     tp_c += moe.expert_tp_time(model, par, loads, bw("etp")) if lay is not None else 0.0
-    ep_c = moe.all_to_all_time(model, par, moe_l, bw("ep"), loads, _per_node(lay.ep_span, par.ep, cluster)) \
+    ep_c = moe.all_to_all_time(model, par, moe_l, bw("ep"), loads, per_node(lay.ep_span, par.ep, cluster)) \
         if lay is not None else 0.0
     ring = layers * 3 * (c - 1) * (2 * s * b * model.kv_width * 2) / bw("cp") if c > 1 else 0.0
     attention = layers * 6 * par.seq * model.q_width * sec
@@ -310,10 +269,11 @@ def _evaluate(model: ModelSpec, cluster: Cluster, par: ParallelSpec, gpu: GpuSpe
     pp_c = pp_all * (1 - PP_HIDDEN)
     t_mb = slow + tp_c + cp_c + ep_c + pp_c
     dpc = d * c
-    dense_psi = psi if lay is None else lay.dense_params
-    dp_all = 2 * (dpc - 1) / dpc * 2 * dense_psi / bw("dpcp") if dpc > 1 else 0.0
+    dense_psi = (psi if lay is None else lay.dense_params) * max(share)
+    passes = ledger.dp_passes(par.zero, m)  # 2 (n-1)/n of the parameters under ZeRO 0 and 1
+    dp_all = passes * (dpc - 1) / dpc * 2 * dense_psi / bw("dpcp") if dpc > 1 else 0.0
     if lay is not None and lay.edp > 1:
-        dp_all += moe.expert_reduction_bytes(lay) / bw("edp")
+        dp_all += moe.expert_reduction_bytes(lay) * passes / 2 * max(share) / bw("edp")
     dp_c = dp_all * (1 - DP_HIDDEN)
     bubble = rec.bubble(p, m, t_mb, v)
     if bubble is None:
@@ -330,18 +290,18 @@ def _evaluate(model: ModelSpec, cluster: Cluster, par: ParallelSpec, gpu: GpuSpe
     model_flops = (model.layers * f_layer + f_head) * tokens
     metrics = step_metrics(
         step_s=step, tokens=tokens, num_gpus=par.world, gpu=gpu,
-        model_flops=model_flops, hardware_flops=model_flops + rc * p * f_layer / 3 * tokens,
+        model_flops=model_flops, hardware_flops=model_flops + tokens * (
+            sum(min(rc, n) for n in ranks.layers) * f_layer / 3 + model.layers * f_sel),
         breakdown=breakdown, exposed={k: breakdown[k] for k in COMM_KINDS},
         overlapped={"tp": 0.0, "cp": m * (ring - cp_c), "ep": 0.0, "pp": m * (pp_all - pp_c),
                     "dp": dp_all - dp_c},
-        stage_work=[m * (layers * f_layer * sec + recompute + (f_head * sec if i == p - 1 else 0.0))
-                    for i in range(p)],
-        mean_work=m * (avg + recompute),
-        peak_bytes=[states + act(rc, n) for n in flights])
+        stage_work=[m * w for w in work], mean_work=m * math.fsum(work) / p,
+        peak_bytes=[sum(parts_of(rc, i)) for i in range(p)])
     return _Outcome(AnalyticReport(
         **metrics, model="analytic", tp=t, cp=c, pp=p, dp=d, vpp=v, mbs=b, gbs=par.gbs, seq=par.seq,
         schedule=sched, num_microbatches=m, layers_per_stage=layers, microbatch_time_s=t_mb,
-        memory_gib=metrics["peak_memory_gib"][0], recompute_layers=[rc] * p))
+        memory_gib=metrics["peak_memory_gib"][0],
+        recompute_layers=[int(min(rc, n)) for n in ranks.layers]))
 
 
 def estimate(model: ModelSpec, cluster: Cluster, par: ParallelSpec, *, gpu: GpuSpec | None = None,
@@ -358,8 +318,9 @@ def estimate(model: ModelSpec, cluster: Cluster, par: ParallelSpec, *, gpu: GpuS
     exact count is 70.55e9). ``routing`` is an MoE model's token routing (its skew makes the
     busiest EP rank's experts the slowest stage's: :mod:`simtrain.analytic.moe`). The recompute
     count is the smallest that fits, unless
-    ``par.recompute`` is ``full`` or a layer count. Only ZeRO-1 is modelled (``par.zero`` is not
-    read), and the cluster's node count is not checked (see :func:`analytic_report`).
+    ``par.recompute`` is ``full`` or a layer count. ``par.zero``, ``par.sp``, ``par.attention``, the
+    recompute policy and the stage split are read (:mod:`simtrain.analytic.ledger`); the
+    cluster's node count is not checked (see :func:`analytic_report`).
 
     The report (:class:`AnalyticReport`) has the simulator's step metrics
     (:class:`~simtrain.metrics.StepMetrics`: ``step_time_s``, ``mfu``, ``breakdown_s`` over the

@@ -141,12 +141,14 @@ def expert_tp_time(model: ModelSpec, par: ParallelSpec, loads: list[float], band
     return sum(loads) * per_layer / bandwidth
 
 
-def model_states_bytes(lay: ExpertLayout, dpcp: int) -> float:
+def model_states_bytes(lay: ExpertLayout, dpcp: int, zero: int = 1) -> float:
     """Weights and gradients (bf16) of every parameter on the rank, fp32 master weights and Adam
-    moments sharded over each parameter's group (ZeRO-1): ``4 (psi_d + psi_e) + 12 psi_d / (d c)
+    moments, each parameter's sharded over its own group as ZeRO ``zero`` shards them
+    (:func:`simtrain.analytic.ledger.states_bytes`); ZeRO-1: ``4 (psi_d + psi_e) + 12 psi_d / (d c)
     + 12 psi_e / edp``."""
-    return (4 * (lay.dense_params + lay.expert_params) + 12 * lay.dense_params / dpcp
-            + 12 * lay.expert_params / lay.edp)
+    from simtrain.analytic.ledger import states_bytes
+
+    return states_bytes(lay.dense_params, dpcp, zero) + states_bytes(lay.expert_params, lay.edp, zero)
 
 
 def expert_reduction_bytes(lay: ExpertLayout) -> float:

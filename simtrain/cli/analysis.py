@@ -11,7 +11,7 @@ from typing import Any
 
 from simtrain.cli.run import (RunArgs, add_run_flags, add_setting_flag, chart_of, imported_json, imported_text,
                                run_args, run_progress)
-from simtrain.cli.types import list_type, positive_int
+from simtrain.cli.types import jobs_int, list_type, positive_int
 from simtrain.errors import SimtrainError
 from simtrain.settings import SEARCH_OPTIONS, SETTINGS
 
@@ -23,8 +23,25 @@ def _analytic_for(scenario):
     if par.schedule not in ANALYTIC_SCHEDULES:
         raise SimtrainError(f"--schedule {par.schedule}: the closed-form model has bubble formulas for "
                             f"{', '.join(ANALYTIC_SCHEDULES)} only")
-    return analytic_report(scenario.model, scenario.cluster, par, schedule=par.schedule, gpu=scenario.gpu,
-                           routing=scenario.routing)
+    from simtrain.finite import check_finite
+
+    report = analytic_report(scenario.model, scenario.cluster, par, schedule=par.schedule, gpu=scenario.gpu,
+                             routing=scenario.routing)
+    check_finite(report, "closed-form estimate")
+    return report
+
+
+def _not_modelled_line(scenario) -> str:
+    """One line naming the scenario's settings the closed form does not model; empty if none."""
+    from simtrain.analytic.ledger import NOT_MODELLED, not_modelled
+
+    words = []
+    for name in not_modelled(scenario.settings, {n: s.default for n, s in SETTINGS.items()}):
+        setting, value = SETTINGS[name], scenario.settings[name]
+        flag = (setting.cli_flags[0] if value else setting.off_flag) if setting.kind is bool \
+            else f"{setting.cli_flags[0]} {value}"
+        words.append(f"{flag} (it assumes {NOT_MODELLED[name]})")
+    return f"note: the closed form does not model {'; '.join(words)}" if words else ""
 
 
 def _resolve(run: RunArgs):
@@ -43,14 +60,17 @@ def cmd_analytic(args: argparse.Namespace) -> int:
     sc = _resolve(run)
     config = scenario_config(sc)
     report = _analytic_for(sc)
+    note = _not_modelled_line(sc)
     if run.outputs["json"]:
-        print(json.dumps({**report, "config": config, **imported_json(run)}, sort_keys=True))
+        print(json.dumps({**report, "config": config, "not_modelled": note, **imported_json(run)}, sort_keys=True))
         return 0
     if run.imported is not None:
         print(imported_text(run) + "\n")
     print("closed-form estimate (Megatron-LM's formulas: Narayanan et al. 2021, Korthikanti et al. 2022)\n")
     print(run_summary(report, config, report["num_microbatches"]))
     print(f"\nrecomputed layers per stage: {report['recompute_layers']}")
+    if note:
+        print(note)
     return 0
 
 
@@ -91,7 +111,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
     with run_progress(run.outputs) as bar:
         bar.phase("resolve")
         sc = _resolve(run)
-        analytic = {**_analytic_for(sc), "config": api.scenario_config(sc)}
+        note = _not_modelled_line(sc)
+        analytic = {**_analytic_for(sc), "config": api.scenario_config(sc), "not_modelled": note}
         bar.phase("simulate")
         result = api.simulate(sc)
         simulated = {**result.report, "wall_s": result.wall_s}
@@ -112,8 +133,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
     print(table(rows, COMPARE_HEADER))
     if notes:
         print("\nlargest differences:")
-        for note in notes:
-            print(f"- {note}")
+        for line in notes:
+            print(f"- {line}")
+    if note:
+        print(f"\n{note}")
     return 0
 
 
@@ -132,6 +155,12 @@ def cmd_search(args: argparse.Namespace) -> int:
             from simtrain.errors import unknown_name
 
             raise unknown_name("schedule", name, list(REGISTRY))
+    for name, _ in _SEARCH_LISTS:  # each value to try, checked as run checks its flag
+        for value in getattr(args, name):
+            SETTINGS[name].validate(value)
+    for vpp in args.vpp:  # a vpp no schedule to try takes would be skipped unseen
+        if vpp > 1 and not any(REGISTRY.record(name).takes("vpp") for name in args.schedules):
+            REGISTRY.check_vpp(args.schedules[0], vpp)
     cluster = load_topology(args.topology, nodes=args.nodes or None)
     nodes = args.nodes or -(-args.gpus // cluster.gpus_per_node)
     base = {"model": args.model, "topology": args.topology, "nodes": nodes, "seq": args.seq, "gbs": args.gbs}
@@ -162,6 +191,9 @@ def cmd_search(args: argparse.Namespace) -> int:
                                schedules=args.schedules, vpps=args.vpp, mbss=args.mbs, zeros=args.zero,
                                recomputes=args.recompute)
     if args.json:
+        from simtrain.finite import check_finite
+
+        check_finite(out, "search result")
         print(json.dumps(out, sort_keys=True))
         return 0
     print(f"{out['candidates_enumerated']} layouts enumerated, {out['candidates_fit']} fit in memory by the "
@@ -200,7 +232,7 @@ def _add_search_flags(p: argparse.ArgumentParser) -> None:
                        metavar=f"{s.metavar},..", help=f"values of --{name.replace('_', '-')} to try, "
                        f"comma-separated (default {','.join(map(str, default))})")
     p.add_argument("--top", type=positive_int, metavar="K", help="simulate only the analytic top K")
-    p.add_argument("--jobs", type=positive_int, default=min(8, os.cpu_count() or 1), metavar="J",
+    p.add_argument("--jobs", type=jobs_int, default=min(8, os.cpu_count() or 1), metavar="J",
                    help="parallel processes (with --executor dask and no --scheduler: workers of the local dask "
                    "cluster) (default: the CPUs, at most 8)")
     p.add_argument("--results", metavar="FILE.jsonl", help="append each finished candidate here")

@@ -14,10 +14,13 @@ from pathlib import Path
 from typing import Any
 
 from simtrain.cli.run import add_run_flags, run_args
+from simtrain.cli.types import check_output_file, int_in
 from simtrain.costs.kernels import Kernel
 from simtrain.errors import SpecError
 
 DEFAULT_OUT = "calibration.csv"
+#: The most runs of one kernel ``--warmup`` and ``--repeat`` ask for (a few seconds of a large GEMM).
+MAX_RUNS = 10_000
 
 
 def calibrate(settings: dict[str, Any], out: str | Path, time_of: Callable[[Kernel], float]) -> tuple[int, str]:
@@ -46,8 +49,14 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     from simtrain.costs.measure import TorchTimer
 
     run = run_args(args, output_defaults={"out": DEFAULT_OUT})
+    check_output_file(run.outputs["out"], ("",), "--out")  # before any kernel is timed
     timer = TorchTimer(device=args.device, warmup=args.warmup, repeat=args.repeat)
     count, comment = calibrate(run.settings, run.outputs["out"], timer)
+    if run.outputs["json"]:
+        import json
+
+        print(json.dumps({"kernels": count, "comment": comment, "out": run.outputs["out"]}, sort_keys=True))
+        return 0
     print(f"{comment}\nwrote {run.outputs['out']} ({count} kernels)")
     return 0
 
@@ -61,6 +70,8 @@ def add_command(sub: Any) -> None:
                        "pip install 'simtrain[calibrate]'.")
     add_run_flags(p, helps={"out": f"calibration CSV to write (default {DEFAULT_OUT})"})
     p.add_argument("--device", default="cuda", help="PyTorch device to measure on (default cuda)")
-    p.add_argument("--warmup", type=int, default=3, metavar="N", help="untimed runs per kernel (default 3)")
-    p.add_argument("--repeat", type=int, default=10, metavar="N", help="timed runs per kernel (default 10)")
+    p.add_argument("--warmup", type=int_in(0, MAX_RUNS), default=3, metavar="N",
+                   help="untimed runs per kernel (default 3)")
+    p.add_argument("--repeat", type=int_in(1, MAX_RUNS), default=10, metavar="N",
+                   help="timed runs per kernel (default 10)")
     p.set_defaults(func=cmd_calibrate)

@@ -10,6 +10,9 @@ Concurrent groups (``concurrent_groups = K``): group ``k`` is the first group wi
 shifted by ``k * s``, where ``s`` is the smallest positive shift that keeps the ``K`` groups
 disjoint: ``--gpus 8`` gives the next consecutive blocks of 8, ``--ranks 0,8,...,56`` (one GPU
 per node) gives the other local GPU indices, i.e. the DP groups of a TP8 layout.
+
+A size is at most :data:`MAX_SIZE_BYTES`, and the report is printed only when every number in it
+is finite (:func:`simtrain.finite.check_finite`).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from typing import Any
 from simtrain.network.algorithms import ALGORITHMS, bandwidths, normalize_op, select_algorithm
 from simtrain.cli.types import positive_int
 from simtrain.errors import SpecError
+from simtrain.finite import check_finite
 from simtrain.network.chains import run_chains
 from simtrain.network.links import summarize_links
 from simtrain.network.planner import Planner
@@ -30,6 +34,7 @@ from simtrain.outputs.tables import fmt_seconds
 from simtrain.outputs.words import counted
 from simtrain.topology.cluster import Cluster, load_topology
 from simtrain.topology.routes import Router
+from simtrain.specs.strict import clip, shown
 from simtrain.units import GB, MB, TB, GiB, KB, KiB, MiB, TiB
 
 CLI_OPS = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "p2p")
@@ -37,6 +42,9 @@ COLLECTIVE_NETWORKS = ("analytic", "flow")  # the fidelities that time a collect
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d*)?(?:[eE][+-]?\d+)?)\s*([A-Za-z]*)\s*$")
 _MULT = {"": 1, "b": 1, "k": KiB, "kib": KiB, "m": MiB, "mib": MiB, "g": GiB, "gib": GiB, "t": TiB, "tib": TiB,
          "kb": int(KB), "mb": int(MB), "gb": int(GB), "tb": int(TB)}
+#: The largest message: 1 EiB, a million times the memory of a 72-GPU NVLink domain (GB200 NVL72:
+#: 13.5 TB of HBM), so any real collective fits and every time computed from it stays finite.
+MAX_SIZE_BYTES = 2**60
 
 
 def parse_size(text: str) -> int:
@@ -44,15 +52,19 @@ def parse_size(text: str) -> int:
     m = _SIZE.match(str(text))
     mult = _MULT.get(m.group(2).lower()) if m else None
     if mult is None:
-        raise SpecError(f"size {text!r}: expected bytes as a number with an optional suffix K, M, "
+        raise SpecError(f"size {shown(text)}: expected bytes as a number with an optional suffix K, M, "
                         f"G, T (powers of 1024, also KiB..TiB) or KB, MB, GB, TB (powers of 1000)")
-    return int(round(float(m.group(1)) * mult))
+    value = float(m.group(1)) * mult
+    if not value <= MAX_SIZE_BYTES:
+        raise SpecError(f"size {shown(text)}: more than {MAX_SIZE_BYTES:,} bytes (1 EiB), the largest "
+                        f"message timed")
+    return int(round(value))
 
 
 def _groups(first: list[int], k: int, num_gpus: int) -> list[tuple[int, ...]]:
     if k == 1:
         return [tuple(first)]
-    for s in range(1, num_gpus):
+    for s in range(1, num_gpus if k * len(first) <= num_gpus else 1):  # k groups need k x size GPUs
         shifted = [tuple(g + i * s for g in first) for i in range(k)]
         flat = [g for grp in shifted for g in grp]
         if max(flat) >= num_gpus:
@@ -80,10 +92,10 @@ def _ranks(op: str, gpus: int | None, ranks: list[int] | None, cluster: Cluster)
             raise SpecError("--ranks: empty; give GPU indices like 0,8,16")
         for r in group:
             if isinstance(r, bool) or not isinstance(r, int) or not 0 <= r < n:
-                raise SpecError(f"--ranks: rank {r!r} is out of range [0, {n}) for {where}; "
+                raise SpecError(f"--ranks: rank {shown(r)} is out of range [0, {n}) for {where}; "
                                 f"use --nodes to add nodes")
         if len(set(group)) != len(group):
-            raise SpecError(f"--ranks {','.join(map(str, group))}: ranks repeat")
+            raise SpecError(f"--ranks {clip(','.join(map(str, group)))}: ranks repeat")
     if op == "p2p":
         if ranks is not None and len(group) != 2:
             raise SpecError(f"p2p: --ranks needs exactly two ranks (source,destination), got {len(group)}")
@@ -106,8 +118,8 @@ def collective_report(op: str, *, size_bytes: float, gpus: int | None = None,
     name = normalize_op(op)
     if network not in COLLECTIVE_NETWORKS:
         raise SpecError(f"--network {network!r}: must be one of {', '.join(COLLECTIVE_NETWORKS)}")
-    if isinstance(size_bytes, bool) or not isinstance(size_bytes, (int, float)) or not size_bytes >= 0:
-        raise SpecError(f"--size {size_bytes!r}: must be a number of bytes >= 0")
+    if isinstance(size_bytes, bool) or not isinstance(size_bytes, (int, float)) or not 0 <= size_bytes <= MAX_SIZE_BYTES:
+        raise SpecError(f"--size {shown(size_bytes)}: must be a number of bytes from 0 to {MAX_SIZE_BYTES:,}")
     if isinstance(concurrent_groups, bool) or not isinstance(concurrent_groups, int) or concurrent_groups < 1:
         raise SpecError(f"--concurrent-groups {concurrent_groups!r}: must be an integer >= 1")
     cluster = load_topology(topology, nodes=nodes) if isinstance(topology, str) else topology
@@ -134,6 +146,7 @@ def collective_report(op: str, *, size_bytes: float, gpus: int | None = None,
     algbw, busbw = bandwidths(name, len(group), size_bytes, time_s)
     report.update(time_s=time_s, algbw_Bps=algbw if time_s > 0 else None,
                   busbw_Bps=busbw if time_s > 0 else None)
+    check_finite(report, f"{name.replace('_', '-')} of {size_bytes:,} bytes")
     return report
 
 
@@ -150,7 +163,7 @@ def _ranks_arg(text: str) -> list[int]:
         return [int(x) for x in text.split(",") if x.strip()]
     except ValueError:
         raise argparse.ArgumentTypeError(
-            f"invalid rank list {text!r}: expected integers like 0,8,16") from None
+            f"invalid rank list {shown(text)}: expected integers like 0,8,16") from None
 
 
 def _fmt_bw(bps: float | None) -> str:

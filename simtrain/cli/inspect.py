@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 from simtrain.cli.run import add_setting_flag
-from simtrain.cli.types import check_suffix, nonneg_int, positive_int
+from simtrain.cli.types import check_output_file, int_in, nonneg_int, positive_int
 from simtrain.errors import SimtrainError
 from simtrain.outputs.words import counted
 from simtrain.settings import SETTINGS
@@ -131,12 +131,19 @@ def cmd_topology(args: argparse.Namespace) -> int:
     from simtrain.outputs.tables import fmt_bandwidth, table
     from simtrain.topology.cluster import load_topology, summary
 
+    if args.draw:
+        check_output_file(args.draw, (".png", ".svg"), "--draw")
+    elif args.report:
+        raise SimtrainError(f"--report {args.report}: colours the links of --draw; give --draw OUT.png too")
     cluster = load_topology(args.name, nodes=args.nodes)
+    if args.draw:
+        from simtrain.budget import check_drawing
+
+        check_drawing(cluster.spec)  # before the bisection: a drawing of a large cluster is refused at once
     info = summary(cluster)
     if args.draw:
         from simtrain.outputs.topology_plot import draw_topology
 
-        check_suffix(args.draw, (".png", ".svg"), "--draw")
         draw_topology(cluster, args.draw, link_utilisation=_utilisation(args.report, cluster))
         info["drawing"] = args.draw
     if args.json:
@@ -162,34 +169,48 @@ def cmd_topology(args: argparse.Namespace) -> int:
 
 def _utilisation(path: str | None, cluster) -> dict | None:
     """Link utilisation from a flow-fidelity report.json, keyed by graph edge."""
+    from simtrain.specs.strict import read_json, shown
+
     if path is None:
         return None
-    try:
-        with open(path, encoding="utf-8") as fh:
-            report = json.load(fh)
-    except OSError as exc:
-        raise SimtrainError(f"--report {path}: cannot read ({exc.strerror})") from None
-    except json.JSONDecodeError as exc:
-        raise SimtrainError(f"--report {path}: not JSON ({exc.msg} at line {exc.lineno})") from None
-    links = report.get("links", {}).get("utilisation_by_link") if isinstance(report, dict) else None
-    if not links:
+    report = read_json(path, f"--report {path}")
+    links = report.get("links") if isinstance(report, dict) else None
+    links = links.get("utilisation_by_link") if isinstance(links, dict) else None
+    if not links or not isinstance(links, dict):
         raise SimtrainError(f"--report {path}: has no link utilisation; write it with "
                             f"simtrain run --network flow")
     out = {}
     for name, value in links.items():
         u, _, v = name.partition("->")
         if not cluster.graph.has_edge(u, v):
-            raise SimtrainError(f"--report {path}: link {name} is not in topology {cluster.name} with "
+            raise SimtrainError(f"--report {path}: link {shown(name)} is not in topology {cluster.name} with "
                                 f"{counted(cluster.num_nodes, 'node')} (use the run's topology and --nodes)")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < float("inf"):
+            raise SimtrainError(f"--report {path}: link {shown(name)}: utilisation {shown(value)} is not a "
+                                f"finite number >= 0")
         out[(u, v)] = float(value)
     return out
 
 
+def _short(group: list[int], most: int = 8) -> str:
+    """A group as ``[a, b, ...]``, its first ``most`` ranks and ``...`` when it has more (the JSON
+    output lists every rank).
+
+    >>> _short([0, 8, 16], 2)
+    '[0, 8, ...]'
+    """
+    return str(group) if len(group) <= most else "[" + ", ".join(map(str, group[:most])) + ", ...]"
+
+
+#: The most GPUs one node of ``simtrain mesh --gpus-per-node`` may have: 2**16, a hundred times
+#: the largest NVLink domain announced (NVIDIA's NVL576 rack, 576 GPUs).
+MAX_GPUS_PER_NODE = 2**16
 #: The settings ``simtrain mesh`` takes; each defaults to the default scenario's value.
 _MESH = ("gpus", "tp", "cp", "pp", "dp", "ep", "etp", "order")
 
 
 def cmd_mesh(args: argparse.Namespace) -> int:
+    from simtrain.budget import check_ranks
     from simtrain.settings import defaults_note
     from simtrain.specs.parallel import resolve_parallel
     from simtrain.topology.mesh import build_mesh, mesh_report
@@ -205,6 +226,7 @@ def cmd_mesh(args: argparse.Namespace) -> int:
         par = resolve_parallel(values.pop("gpus"), **values)
     except SimtrainError as exc:
         raise type(exc)(f"{exc}{defaults_note(str(exc), given)}") from None
+    check_ranks(par.world, f"gpus={par.world}")
     mesh = build_mesh(par.tp, par.cp, par.dp, par.pp, ep=par.ep, etp=par.etp, order=par.order,
                       gpus_per_node=gpus_per_node)
     info = mesh_report(mesh, args.rank)
@@ -214,7 +236,7 @@ def cmd_mesh(args: argparse.Namespace) -> int:
     print(f"{counted(mesh.world, 'rank')}, {counted(gpus_per_node, 'GPU')} per node, order {par.order} "
           f"(innermost first)")
     for dim, groups in info["groups"].items():
-        shown = " ".join(str(g) for g in groups[:4]) + (" ..." if len(groups) > 4 else "")
+        shown = " ".join(_short(g) for g in groups[:4]) + (" ..." if len(groups) > 4 else "")
         where = "inside nodes" if info["intra_node"][dim] else "across nodes"
         print(f"{dim.upper():>3} groups: {shown}  ({counted(len(groups), 'group')} of {len(groups[0])}, {where})")
     if args.rank is not None:
@@ -244,7 +266,7 @@ def add_commands(sub: Any) -> None:
                        "given by flags in place of its own.")
     for name in _MESH:
         add_setting_flag(p, SETTINGS[name])
-    p.add_argument("--gpus-per-node", type=positive_int, default=8, metavar="N",
+    p.add_argument("--gpus-per-node", type=int_in(1, MAX_GPUS_PER_NODE), default=8, metavar="N",
                    help="GPUs per node (default 8)")
     p.add_argument("--topology", metavar="NAME|FILE", help="take GPUs per node from this topology")
     p.add_argument("--rank", type=nonneg_int, metavar="R", help="print this rank's coordinates")

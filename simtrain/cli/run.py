@@ -137,9 +137,13 @@ def imported_json(run: RunArgs) -> dict[str, Any]:
 
 def chart_of(outputs: Mapping[str, Any]):
     """The Gantt options (``--ranks``, ``--streams``, ``--window``) of the output settings, checked
-    before anything is simulated."""
+    before anything is simulated, as is the output folder (``--out``, when given): a file, a
+    special file or a folder that cannot be written is refused before the run."""
+    from simtrain.cli.types import check_output_folder
     from simtrain.outputs.view import chart_options
 
+    if outputs.get("out") is not None:
+        check_output_folder(outputs["out"])
     return chart_options(outputs["ranks"], outputs["streams"], outputs["window"])
 
 

@@ -1,4 +1,12 @@
-"""``simtrain schedule``: a pipeline schedule alone, with fixed action costs, beside its closed form."""
+"""``simtrain schedule``: a pipeline schedule alone, with fixed action costs, beside its closed form.
+
+The costs are checked before anything is built: F and I must be > 0 (with a forward or an input
+gradient of no duration every action of a rank starts and ends at one instant, and the peak of
+in-flight micro-batches it measures is 0), W may be 0 (B = I), and no cost nor ``--comm`` may
+exceed :data:`MAX_COST`, so the makespan of any schedule the command builds stays finite. The
+``--gantt`` file is checked before the schedule is built, and the report before it is printed or
+drawn (:func:`simtrain.finite.check_finite`).
+"""
 
 from __future__ import annotations
 
@@ -6,8 +14,24 @@ import argparse
 import json
 from typing import Any
 
-from simtrain.cli.types import check_suffix, costs, nonneg_float, positive_int
+from simtrain.cli.types import check_output_file, costs, nonneg_float, positive_int
 from simtrain.errors import SimtrainError
+from simtrain.finite import check_finite
+
+#: The largest cost of an action or a transfer: 1e15 units, so that even a schedule of millions
+#: of actions sums to a finite makespan (float64 reaches 1.8e308).
+MAX_COST = 1e15
+
+
+def check_costs(F: float, I: float, W: float, comm: float) -> None:  # noqa: E741,N803
+    """Refuse costs that give no meaningful schedule (see the module docstring)."""
+    given = f"{F:g},{I:g},{W:g}"
+    if not (F > 0 and I > 0):
+        raise SimtrainError(f"--costs {given}: F and I must be > 0 (W may be 0: the backward is then I alone)")
+    if max(F, I, W) > MAX_COST:
+        raise SimtrainError(f"--costs {given}: each cost must be at most {MAX_COST:g}")
+    if comm > MAX_COST:
+        raise SimtrainError(f"--comm {comm:g}: must be at most {MAX_COST:g}")
 
 
 def cmd_schedule(args: argparse.Namespace) -> int:
@@ -18,19 +42,23 @@ def cmd_schedule(args: argparse.Namespace) -> int:
     from simtrain.workload.fixed_cost import run_schedule, schedule_report
 
     F, I, W = args.costs  # noqa: N806,E741
+    check_costs(F, I, W, args.comm)
     chart = chart_options(args.ranks, None, args.window)
     if (args.ranks or args.window) and not args.gantt:
         raise SimtrainError("--ranks and --window choose what --gantt draws; give --gantt OUT.png too")
     if args.vpp and args.name in REGISTRY and not REGISTRY[args.name].takes("vpp"):
         raise SimtrainError(f"--vpp: schedule {args.name} has no model chunks to interleave "
                             f"(only interleaved-1f1b takes --vpp)")
+    if args.gantt:
+        check_output_file(args.gantt, (".png", ".svg"), "--gantt")
     params = {"vpp": args.vpp} if args.vpp else {}
     if args.name == "zb-auto":
         params.update(costs=(F, I, W), comm=args.comm)
     sched = load_schedule(args.name, args.pp, args.microbatches, **params)
     run = run_schedule(sched, F, I, W, comm=args.comm)  # the closed form of the schedule built
+    report = schedule_report(run)
+    check_finite(report, f"schedule {sched.name}")
     if args.gantt:
-        check_suffix(args.gantt, (".png", ".svg"), "--gantt")
         from simtrain.outputs.gantt import draw_gantt
 
         title = (f"{sched.name}: p={sched.num_ranks}, m={sched.num_microbatches}"
@@ -39,7 +67,6 @@ def cmd_schedule(args: argparse.Namespace) -> int:
         draw_gantt(run.timeline, args.gantt, title=title, textbook=True, ranks=chart.ranks, window=chart.window,
                    rank_labels={r: f"rank {r}" for r in range(sched.num_ranks)},
                    time_label="time (units of the given costs)")
-    report = schedule_report(run)
     if args.json:
         print(json.dumps(report, sort_keys=True))
         return 0

@@ -5,10 +5,13 @@ table, so a flag and a ``--config`` key are refused with the same words."""
 from __future__ import annotations
 
 import argparse
+import os
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from simtrain.errors import SimtrainError
+from simtrain.specs.strict import shown
 from simtrain.settings import NON_NEGATIVE, NON_NEGATIVE_FINITE, POSITIVE, Rule, Setting
 
 
@@ -17,12 +20,12 @@ def _convert(text: str, kind: type) -> Any:
         try:
             return int(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"invalid integer {text!r}") from None
+            raise argparse.ArgumentTypeError(f"invalid integer {shown(text)}") from None
     if kind is float:
         try:
             return float(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"invalid number {text!r}") from None
+            raise argparse.ArgumentTypeError(f"invalid number {shown(text)}") from None
     return text
 
 
@@ -65,6 +68,17 @@ nonneg_int = value_type(int, NON_NEGATIVE)
 nonneg_float = value_type(float, NON_NEGATIVE_FINITE)
 
 
+def int_in(low: int, high: int) -> Callable[[str], int]:
+    """An argument type: an integer from ``low`` to ``high``."""
+    return value_type(int, Rule(lambda v: low <= v <= high, f"must be from {low} to {high:,}"))
+
+
+#: The most worker processes a search starts (``--jobs``): far beyond the cores of one machine
+#: (the largest x86 servers have a few hundred), so a larger number is a typo.
+MAX_JOBS = 4096
+jobs_int = int_in(1, MAX_JOBS)
+
+
 def costs(text: str) -> tuple[float, float, float]:
     """``F,I,W``: three finite numbers >= 0, the costs of ``simtrain schedule``'s actions."""
     try:
@@ -80,3 +94,87 @@ def check_suffix(path: str, suffixes: tuple[str, ...], flag: str) -> None:
     """Refuse an output file whose name does not end in one of ``suffixes``."""
     if not path.lower().endswith(suffixes):
         raise SimtrainError(f"{flag} {path}: the file name must end in {' or '.join(suffixes)}")
+
+
+def _probe_write(folder: Path, flag: str, path: str) -> None:
+    """Create and remove a temporary file in ``folder``: the one test of writability that holds
+    for root, read-only mounts and special file systems alike (``access(2)`` answers for
+    permissions only)."""
+    import tempfile
+
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".simtrain-probe.", dir=folder)
+    except OSError as exc:
+        raise SimtrainError(f"{flag} {path}: cannot write into {folder} ({exc.strerror or exc})") from None
+    os.close(fd)
+    try:
+        os.unlink(tmp)
+    except OSError:  # pragma: no cover - removed by someone else meanwhile
+        pass
+
+
+#: Bytes a temporary file beside an output adds to its name (``.NAME.XXXXXXXX.tmp``,
+#: :func:`simtrain.outputs.files.atomic_open`), with room to spare.
+_TEMP_NAME_BYTES = 32
+
+
+def _check_names(path: Path, flag: str) -> None:
+    """Refuse a path with a name longer than the file system takes (``NAME_MAX``, 255 bytes on
+    Linux, less what a temporary beside it adds) or longer than ``PATH_MAX`` (4,096 bytes)."""
+    limit = 255
+    try:
+        limit = os.pathconf(_existing_ancestor(path), "PC_NAME_MAX")
+    except (OSError, ValueError, AttributeError):
+        pass
+    if len(os.fsencode(str(path))) >= 4096:
+        raise SimtrainError(f"{flag} {path}: the path is longer than 4,096 bytes")
+    for part in path.parts:
+        if len(os.fsencode(part)) > limit - _TEMP_NAME_BYTES:
+            raise SimtrainError(f"{flag} {path}: the name {part} is longer than the {limit - _TEMP_NAME_BYTES} "
+                                f"bytes an output name can have here")
+
+
+def _existing_ancestor(path: Path) -> Path:
+    """The deepest of ``path`` and its parents that exists (the current folder at worst)."""
+    for candidate in (path, *path.parents):
+        try:
+            os.lstat(candidate)
+            return candidate
+        except OSError:
+            continue
+    return Path(".")
+
+
+def check_output_folder(path: str, flag: str = "--out") -> None:
+    """Refuse, before any work, an output folder that is not a folder or cannot be created or
+    written (a file, a special file, a read-only or special file system, a file among its
+    parents); creates nothing."""
+    if not str(path).strip():
+        raise SimtrainError(f"{flag} {path!r}: empty; give a folder (. for the current one)")
+    target = Path(path)
+    _check_names(target, flag)
+    base = _existing_ancestor(target)
+    if not base.is_dir():
+        what = "is not a folder" if base == target else f"cannot be created: {base} is not a folder"
+        raise SimtrainError(f"{flag} {path}: {what}")
+    _probe_write(base, flag, path)
+
+
+def check_output_file(path: str, suffixes: tuple[str, ...], flag: str) -> None:
+    """Refuse, before any work, an output file with the wrong suffix (:func:`check_suffix`), whose
+    folder does not exist or cannot be written, or which is itself a folder or a special file."""
+    if not str(path).strip():
+        raise SimtrainError(f"{flag} {path!r}: empty; give a file name")
+    check_suffix(path, suffixes, flag)
+    target = Path(path)
+    _check_names(target, flag)
+    folder = target.parent if str(target.parent) else Path(".")
+    if os.path.isdir(target):
+        ending = f" ending in {' or '.join(suffixes)}" if any(suffixes) else ""
+        raise SimtrainError(f"{flag} {path}: is a folder; give a file name{ending}")
+    if os.path.lexists(target) and not target.is_file():
+        raise SimtrainError(f"{flag} {path}: is not a regular file")
+    if not folder.is_dir():
+        why = "does not exist" if not os.path.lexists(folder) else "is not a folder"
+        raise SimtrainError(f"{flag} {path}: the folder {folder} {why}; create it first")
+    _probe_write(folder, flag, path)

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from simtrain.cli.run import add_setting_flag
-from simtrain.cli.types import list_type, positive_int
+from simtrain.cli.types import jobs_int, list_type, positive_int
 from simtrain.errors import SpecError
 from simtrain.settings import OUTPUTS, SETTINGS
 
@@ -215,8 +215,15 @@ def cmd_whatif(args: argparse.Namespace) -> int:
         if getattr(args, name) is not None:
             SETTINGS[name].validate(getattr(args, name))
     OUTPUTS["progress"].validate(args.progress)
+    if args.plot or args.sweep:  # the folder the plots and the swept topologies go to
+        from simtrain.cli.types import check_output_folder
+
+        check_output_folder(args.out)
     result = whatif(args)
     if args.json:
+        from simtrain.finite import check_finite
+
+        check_finite(result, "whatif result")
         print(json.dumps(result, sort_keys=True))
         return 0
     key = result["sweep"]["key"] if result["sweep"] else None
@@ -261,7 +268,7 @@ def add_command(sub: Any) -> None:
                        metavar=f"{s.metavar},..", help=f"values of --{name} to try, comma-separated (default "
                        f"{','.join(map(str, default))})")
     p.add_argument("--top", type=positive_int, metavar="K", help="simulate only the closed form's top K per cluster")
-    p.add_argument("--jobs", type=positive_int, default=min(8, os.cpu_count() or 1), metavar="J",
+    p.add_argument("--jobs", type=jobs_int, default=min(8, os.cpu_count() or 1), metavar="J",
                    help="parallel processes (default: the CPUs, at most 8)")
     add_setting_flag(p, OUTPUTS["out"], with_default=True, help="folder of the plot and a sweep's topology files "
                      "(default out)")

@@ -12,6 +12,9 @@ A kernel whose shape is in the table takes the measured time. A kernel that diff
 measured shapes in one dimension only, lying between two of them, takes the model's time scaled
 by the measured/model ratio interpolated linearly in the logarithm of that dimension. Any other
 kernel falls back to the model (:class:`simtrain.costs.timing.KernelTimer` counts each case).
+
+A file is read once, at most :data:`MAX_CSV_BYTES`; shape numbers above :data:`MAX_DIM` and a
+time that is not a finite number > 0 are refused with the line that holds them.
 """
 
 from __future__ import annotations
@@ -23,8 +26,13 @@ from pathlib import Path
 
 from simtrain.costs.kernels import DTYPES, Attention, Elementwise, Gemm, Kernel
 from simtrain.errors import SpecError
-from simtrain.specs.strict import read_text
+from simtrain.specs.strict import clip, read_text, shown
 from simtrain.units import US
+
+#: The largest calibration file read: 16 MiB (a layout's table has tens of rows of ~40 bytes).
+MAX_CSV_BYTES = 16 * 2**20
+#: The largest shape number: 2**53, the largest integer a float holds exactly (IEEE 754 binary64).
+MAX_DIM = 2**53
 
 HEADER = ("kind", "shape", "dtype", "time_us")
 KINDS = {"gemm": 4, "attention_forward": 6, "attention_backward": 6, "elementwise": 1}  # shape fields
@@ -147,25 +155,28 @@ def parse_calibration(text: str, source: str) -> Calibration:
         where = f"{source}, line {number}"
         if not header_seen:
             if tuple(cells) != HEADER:
-                raise SpecError(f"{where}: expected the header {','.join(HEADER)!r}, got {line!r}")
+                raise SpecError(f"{where}: expected the header {','.join(HEADER)!r}, got {shown(line)}")
             header_seen = True
             continue
         if len(cells) != len(HEADER):
             raise SpecError(f"{where}: expected {len(HEADER)} fields ({','.join(HEADER)}), got {len(cells)}")
         kind, shape_text, dtype, time_text = cells
         if kind not in KINDS:
-            raise SpecError(f"{where}: kind = {kind!r}: must be one of {', '.join(KINDS)}")
+            raise SpecError(f"{where}: kind = {shown(kind)}: must be one of {', '.join(KINDS)}")
         if dtype not in DTYPES:
-            raise SpecError(f"{where}: dtype = {dtype!r}: must be one of {', '.join(DTYPES)}")
+            raise SpecError(f"{where}: dtype = {shown(dtype)}: must be one of {', '.join(DTYPES)}")
         try:
             shape = tuple(int(x) for x in shape_text.split("x"))
             time_us = float(time_text)
         except ValueError:
-            raise SpecError(f"{where}: shape {shape_text!r} or time_us {time_text!r} is not a number") from None
+            raise SpecError(f"{where}: shape {shown(shape_text)} or time_us {shown(time_text)} is not a "
+                            f"number") from None
         if len(shape) != KINDS[kind] or min(shape) < (0 if kind.startswith("attention") else 1):
-            raise SpecError(f"{where}: shape {shape_text!r}: {kind} takes {KINDS[kind]} positive integers")
-        if not (time_us > 0 and math.isfinite(time_us)):
-            raise SpecError(f"{where}: time_us = {time_text}: must be a positive number")
+            raise SpecError(f"{where}: shape {shown(shape_text)}: {kind} takes {KINDS[kind]} positive integers")
+        if max(shape) > MAX_DIM:
+            raise SpecError(f"{where}: shape {shown(shape_text)}: numbers must be at most 2**53")
+        if not (time_us * US > 0 and math.isfinite(time_us)):
+            raise SpecError(f"{where}: time_us = {clip(time_text)}: must be a finite number > 0")
         entries.append(Entry(kind, shape, dtype, time_us * US))
     if not entries:
         raise SpecError(f"{source}: no measured kernels (expected the header {','.join(HEADER)!r} and rows)")
@@ -174,4 +185,4 @@ def parse_calibration(text: str, source: str) -> Calibration:
 
 def read_calibration(path: str | Path) -> Calibration:
     """Read a calibration CSV file (``--calibration``)."""
-    return parse_calibration(read_text(path, f"--calibration {path}"), str(path))
+    return parse_calibration(read_text(path, f"--calibration {path}", MAX_CSV_BYTES), str(path))

@@ -44,6 +44,7 @@ from typing import Any
 
 from simtrain.errors import SpecError
 from simtrain.imports.job import Imported, JobReader, match_model
+from simtrain.specs.strict import read_text
 
 #: Flags that set one simtrain setting to their integer value.
 SETTING_FLAGS = {"--tensor-model-parallel-size": "tp", "--pipeline-model-parallel-size": "pp",
@@ -171,7 +172,7 @@ class _Launch(JobReader):
         path = Path(text_or_path)
         is_file = not text_or_path.lstrip().startswith("-") and "\n" not in text_or_path and _is_file(path)
         super().__init__("Megatron-LM", str(path) if is_file else "arguments", flags)
-        text = path.read_text(encoding="utf-8") if is_file else text_or_path
+        text = read_text(path, f"--from-megatron {path}") if is_file else text_or_path
         self.args = _parse(launch_tokens(text, self.source))
         if not self.args:
             raise SpecError(f"--from-megatron {text_or_path[:60]!r}: neither a file nor Megatron-LM arguments "

@@ -296,3 +296,42 @@ def select_algorithm(op: str, gpus: Sequence[int], nbytes: float, cluster: Clust
         return cands[0]
     times = [price(op, a, gpus, nbytes, router, registry).time_s for a in cands]
     return cands[times.index(min(times))]
+
+
+def check_forced(force: str | None, program, cluster: Cluster, network: str = "analytic",
+                 registry: Mapping[str, CollectiveAlgorithm] = REGISTRY) -> None:
+    """``--collective-algo`` of a run, by the rule of ``simtrain collective --algo`` (which refuses
+    an algorithm that cannot run its group): a one-line SpecError when ``force`` can run none of the
+    collectives of ``program`` (a :class:`~simtrain.workload.program.Program`: its ops' ``comm``,
+    ``a+b`` being both, over the groups of their ``group_set``), naming the collectives it
+    implements, those of the run and, for one it implements, why it cannot run there; also when
+    ``network`` is ``none`` (free communication runs no algorithm). Nothing when ``force`` is None
+    or runs somewhere: there it is forced, elsewhere the tuner decides."""
+    if force is None:
+        return
+    record = find_algorithm(force, registry)
+    if network == "none":
+        raise SpecError(f"--collective-algo {force}: --network none makes communication free, so no collective "
+                        f"algorithm runs; use --network analytic or flow, or drop --collective-algo")
+    seen: set[tuple[str, int]] = set()
+    ops: set[str] = set()
+    reasons: list[str] = []
+    for op in program.ops:
+        if op.comm is None or (op.comm, op.group_set) in seen:
+            continue
+        seen.add((op.comm, op.group_set))
+        for name in (normalize_op(part) for part in op.comm.split("+")):
+            ops.add(name)
+            if name not in record.ops:
+                continue
+            for gpus in program.group_sets[op.group_set]:
+                if len(gpus) < 2:
+                    continue
+                why = record.placement(gpus, node_blocks(gpus, cluster), cluster, cluster.nvls)
+                if why is None:
+                    return
+                reasons.append(why)
+    words = ", ".join(o.replace("_", "-") for o in sorted(ops)) or "none"
+    why = next((r for r in reasons if " is off" in r), reasons[0] if reasons else "")
+    raise SpecError(f"--collective-algo {force}: runs none of this run's collectives ({words}); it implements "
+                    f"{', '.join(o.replace('_', '-') for o in record.ops)}" + (f", and {why}" if why else ""))

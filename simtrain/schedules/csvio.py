@@ -20,6 +20,11 @@ Lines starting with ``#`` are comments. Two are understood:
 ``# stage_to_rank:`` only when a stage has no action, so plain schedules stay loadable by
 PyTorch. Ranks, stages and cells are numbered from 0 in messages; ``line`` is the 1-based line
 of the file.
+
+Reading is bounded: a file is read once, at most :data:`MAX_CSV_BYTES`; a stage or micro-batch
+number is checked against the number of cells before anything is built per stage or micro-batch
+(``99999999F0`` is refused at once, without allocating a list of a hundred million stages), and a
+cell echoed in a message is cut to 80 characters (:func:`simtrain.specs.strict.shown`).
 """
 
 from __future__ import annotations
@@ -29,9 +34,17 @@ import io
 import re
 from pathlib import Path
 
-from simtrain.errors import ScheduleError
+from simtrain.errors import ScheduleError, SpecError
 from simtrain.schedules.ir import Action, Schedule, parse_action
 from simtrain.schedules.validate import ScheduleCheckError, validate
+from simtrain.specs.strict import clip, read_text, shown
+
+#: The largest schedule file read: 16 MiB, about 2.5 million cells (a schedule of 64 ranks and
+#: 4,096 micro-batches with split backward has 786,432), whose actions take a few hundred MB.
+MAX_CSV_BYTES = 16 * 2**20
+#: How far a stage or micro-batch number may exceed the number of actions in the file before it
+#: is refused outright (a number beyond it leaves stages or micro-batches with no action).
+_INDEX_SLACK = 1024
 
 _TORCH_PAIR = re.compile(r"^\(\s*([^;]+?)\s*;\s*([^;]+?)\s*\)\s*OVERLAP_F_B$")
 
@@ -54,14 +67,17 @@ def _parse_cell(text: str) -> Action:
     m = _TORCH_PAIR.match(text)
     if m:
         text = f"{m.group(1)}&{m.group(2)}"
-    return parse_action(text)
+    try:
+        return parse_action(text)
+    except ValueError:  # a number beyond Python's int-string conversion limit
+        raise ScheduleError("a stage or micro-batch number with thousands of digits") from None
 
 
 def _ints(text: str, what: str, where: str) -> list[int]:
     try:
         return [int(x) for x in text.replace(",", " ").split()]
     except ValueError:
-        raise ScheduleError(f"{where}: {what} must be integers, got {text.strip()!r}") from None
+        raise ScheduleError(f"{where}: {what} must be integers, got {shown(text.strip())}") from None
 
 
 def schedule_from_csv(text: str, source: str = "<csv>", *, name: str | None = None,
@@ -104,12 +120,13 @@ def schedule_from_csv(text: str, source: str = "<csv>", *, name: str | None = No
                 row.append((col, _parse_cell(cell.strip())))
             except ScheduleError as e:
                 raise ScheduleError(f"{source}: rank {rank} (line {ln}), cell {col}: bad cell "
-                                    f"{cell.strip()!r}: {e}") from None
+                                    f"{shown(cell.strip())}: {clip(str(e), 160)}") from None
         rows.append(row)
         row_line.append(ln)
     if not rows:
         raise ScheduleError(f"{source}: no schedule rows (one row per rank expected)")
     nranks = len(rows)
+    _check_bounds(rows, row_line, source, len(header_map or stage_to_rank or ()), num_microbatches)
 
     # stage -> rank
     seen: dict[int, tuple[int, int]] = {}
@@ -129,7 +146,8 @@ def schedule_from_csv(text: str, source: str = "<csv>", *, name: str | None = No
         nst = max(seen) + 1 if seen else 0
         missing = [s for s in range(nst) if s not in seen]
         if missing:
-            raise ScheduleError(f"{source}: stages {missing} appear in no cell; add a "
+            listed = ", ".join(map(str, missing[:8])) + (f", ... ({len(missing):,} in all)" if len(missing) > 8 else "")
+            raise ScheduleError(f"{source}: stages {listed} appear in no cell; add a "
                                 f"'# stage_to_rank:' line or pass stage_to_rank")
         stage_to_rank = tuple(seen[s][0] for s in range(nst))
     stage_to_rank = tuple(int(x) for x in stage_to_rank)
@@ -169,11 +187,33 @@ def schedule_from_csv(text: str, source: str = "<csv>", *, name: str | None = No
     return sched
 
 
+def _check_bounds(rows: list[list[tuple[int, Action]]], row_line: list[int], source: str,
+                  declared_stages: int, num_microbatches: int | None) -> None:
+    """Refuse a stage or micro-batch number far beyond what the file's cells can fill (each
+    stage 0..S-1 and micro-batch 0..M-1 needs actions), before anything is built per stage or
+    micro-batch; likewise ``num_microbatches``."""
+    halves = sum(len(a.halves()) for row in rows for _, a in row)
+    limit = halves + declared_stages + _INDEX_SLACK
+    if num_microbatches is not None and num_microbatches > limit:
+        raise ScheduleError(f"{source}: {num_microbatches:,} micro-batches asked for, but the file has only "
+                            f"{halves:,} actions; give a schedule with an F and a backward of every "
+                            f"micro-batch on every stage")
+    for r, row in enumerate(rows):
+        for col, a in row:
+            for h in a.halves():
+                for what, value in (("stage", h.stage), ("micro-batch", h.mb)):
+                    if value >= limit:
+                        raise ScheduleError(
+                            f"{source}: rank {r} (line {row_line[r]}), cell {col}: {what} {shown(value)} is "
+                            f"beyond what the file's {halves:,} actions can fill ({what}s are numbered from 0 "
+                            f"and each one needs its actions)")
+
+
 def read_schedule_csv(path: str | Path, **kw) -> Schedule:
-    """:func:`schedule_from_csv` on a file."""
+    """:func:`schedule_from_csv` on a file (at most :data:`MAX_CSV_BYTES`, UTF-8 text)."""
     p = Path(path)
     try:
-        text = p.read_text()
-    except OSError as e:
-        raise ScheduleError(f"{p}: cannot read schedule CSV: {e.strerror}") from None
+        text = read_text(p, f"{p}: cannot read schedule CSV", MAX_CSV_BYTES)
+    except SpecError as e:
+        raise ScheduleError(str(e)) from None
     return schedule_from_csv(text, str(p), **kw)

@@ -18,6 +18,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from types import MappingProxyType
 
+from simtrain.budget import check_schedule
 from simtrain.errors import ScheduleError, SpecError, unknown_name
 from simtrain.presets import preset_dir
 from simtrain.schedules.csvio import read_schedule_csv, schedule_from_csv
@@ -66,8 +67,12 @@ class Registry(Mapping[str, ScheduleRecord]):
             raise unknown_name("schedule", name, list(self._records) + example_schedules()) from None
 
     def generate(self, name: str, pp: int, m: int, **params) -> Schedule:
-        """Build the schedule ``name`` for ``pp`` ranks and ``m`` micro-batches."""
-        return self.record(name).generator(pp, m, **params)
+        """Build the schedule ``name`` for ``pp`` ranks and ``m`` micro-batches; one beyond
+        :data:`simtrain.budget.MAX_SCHEDULE_CELLS` is refused before it is built."""
+        record = self.record(name)
+        vpp = params.get("vpp")
+        check_schedule(name, pp, m, vpp if isinstance(vpp, int) and not isinstance(vpp, bool) else 1)
+        return record.generator(pp, m, **params)
 
     def load(self, name_or_path: str | Path, pp: int, m: int, **params) -> Schedule:
         """A registered schedule by name, an example file by name (see :func:`example_schedules`)
@@ -91,6 +96,23 @@ class Registry(Mapping[str, ScheduleRecord]):
             raise ScheduleError(f"{text}: the schedule uses {sched.num_microbatches} micro-batches "
                                 f"(0..{sched.num_microbatches - 1}) but the step has m={m}")
         return sched
+
+    def check_vpp(self, name: str, vpp: int) -> None:
+        """A one-line :class:`SpecError` when ``vpp`` > 1 model chunks per rank are asked of a
+        schedule that does not interleave them: a registered schedule whose generator takes no
+        ``vpp`` (its chunks per rank are fixed: one, or two for the V-shaped ones), or a schedule
+        file (its stages are where the file puts them)."""
+        if vpp == 1:
+            return
+        takers = [n for n, rec in self._records.items() if rec.takes("vpp")]
+        rec = self._records.get(name)
+        if rec is not None and rec.takes("vpp"):
+            return
+        what = ("has no virtual stages to interleave" if rec is not None
+                else "is a schedule file: its rows place the stages")
+        verb = "takes" if len(takers) == 1 else "take"
+        raise SpecError(f"--vpp {vpp}: schedule {name} {what}; only {', '.join(takers)} {verb} --vpp "
+                        f"(drop --vpp, or use --schedule {takers[0]})")
 
     def closed_form_names(self) -> tuple[str, ...]:
         """The schedules with a closed form, in registration order."""

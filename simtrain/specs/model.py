@@ -13,7 +13,6 @@ Presets live in ``simtrain/specs/models/<name>.toml``; their top-level keys are 
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, fields
 from importlib.resources import files
 from pathlib import Path
@@ -21,7 +20,7 @@ from typing import Any
 
 from simtrain.errors import SpecError, unknown_name
 from simtrain.specs.hf_config import hf_config_fields
-from simtrain.specs.strict import Table, check_value, parse_toml, read_toml
+from simtrain.specs.strict import Table, check_value, parse_toml, read_json, read_toml
 
 NORMS = ("rms", "layer")
 
@@ -318,13 +317,7 @@ def load_model(name_or_path: str) -> ModelSpec:
             raise SpecError(f"{path}: file not found")
         if suffix == ".toml":
             return model_from_table(Table(read_toml(path), str(path)), path.stem)
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as exc:
-            raise SpecError(f"{path}: malformed JSON at line {exc.lineno}, column {exc.colno}: "
-                            f"{exc.msg}") from None
-        except (OSError, UnicodeDecodeError) as exc:
-            raise SpecError(f"{path}: cannot read ({exc.__class__.__name__}: {exc})") from None
+        data = read_json(path)
         name = path.parent.name if path.stem == "config" and path.parent.name else path.stem
         return model_from_hf_config(data, str(path), name=name)
     if name_or_path not in list_models():

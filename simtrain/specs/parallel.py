@@ -174,6 +174,13 @@ def validate_parallel(par: ParallelSpec, model: "ModelSpec", num_gpus: int | Non
         value = getattr(par, key)
         if value is not None and (not isinstance(value, int) or value < 1):
             raise SpecError(f"{key}={value!r}: must be an integer >= 1")
+    chunks = par.pp * par.vpp  # at least this many model chunks, each needing a layer
+    for key in ("first_stage_layers", "last_stage_layers"):
+        value = getattr(par, key)
+        if value is not None and value > model.layers - (chunks - 1):
+            raise SpecError(f"{key}={value}: leaves no layer for some of the other {chunks - 1} pipeline "
+                            f"chunks of the {model.layers} layers of {model.name}; at most "
+                            f"{max(1, model.layers - chunks + 1)} with pp*vpp={chunks}")
     if uneven and par.pp == 1:
         raise SpecError("--first-stage-layers/--last-stage-layers/--balance-stages need pp > 1")
     if par.vpp > 1 and par.pp == 1:

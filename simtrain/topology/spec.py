@@ -56,6 +56,12 @@ DEFAULT_LINK_LATENCY_US = 0.05  # about 10 m of fibre at 5 ns/m
 DEFAULT_NVLINK_EFFICIENCY = 0.822  # 370 / 450: H100 ring busbw / line rate (nccl-tests issue 212)
 DEFAULT_NVLS_EFFICIENCY = 0.683  # 307 / 450: H100 NVLS per-GPU rate / line rate (nccl issue 1455)
 DEFAULT_NIC_EFFICIENCY = 0.96  # 24 of 25 GB/s per HDR, 48 of 50 per NDR NIC (nccl-tests 119, 319)
+# Ranges: three orders of magnitude beyond today's fastest link (NVLink 5, 900 GB/s per direction,
+# NVIDIA GB200 NVL72 datasheet) and slowest hop (~1 ms), so a value outside them is a typo, and
+# sums over a whole fabric stay far from float overflow.
+MAX_BANDWIDTH_GBPS = 1e6  # per link and direction, GB/s (or Gb/s for nic_gbps)
+MAX_LATENCY_US = 1e6  # per hop: one second
+MAX_OVERSUBSCRIPTION = 1e6
 
 
 @dataclass(frozen=True)
@@ -174,11 +180,11 @@ def _parse_fabric(t: Table | None, source: str) -> FabricSpec:
         kind=kind, tiers=tiers,
         nodes_per_leaf=t.get("nodes_per_leaf", int, min_value=1),
         spines=t.get("spines", int, min_value=1),
-        oversubscription=t.get("oversubscription", float, 1.0, min_value=1.0),
+        oversubscription=t.get("oversubscription", float, 1.0, min_value=1.0, max_value=MAX_OVERSUBSCRIPTION),
         switch_latency_s=us_to_s(t.get("switch_latency_us", float, DEFAULT_SWITCH_LATENCY_US,
-                                       min_value=0.0)),
+                                       min_value=0.0, max_value=MAX_LATENCY_US)),
         link_latency_s=us_to_s(t.get("link_latency_us", float, DEFAULT_LINK_LATENCY_US,
-                                     min_value=0.0)),
+                                     min_value=0.0, max_value=MAX_LATENCY_US)),
         nic_efficiency=_fraction(t, "nic_efficiency", DEFAULT_NIC_EFFICIENCY),
         switch_ports=t.get("switch_ports", int, None, min_value=2),
     )
@@ -186,7 +192,8 @@ def _parse_fabric(t: Table | None, source: str) -> FabricSpec:
     if tiers == 3:
         fb["leaves_per_pod"] = t.get("leaves_per_pod", int, min_value=1)
         fb["cores"] = t.get("cores", int, min_value=1)
-        fb["core_oversubscription"] = t.get("core_oversubscription", float, 1.0, min_value=1.0)
+        fb["core_oversubscription"] = t.get("core_oversubscription", float, 1.0, min_value=1.0,
+                                            max_value=MAX_OVERSUBSCRIPTION)
         if fb["cores"] % fb["spines"]:
             raise SpecError(f"{t.where}: cores = {fb['cores']}: must be a multiple of spines = "
                             f"{fb['spines']} (core c joins spine c % spines of every pod)")
@@ -211,8 +218,10 @@ def _parse_node(t: Table, gpu: GpuSpec, fabric_kind: str) -> NodeSpec:
     nvswitch = t.get("nvswitch", bool, True)
     nvl: dict[str, Any] = {}
     if nvswitch:
-        nvlink_Bps = GBps_to_Bps(t.get("nvlink_GBps", float, gpu.nvlink_Bps / GB, positive=True))
-        nvlink_lat = t.get("nvlink_latency_us", float, DEFAULT_NVLINK_LATENCY_US, min_value=0.0)
+        nvlink_Bps = GBps_to_Bps(t.get("nvlink_GBps", float, gpu.nvlink_Bps / GB, positive=True,
+                                       max_value=MAX_BANDWIDTH_GBPS))
+        nvlink_lat = t.get("nvlink_latency_us", float, DEFAULT_NVLINK_LATENCY_US, min_value=0.0,
+                           max_value=MAX_LATENCY_US)
         nvl = dict(nvlink_efficiency=_fraction(t, "nvlink_efficiency", DEFAULT_NVLINK_EFFICIENCY),
                    nvls=t.get("nvls", bool, False),
                    nvls_efficiency=_fraction(t, "nvls_efficiency", DEFAULT_NVLS_EFFICIENCY))
@@ -225,9 +234,10 @@ def _parse_node(t: Table, gpu: GpuSpec, fabric_kind: str) -> NodeSpec:
         raise SpecError(f"{t.where}: nics = {nics}: must divide gpus = {gpus} (each NIC serves "
                         f"gpus / nics GPUs over PCIe)")
     if nics:
-        nic_Bps = gbps_to_Bps(t.get("nic_gbps", float, positive=True))
-        pcie_Bps = GBps_to_Bps(t.get("pcie_GBps", float, DEFAULT_PCIE_GBPS, positive=True))
-        nic_lat = t.get("nic_latency_us", float, DEFAULT_NIC_LATENCY_US, min_value=0.0)
+        nic_Bps = gbps_to_Bps(t.get("nic_gbps", float, positive=True, max_value=MAX_BANDWIDTH_GBPS))
+        pcie_Bps = GBps_to_Bps(t.get("pcie_GBps", float, DEFAULT_PCIE_GBPS, positive=True,
+                                     max_value=MAX_BANDWIDTH_GBPS))
+        nic_lat = t.get("nic_latency_us", float, DEFAULT_NIC_LATENCY_US, min_value=0.0, max_value=MAX_LATENCY_US)
     else:
         for key in ("nic_gbps", "pcie_GBps", "nic_latency_us"):
             t.get(key, float, None, positive=key != "nic_latency_us", min_value=0.0)

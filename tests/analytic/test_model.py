@@ -111,7 +111,7 @@ def test_report_matches_simulator_keys(llama70b, seed64):
 def test_does_not_fit_or_invalid(llama70b, seed64):
     base = dict(gbs=512, seq=8192)
     assert estimate(llama70b, seed64, ParallelSpec(recompute="auto", tp=1, cp=1, pp=1, dp=64, **base)) is None
-    with pytest.raises(SpecError, match=r"tp\*cp\*pp=1,.*no recompute count fits in 72\.0 GB"):
+    with pytest.raises(SpecError, match=r"tp\*cp\*pp=1,.*no recompute count fits: .* more than the 72\.0 GB usable"):
         analytic_report(llama70b, seed64, ParallelSpec(recompute="auto", tp=1, cp=1, pp=1, dp=64, **base))
     cases = [
         (ParallelSpec(recompute="auto", tp=16, pp=4, dp=1, **base), "tp=16 exceeds the 8 GPUs"),
@@ -119,7 +119,7 @@ def test_does_not_fit_or_invalid(llama70b, seed64):
         (ParallelSpec(recompute="auto", tp=8, cp=4, dp=2, **base), "below min_cp_chunk=4096"),
         (ParallelSpec(recompute="auto", tp=8, dp=8, gbs=100, seq=8192), "gbs=100 is not divisible by dp\\*mbs=8"),
         (ParallelSpec(tp=8, dp=8, recompute="0", gbs=32, seq=131072),
-         "recompute=0 layers fits in 72.0 GB"),
+         r"recompute=0 does not fit: stage 0 needs .* more than the 72\.0 GB usable"),
     ]
     for par, message in cases:
         assert estimate(llama70b, seed64, par) is None

@@ -15,6 +15,7 @@ from simtrain.schedules import REGISTRY
 from simtrain.specs.model import load_model
 from simtrain.specs.parallel import ParallelSpec
 from simtrain.topology.cluster import load_topology
+from simtrain.units import GiB
 from simtrain.workload.moe_routing import Routing, load_factors
 
 #: Mixtral 8x7B on 64 GPUs with EP 8 and PP 4. TP must be 1 (or 2 with expert TP 2): EP is folded
@@ -122,7 +123,8 @@ def test_deepseek_fits_or_says_why(h100ib):
                                                       recompute="auto"))
     assert est["fits_in_memory"] and est["breakdown_s"]["ep"] > est["breakdown_s"]["tp"] > 0
     # EP 64 on 64 GPUs leaves 58 layers x 4 experts of 44M parameters on each GPU: 175 GB of states
-    with pytest.raises(SpecError, match=r"no recompute count fits in 85\.5 GB \(model states 175\.2 GB"):
+    with pytest.raises(SpecError, match=r"no recompute count fits: .* \(model states 175\.2 GB under ZeRO-1 "
+                                        r".* 85\.5 GB usable"):
         analytic_report(deepseek, h100ib, ParallelSpec(tp=8, etp=1, pp=1, dp=8, ep=64, seq=4096, gbs=64,
                                                        recompute="auto"))
     with pytest.raises(SpecError, match="n_params replaces N of dense models only"):
@@ -172,3 +174,15 @@ def test_skew_charges_the_busiest_rank_and_counts_real_work(mixtral, h100ib):
     assert skewed["breakdown_s"]["imbalance"] - uniform["breakdown_s"]["imbalance"] == pytest.approx(4 * extra)
     assert skewed["breakdown_s"]["compute"] == pytest.approx(uniform["breakdown_s"]["compute"])
     assert skewed["breakdown_s"]["ep"] == pytest.approx(uniform["breakdown_s"]["ep"] * sum(lf) / 8)
+
+
+def test_zero_shards_dense_and_expert_states_over_their_own_groups(mixtral, h100ib):
+    """ZeRO-3 against ZeRO-0 saves 16 (1 - 1/dp) bytes per dense parameter (sharded over DP = 16)
+    and 16 (1 - 1/edp) per routed-expert parameter (over the expert data-parallel group, edp = 2)."""
+    base = dict(MIXTRAL, recompute="none")
+    z0, z3 = (estimate(mixtral, h100ib, ParallelSpec(zero=z, **base)) for z in (0, 3))
+    experts = mixtral.moe_layers * mixtral.num_experts * mixtral.expert_params()
+    dense_per_gpu = (mixtral.params_total - experts) / 4  # tp 1, pp 4
+    expert_per_gpu = experts / (8 * 4)  # etp 1 x ep 8 x pp 4; edp = 64 / 32 = 2
+    saved = 16 * (1 - 1 / 16) * dense_per_gpu + 16 * (1 - 1 / 2) * expert_per_gpu
+    assert z0["memory_gib"] - z3["memory_gib"] == pytest.approx(saved / GiB)

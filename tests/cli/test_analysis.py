@@ -66,7 +66,7 @@ def test_analysis_errors():
                       contains=("closed-form model has bubble formulas",))
     assert_user_error("analytic", "--model", "llama3-70b", "--topology", "seed-h100", "--gpus", 8,
                       "--tp", 8, "--pp", 1, "--seq", 131072, "--gbs", 8, "--recompute", "none",
-                      contains=("fits",))
+                      contains=("recompute=none does not fit", "more than the 72.0 GB usable"))
     assert_user_error("search", "--model", "llama3-8b", "--topology", "seed-h100", "--gpus", 8,
                       "--seq", 8192, "--gbs", 64, "--schedules", "1f1b,zb-hx", contains=("zb-hx",))
 

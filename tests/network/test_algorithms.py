@@ -146,3 +146,28 @@ def test_a_new_algorithm_is_one_record():
     assert "star" not in ALGORITHMS and "star" not in REGISTRY
     with pytest.raises(SpecError, match="unknown collective algorithm 'star'"):
         check_algorithm("star")
+
+
+def test_a_forced_algorithm_must_run_somewhere_in_the_run():
+    """check_forced: the rule of ``simtrain collective --algo`` over a run's collectives."""
+    from types import SimpleNamespace
+
+    from simtrain.network.algorithms import check_forced
+
+    c = load_topology("h100-ib", nodes=2)
+    op = lambda comm, gs: SimpleNamespace(comm=comm, group_set=gs)  # noqa: E731
+    tp = tuple(range(8))  # one node
+    dp = (0, 8)  # two nodes
+    program = SimpleNamespace(ops=[op(None, -1), op("reduce_scatter+all_gather", 0), op("all_reduce", 1),
+                                   op("p2p", 2)], group_sets=[(tp,), (dp,), ((0, 8),)])
+    for algo in ("ring", "tree", "direct"):
+        check_forced(algo, program, c)  # each runs one of the run's collectives
+    check_forced(None, program, c)
+    with pytest.raises(SpecError, match=r"^--collective-algo nvls: runs none of this run's collectives \(all-gather, "
+                                        r"all-reduce, p2p, reduce-scatter\); it implements all-reduce, and algorithm "
+                                        r"'nvls' needs all GPUs of the group on one node"):
+        check_forced("nvls", program, c)
+    with pytest.raises(SpecError, match="--network none makes communication free"):
+        check_forced("ring", program, c, network="none")
+    with pytest.raises(SpecError, match="unknown collective algorithm"):
+        check_forced("rign", program, c)

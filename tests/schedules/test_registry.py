@@ -103,3 +103,16 @@ def test_table_p4_m8():
         if cf is not None:
             assert ms == pytest.approx(cf), label
     assert dict((r[0], r[1]) for r in rows)["zb-auto"] <= dict((r[0], r[1]) for r in rows)["zb-h1"]
+
+
+def test_vpp_only_for_schedules_that_interleave():
+    REGISTRY.check_vpp("interleaved-1f1b", 2)
+    for name in BUILTIN_SCHEDULES:
+        REGISTRY.check_vpp(name, 1)  # one chunk per rank is every schedule's own
+    takers = [n for n in BUILTIN_SCHEDULES if REGISTRY[n].takes("vpp")]
+    for name in (n for n in BUILTIN_SCHEDULES if n not in takers):
+        with pytest.raises(SpecError, match=rf"^--vpp 3: schedule {name} has no virtual stages to interleave; "
+                                            rf"only {', '.join(takers)} takes? --vpp"):
+            REGISTRY.check_vpp(name, 3)
+    with pytest.raises(SpecError, match="--vpp 2: schedule mine.csv is a schedule file"):
+        REGISTRY.check_vpp("mine.csv", 2)

@@ -53,3 +53,14 @@ def test_recompute_parse():
         resolve_parallel(8, recompute="some")
     assert resolve_parallel(8, recompute="FULL").recompute == "full"
     assert resolve_parallel(8, recompute=3).recompute_layers(10) == 3
+
+
+@pytest.mark.parametrize("key", ["first_stage_layers", "last_stage_layers"])
+def test_end_chunk_layers_leave_a_layer_for_every_other_chunk(key):
+    # 80 layers on pp*vpp = 8 chunks: the other 7 chunks need a layer each, so at most 73
+    validate_parallel(resolve_parallel(64, tp=8, pp=4, gbs=64, vpp=2, schedule="interleaved-1f1b",
+                                       **{key: 73}), L70, 64)
+    for value in (74, 10 ** 18):
+        par = resolve_parallel(64, tp=8, pp=4, gbs=64, vpp=2, schedule="interleaved-1f1b", **{key: value})
+        with pytest.raises(SpecError, match=rf"^{key}={value}: leaves no layer .* at most 73 with pp\*vpp=8$"):
+            validate_parallel(par, L70, 64)

@@ -1,0 +1,183 @@
+"""The closed form's memory ledger and stage split: ZeRO, sequence parallelism, recompute, layers.
+
+What :mod:`simtrain.analytic.model` reads from the layout beyond the degrees and the batch:
+
+* **ZeRO** (Rajbhandari et al. 2020, "ZeRO: Memory Optimizations Toward Training Trillion
+  Parameter Models", section 5.1-5.3 and figure 1): with mixed precision and Adam a parameter
+  costs 2 bytes of bf16 weight, 2 of bf16 gradient and ``K = 12`` of fp32 master weight and
+  moments (the course notes' ledger). Stage 1 (``P_os``) shards the 12 over the data-parallel
+  ranks, stage 2 (``P_os+g``) also the gradient, stage 3 (``P_os+g+p``) also the weight:
+  ``16 psi``, ``4 psi + 12 psi / n``, ``2 psi + 14 psi / n``, ``16 psi / n``.
+* **ZeRO's communication** per step (section 7.2): stages 0 and 1 reduce the gradients once per
+  step and (stage 1) gather the updated parameters, ``2 (n-1)/n`` of the parameter bytes; stage
+  2 reduce-scatters every micro-batch's gradients (DeepSpeed's and FSDP's reduce per backward)
+  and gathers the parameters once; stage 3 also gathers each parameter before its forward and
+  its backward of every micro-batch, ``3 (n-1)/n`` per micro-batch (the paper's 1.5x of
+  data parallelism per pass).
+* **Activations** per layer and micro-batch (Korthikanti et al. 2022, "Reducing Activation
+  Recomputation in Large Transformer Models", table 2): ``34 s b h / t`` bytes with sequence
+  parallelism (or ``t = 1``), ``s b h (10 + 24 / t)`` without; the unfused (eager) attention
+  core adds its scores, softmax and dropout, ``5 a s^2 b / t`` (``2 a s^2 b / t`` without
+  dropout), which selective recompute does not store; a fully recomputed layer keeps its input,
+  ``2 s b h / t`` with sequence parallelism, ``2 s b h`` without.
+* **Selective recompute's time** (Korthikanti et al. 2022, section 4.2): the attention core's
+  forward runs again before its backward, ``2 seq q`` FLOPs per token and layer for causal
+  attention (a third of the ``6 seq q`` the closed form counts for forward and backward).
+* **Stage split**: the layers of each model chunk are the simulator's
+  (:func:`simtrain.workload.stages.split_layers`: ``--first-stage-layers``,
+  ``--last-stage-layers``, ``--balance-stages``), gathered per pipeline rank by the schedule's
+  stage-to-rank map.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from simtrain.schedules.registry import REGISTRY
+from simtrain.specs.gpu import GpuSpec
+from simtrain.specs.model import ModelSpec
+from simtrain.specs.parallel import ParallelSpec
+
+#: Bytes per parameter of the notes' ledger: bf16 weight, bf16 gradient, fp32 master weight and
+#: Adam moments (Rajbhandari et al. 2020, section 3.1, K = 12).
+WEIGHT_BYTES, GRAD_BYTES, OPTIMIZER_BYTES = 2.0, 2.0, 12.0
+
+
+def states_bytes(params: float, shard: int, zero: int) -> float:
+    """Bytes of weights, gradients and optimizer state of ``params`` parameters under ZeRO stage
+    ``zero`` sharded over ``shard`` ranks (module docstring).
+
+    >>> [states_bytes(1.0, 4, z) for z in range(4)]
+    [16.0, 7.0, 5.5, 4.0]
+    """
+    w, g, o = WEIGHT_BYTES, GRAD_BYTES, OPTIMIZER_BYTES
+    if zero >= 1:
+        o /= shard
+    if zero >= 2:
+        g /= shard
+    if zero >= 3:
+        w /= shard
+    return params * (w + g + o)
+
+
+def dp_passes(zero: int, microbatches: int) -> float:
+    """How many times ``(n-1)/n`` of the bf16 parameter bytes each rank moves over the
+    data-parallel group per step under ZeRO ``zero`` (module docstring): 2 for stages 0 and 1,
+    ``m + 1`` for stage 2, ``3 m`` for stage 3.
+
+    >>> [dp_passes(z, 4) for z in range(4)]
+    [2.0, 2.0, 5.0, 12.0]
+    """
+    if zero <= 1:
+        return 2.0
+    if zero == 2:
+        return microbatches + 1.0
+    return 3.0 * microbatches
+
+
+@dataclass(frozen=True)
+class Activations:
+    """Activation bytes of one layer and micro-batch on one rank (module docstring)."""
+
+    kept: float  # a layer that is not fully recomputed
+    recomputed: float  # a fully recomputed layer: its input only
+
+    @classmethod
+    def of(cls, model: ModelSpec, par: ParallelSpec, tokens: int) -> "Activations":
+        """For ``tokens`` tokens per rank (``seq / cp``) of ``par``'s micro-batch."""
+        t, b, h = par.tp, par.mbs, model.hidden
+        sbh = tokens * b * h
+        sp = par.sequence_parallel or t == 1
+        kept = 34 * sbh / t if sp else sbh * (10 + 24 / t)
+        if par.attention == "eager" and par.recompute != "selective":
+            kept += (5 if model.dropout > 0 else 2) * model.heads * tokens * tokens * b / t
+        return cls(kept, 2 * sbh / (t if sp else 1))
+
+    def layers(self, count: float, recomputed: float) -> float:
+        """Bytes of ``count`` layers of which ``recomputed`` keep only their input."""
+        return (count - recomputed) * self.kept + recomputed * self.recomputed
+
+
+def selective_flops_per_token(model: ModelSpec, par: ParallelSpec) -> float:
+    """FLOPs per token and layer that selective recompute adds: the causal attention core's
+    forward, ``2 seq q`` (module docstring); 0 for other policies."""
+    return 2.0 * par.seq * model.q_width if par.recompute == "selective" else 0.0
+
+
+@dataclass(frozen=True)
+class RankLayers:
+    """Layers per pipeline rank, in layers of one plain stage (a rank holding two copies of
+    its stages, as DualPipe does, counts each layer once), and the ranks holding the LM head."""
+
+    layers: tuple[float, ...]
+    head_ranks: frozenset[int]
+
+    @property
+    def uneven(self) -> bool:
+        return len(set(self.layers)) > 1
+
+
+def split_requested(par: ParallelSpec) -> bool:
+    """Whether the layout asks for a stage split of its own (first/last chunk sizes, balance)."""
+    return par.pp > 1 and (par.first_stage_layers is not None or par.last_stage_layers is not None
+                           or par.balance_stages)
+
+
+def rank_layers(model: ModelSpec, par: ParallelSpec, gpu: GpuSpec, schedule: str, vpp: int) -> RankLayers:
+    """The layers each pipeline rank holds: an even ``L / p`` with the LM head on the last rank,
+    or, when the layout asks for a split (:func:`split_requested`), the simulator's chunk sizes
+    summed over the chunks the schedule puts on each rank."""
+    p = par.pp
+    if not split_requested(par):
+        return RankLayers((model.layers / p,) * p, frozenset({p - 1}))
+    from simtrain.workload.stages import split_layers
+
+    rec = REGISTRY.record(schedule)
+    small = REGISTRY.generate(schedule, p, 2 * p, vpp=vpp)  # the stage-to-rank map of the schedule
+    chunks = split_layers(model, par, gpu, small.chain_length)
+    per_rank = [0.0] * p
+    heads = set()
+    for stage, rank in enumerate(small.stage_to_rank):
+        chunk = small.chunk_of_stage(stage)
+        per_rank[rank] += len(chunks[chunk])
+        if chunk == len(chunks) - 1:
+            heads.add(rank)
+    return RankLayers(tuple(n / rec.static_copies for n in per_rank), frozenset(heads))
+
+
+#: Settings that change a simulated step but not the closed form, with what it assumes instead.
+NOT_MODELLED = {
+    "network": "NCCL ring bandwidths per group",
+    "collective_algo": "ring bandwidths",
+    "grad_dtype": "bf16 gradients",
+    "overlap_grad_reduce": "80% of the DP reduction hidden",
+    "overlap_p2p_comm": "half of each pipeline transfer hidden",
+    "tp_backward_overlap": "TP collectives exposed",
+    "tp_comm_overlap": "TP collectives exposed",
+    "fp8": "bf16 GEMMs",
+    "steps": "one step",
+    "optimizer_sync": "no step-end synchronisation",
+    "comm_interference": "no slowdown of compute by communication",
+    "calibration": "the GPU's flat efficiency",
+    "straggler": "equal GPUs",
+    "throttle": "equal GPUs",
+    "slow_node": "equal GPUs",
+    "node_gpu": "one GPU type",
+    "degrade_link": "the topology's links",
+    "fail_link": "the topology's links",
+    "jitter": "no noise",
+    "slow_steps": "no noise",
+}
+
+
+def not_modelled(settings: Mapping[str, Any], defaults: Mapping[str, Any]) -> list[str]:
+    """The names of the settings of ``settings`` that differ from ``defaults`` and that the
+    closed form does not model (:data:`NOT_MODELLED` says what it assumes instead).
+
+    >>> not_modelled({"fp8": True, "tp": 4, "jitter": 0.0}, {"fp8": False, "tp": 8, "jitter": 0.0})
+    ['fp8']
+    """
+    return [name for name in NOT_MODELLED
+            if settings.get(name) is not None and settings.get(name) != defaults.get(name)]
