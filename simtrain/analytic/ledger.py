@@ -35,14 +35,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from simtrain.costs.sizes import static_bytes
 from simtrain.schedules.registry import REGISTRY
 from simtrain.specs.gpu import GpuSpec
 from simtrain.specs.model import ModelSpec
 from simtrain.specs.parallel import ParallelSpec
 
-#: Bytes per parameter of the notes' ledger: bf16 weight, bf16 gradient, fp32 master weight and
-#: Adam moments (Rajbhandari et al. 2020, section 3.1, K = 12).
-WEIGHT_BYTES, GRAD_BYTES, OPTIMIZER_BYTES = 2.0, 2.0, 12.0
+#: Bytes per parameter of a gradient in the notes' ledger: bf16 (with the bf16 weight and the fp32
+#: master weight and Adam moments of :func:`simtrain.costs.sizes.static_bytes`, 16 bytes in all:
+#: Rajbhandari et al. 2020, section 3.1, K = 12).
+GRAD_BYTES = 2
 
 
 def states_bytes(params: float, shard: int, zero: int) -> float:
@@ -52,14 +54,7 @@ def states_bytes(params: float, shard: int, zero: int) -> float:
     >>> [states_bytes(1.0, 4, z) for z in range(4)]
     [16.0, 7.0, 5.5, 4.0]
     """
-    w, g, o = WEIGHT_BYTES, GRAD_BYTES, OPTIMIZER_BYTES
-    if zero >= 1:
-        o /= shard
-    if zero >= 2:
-        g /= shard
-    if zero >= 3:
-        w /= shard
-    return params * (w + g + o)
+    return static_bytes(params, zero, shard, grad_bytes=GRAD_BYTES)
 
 
 def dp_passes(zero: int, microbatches: int) -> float:

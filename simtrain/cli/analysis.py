@@ -218,6 +218,16 @@ def cmd_search(args: argparse.Namespace) -> int:
 _SEARCH_LISTS = (("vpp", (1,)), ("mbs", (1,)), ("zero", (1,)), ("recompute", ("auto",)))
 
 
+def add_list_flags(p: argparse.ArgumentParser, lists: tuple[tuple[str, tuple], ...]) -> None:
+    """A comma-separated list flag per (setting, default values) of ``lists``, each value checked
+    as the setting's own flag checks it (``search`` and ``whatif``)."""
+    for name, default in lists:
+        s = SETTINGS[name]
+        p.add_argument(*s.cli_flags, dest=name, type=list_type(s.flag_kind, s.rule), default=default,
+                       metavar=f"{s.metavar},..", help=f"values of --{name.replace('_', '-')} to try, "
+                       f"comma-separated (default {','.join(map(str, default))})")
+
+
 def _add_search_flags(p: argparse.ArgumentParser) -> None:
     for name in ("model", "topology", "gpus"):
         add_setting_flag(p, SETTINGS[name], required=True)
@@ -226,11 +236,7 @@ def _add_search_flags(p: argparse.ArgumentParser) -> None:
         add_setting_flag(p, SETTINGS[name], required=True)
     p.add_argument("--schedules", type=list_type(str), default=("1f1b",), metavar="NAME,..",
                    help="pipeline schedules to try, comma-separated (default 1f1b)")
-    for name, default in _SEARCH_LISTS:
-        s = SETTINGS[name]
-        p.add_argument(*s.cli_flags, dest=name, type=list_type(s.flag_kind, s.rule), default=default,
-                       metavar=f"{s.metavar},..", help=f"values of --{name.replace('_', '-')} to try, "
-                       f"comma-separated (default {','.join(map(str, default))})")
+    add_list_flags(p, _SEARCH_LISTS)
     p.add_argument("--top", type=positive_int, metavar="K", help="simulate only the analytic top K")
     p.add_argument("--jobs", type=jobs_int, default=min(8, os.cpu_count() or 1), metavar="J",
                    help="parallel processes (with --executor dask and no --scheduler: workers of the local dask "

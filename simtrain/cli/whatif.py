@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from simtrain.cli.analysis import add_list_flags
 from simtrain.cli.run import add_setting_flag
 from simtrain.cli.types import jobs_int, list_type, positive_int
 from simtrain.errors import SpecError
@@ -262,11 +263,7 @@ def add_command(sub: Any) -> None:
                    "oversubscription, ...) and plot step time and cost against it")
     p.add_argument("--schedules", type=list_type(str), default=("1f1b",), metavar="NAME,..",
                    help="pipeline schedules to try (default 1f1b)")
-    for name, default in (("mbs", (1,)), ("zero", (1,)), ("recompute", ("auto",))):
-        s = SETTINGS[name]
-        p.add_argument(*s.cli_flags, dest=name, type=list_type(s.flag_kind, s.rule), default=default,
-                       metavar=f"{s.metavar},..", help=f"values of --{name} to try, comma-separated (default "
-                       f"{','.join(map(str, default))})")
+    add_list_flags(p, (("mbs", (1,)), ("zero", (1,)), ("recompute", ("auto",))))
     p.add_argument("--top", type=positive_int, metavar="K", help="simulate only the closed form's top K per cluster")
     p.add_argument("--jobs", type=jobs_int, default=min(8, os.cpu_count() or 1), metavar="J",
                    help="parallel processes (default: the CPUs, at most 8)")

@@ -134,18 +134,22 @@ def parse_indexed(flag: str, text: str | None, what: str) -> tuple[tuple[int, fl
     return tuple(out)
 
 
-def parse_throttle(text: str | None) -> tuple[float, float]:
-    """``FRACTION[:FACTOR]`` (``--throttle 0.01:0.7``): the fraction of GPUs and their speed."""
-    if not text:
-        return 0.0, DEFAULT_FACTOR
-    fraction, _, factor = text.partition(":")
+def parse_share(flag: str, text: str, what: str, default_factor: float) -> tuple[float, float]:
+    """``SHARE[:FACTOR]``: a number in [0, 1] (a fraction, a probability: ``what``) and a speed
+    factor (``default_factor`` when not given)."""
+    share, _, factor = text.partition(":")
     try:
-        value = float(fraction)
+        value = float(share)
     except ValueError:
         value = math.nan
     if not 0 <= value <= 1:
-        raise SpecError(f"--throttle {text!r}: fraction {fraction!r} must be a number in [0, 1]")
-    return value, parse_factor("--throttle", text, factor) if factor else DEFAULT_FACTOR
+        raise SpecError(f"{flag} {text!r}: {what} {share!r} must be a number in [0, 1]")
+    return value, parse_factor(flag, text, factor) if factor else default_factor
+
+
+def parse_throttle(text: str | None) -> tuple[float, float]:
+    """``FRACTION[:FACTOR]`` (``--throttle 0.01:0.7``): the fraction of GPUs and their speed."""
+    return parse_share("--throttle", text, "fraction", DEFAULT_FACTOR) if text else (0.0, DEFAULT_FACTOR)
 
 
 def parse_node_gpus(text: str | None, known: list[str]) -> tuple[tuple[int, int, str], ...]:

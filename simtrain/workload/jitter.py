@@ -33,8 +33,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from simtrain.errors import SpecError
-from simtrain.specs.perturbation import parse_factor
+from simtrain.specs.perturbation import parse_share
 from simtrain.workload.program import KIND, STREAM, Program
 
 @dataclass(frozen=True)
@@ -165,12 +164,5 @@ def jitter_of(cv: float, seed: int, slow_steps: str | None) -> Jitter:
     settings (one-line errors for a malformed ``slow_steps``)."""
     if not slow_steps:
         return Jitter(cv=cv, seed=seed)
-    prob, _, factor = slow_steps.partition(":")
-    try:
-        p = float(prob)
-    except ValueError:
-        p = math.nan
-    if not 0 <= p <= 1:
-        raise SpecError(f"--slow-steps {slow_steps!r}: probability {prob!r} must be a number in [0, 1]")
-    return Jitter(cv=cv, seed=seed, slow_step_prob=p,
-                  slow_step_factor=parse_factor("--slow-steps", slow_steps, factor) if factor else 0.5)
+    prob, factor = parse_share("--slow-steps", slow_steps, "probability", 0.5)
+    return Jitter(cv=cv, seed=seed, slow_step_prob=prob, slow_step_factor=factor)
