@@ -49,6 +49,9 @@ STAGING_PREFIX = ".simtrain-run."
 LOCK_NAME = ".simtrain.lock"
 #: Age (seconds, by modification time) under which an unlocked temporary is left alone.
 STALE_AFTER_S = 2.0
+#: Seconds a staging folder without its lock file is left alone: its writer may be descheduled
+#: between creating the folder and locking it (a loaded machine stalls a process for seconds).
+UNLOCKED_STAGE_S = 120.0
 
 
 def _lock(fd: int, how: int) -> bool:
@@ -128,8 +131,12 @@ def remove_stale(folder: str | os.PathLike, now_s: float) -> list[str]:
                 lock_path, is_dir = os.path.join(entry.path, LOCK_NAME), True
             else:
                 continue
-            young = entry.stat(follow_symlinks=False).st_mtime > now_s - STALE_AFTER_S
-            if _held(lock_path) or (young and not (is_dir and os.path.exists(lock_path))):
+            mtime = entry.stat(follow_symlinks=False).st_mtime
+            if is_dir and not os.path.exists(lock_path):  # a writer between creating and locking it
+                young = mtime > now_s - UNLOCKED_STAGE_S
+            else:
+                young = not is_dir and mtime > now_s - STALE_AFTER_S
+            if _held(lock_path) or young:
                 continue  # a live writer, or one that may not have locked yet
             if is_dir:
                 shutil.rmtree(entry.path)
@@ -155,8 +162,10 @@ def output_set(out_dir: str | os.PathLike, flag: str = "--out") -> Iterator[Path
     except OSError as exc:
         raise SpecError(f"{flag} {out}: cannot create the folder or write into it ({exc.strerror})") from None
     try:
-        with open(stage / LOCK_NAME, "w") as held:
+        # the lock file takes its name only once locked: a cleaner that sees it finds it held
+        with open(stage / f"{LOCK_NAME}.new", "w") as held:
             _lock(held.fileno(), fcntl.LOCK_EX if fcntl else 0)
+            os.replace(stage / f"{LOCK_NAME}.new", stage / LOCK_NAME)
             try:
                 yield stage
                 _swap(stage, out, started_s)
