@@ -13,7 +13,7 @@ import pytest
 
 from simtrain.errors import SpecError
 from simtrain.outputs import files
-from simtrain.outputs.files import LOCK_NAME, STALE_AFTER_S, atomic_open, output_set, remove_stale
+from simtrain.outputs.files import LOCK_NAME, STALE_AFTER_S, UNLOCKED_STAGE_S, atomic_open, output_set, remove_stale
 
 
 def _write_set(folder, tag, names=("report.json", "trace.json")):
@@ -88,7 +88,8 @@ def test_temporaries_of_killed_writers_go_and_live_ones_stay(tmp_path):
 
     make(".trace.json.dead.tmp")
     make(".simtrain-run.dead", folder=True, lock=True, mtime=now)  # unlocked lock file: its run is gone
-    make(".simtrain-run.nolock", folder=True)
+    make(".simtrain-run.nolock", folder=True, mtime=now - 2 * UNLOCKED_STAGE_S)
+    make(".simtrain-run.stalled", folder=True)  # its writer may be descheduled before locking it
     make(".report.json.young.tmp", mtime=now)  # its writer may not have locked it yet
     make(".simtrain-run.younglock", folder=True, mtime=now)
     live = make(".trace.json.live.tmp")
@@ -100,8 +101,8 @@ def test_temporaries_of_killed_writers_go_and_live_ones_stay(tmp_path):
         removed = remove_stale(tmp_path, now)
     assert sorted(removed) == [".simtrain-run.dead", ".simtrain-run.nolock", ".trace.json.dead.tmp"]
     assert sorted(p.name for p in tmp_path.iterdir()) == [
-        ".report.json.young.tmp", ".simtrain-run.live", ".simtrain-run.younglock", ".trace.json.live.tmp",
-        "notes.tmp"]
+        ".report.json.young.tmp", ".simtrain-run.live", ".simtrain-run.stalled", ".simtrain-run.younglock",
+        ".trace.json.live.tmp", "notes.tmp"]
 
 
 def test_atomic_open_holds_a_lock_on_its_temporary_while_writing(tmp_path):
