@@ -29,7 +29,7 @@ from simtrain.costs.calibration import Calibration, read_calibration
 from simtrain.workload.moe_routing import Routing
 from simtrain import perturbed
 from simtrain.specs.perturbation import Perturbations
-from simtrain.topology.faults import perturb_links
+from simtrain.topology.faults import check_links, perturb_links
 from simtrain.workload.jitter import Jitter, apply_jitter, jitter_of
 from simtrain.schedules import REGISTRY as SCHEDULES, load_schedule, validate
 from simtrain.specs.gpu import GpuSpec
@@ -165,7 +165,7 @@ def _resolve(s: dict[str, Any], recompute_rule: str) -> Scenario:
         check_algorithm(s["collective_algo"])
     perturbations = perturbed.from_settings(s)
     perturbations.check(s["gpus"], cluster.num_nodes)
-    perturb_links(cluster, perturbations.degraded_links, perturbations.failed_links)  # names checked
+    check_links(cluster, perturbations.degraded_links, perturbations.failed_links)
     return Scenario(model=model, cluster=cluster, gpu=gpu, parallel=par, network=s["network"],
                     collective_algo=s["collective_algo"], fold=s["fold"], max_events=s["max_events"],
                     routing=routing, settings=s, calibration=calibration, perturbations=perturbations,

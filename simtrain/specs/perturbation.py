@@ -50,10 +50,6 @@ class Perturbations:
         return bool(self.stragglers or self.throttle_fraction or self.slow_nodes or self.node_gpus
                     or self.degraded_links or self.failed_links)
 
-    @property
-    def links_changed(self) -> bool:
-        return bool(self.degraded_links or self.failed_links)
-
     def speeds(self, gpus: int, gpus_per_node: int) -> dict[int, float]:
         """GPU -> speed factor of every slowed GPU (the product where several slow one GPU)."""
         out: dict[int, float] = {}
@@ -86,10 +82,6 @@ class Perturbations:
             for gpu in range(first * gpus_per_node, min(gpus, (last + 1) * gpus_per_node)):
                 out[gpu] = name
         return out
-
-    def touched_gpus(self, gpus: int, gpus_per_node: int) -> set[int]:
-        """The GPUs that compute differently from the cluster's GPU."""
-        return set(self.speeds(gpus, gpus_per_node)) | set(self.gpu_presets(gpus, gpus_per_node))
 
     def check(self, gpus: int, nodes: int) -> None:
         """Every GPU and node named exists among the ``gpus`` GPUs on ``nodes`` nodes."""

@@ -32,6 +32,15 @@ def _check_link(cluster: Cluster, flag: str, a: str, b: str) -> None:
                     f"({a} links to {', '.join(ends[:8])}{', ...' if len(ends) > 8 else ''})")
 
 
+def check_links(cluster: Cluster, degraded: tuple[tuple[str, str, float], ...],
+                failed: tuple[tuple[str, str], ...]) -> None:
+    """A one-line error for the first degraded or failed link ``cluster`` does not have."""
+    for a, b, _ in degraded:
+        _check_link(cluster, "--degrade-link", a, b)
+    for a, b in failed:
+        _check_link(cluster, "--fail-link", a, b)
+
+
 def perturb_links(cluster: Cluster, degraded: tuple[tuple[str, str, float], ...],
                   failed: tuple[tuple[str, str], ...]) -> Cluster:
     """``cluster`` with the ``degraded`` links (ends, bandwidth factor) slowed and the ``failed``
@@ -39,19 +48,13 @@ def perturb_links(cluster: Cluster, degraded: tuple[tuple[str, str, float], ...]
     it."""
     if not degraded and not failed:
         return cluster
+    check_links(cluster, degraded, failed)
     g = cluster.graph.copy()
     for a, b, factor in degraded:
-        _check_link(cluster, "--degrade-link", a, b)
         for u, v in ((a, b), (b, a)):
             g.edges[u, v]["bandwidth_Bps"] *= factor
             g.edges[u, v]["capacity_Bps"] *= factor
     for a, b in failed:
-        _check_link(cluster, "--fail-link", a, b)
         g.remove_edge(a, b)
         g.remove_edge(b, a)
     return replace(cluster, graph=g)
-
-
-def link_name(u: str, v: str) -> str:
-    """The name a link's flag takes: its ends joined by a dash."""
-    return f"{u}-{v}"

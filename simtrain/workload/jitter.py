@@ -143,10 +143,14 @@ def apply_jitter(program: Program, jitter: Jitter, layer_size: int) -> dict[str,
         if jitter.slow_step_prob > 0 and rng.random() < jitter.slow_step_prob:
             slow[k] = ranks[int(rng.choice(len(ranks), p=weights / weights.sum()))]
     ops = program.ops
+    shifts: dict[int, float] = {}  # replicas -> expected maximum (one quadrature per distinct count)
     for r in ranks:
         w = program.rank_weight[r]
         m = max(1, min(w, layer_size))
-        shift = expected_max_normal(max(1, w // m))
+        n = max(1, w // m)
+        shift = shifts.get(n)
+        if shift is None:
+            shift = shifts[n] = expected_max_normal(n)
         for k, ids in enumerate(steps[r]):
             base = np.array([ops[i].duration_s for i in ids])
             scaled = _slowest_members(rng, base, _segments(program, ids), m, sigma)

@@ -109,8 +109,8 @@ def test_atomic_open_holds_a_lock_on_its_temporary_while_writing(tmp_path):
     with atomic_open(tmp_path / "a.json") as fh:
         fh.write("{}")
         (tmp,) = tmp_path.glob(".a.json.*.tmp")
-        os.utime(tmp, (0, 0))
-        assert remove_stale(tmp_path, time.time()) == []  # held: a live writer
+        os.utime(tmp, (0, 0))  # long stale by its age: only the writer's lock keeps it
+        assert remove_stale(tmp_path, 10 * UNLOCKED_STAGE_S) == []  # held: a live writer
     assert (tmp_path / "a.json").read_text() == "{}"
     assert [p.name for p in tmp_path.iterdir()] == ["a.json"]
 

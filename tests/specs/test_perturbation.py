@@ -54,7 +54,7 @@ def test_speeds_multiply_where_perturbations_meet():
     p = Perturbations(stragglers=((9, 0.5),), slow_nodes=((1, 0.8),))
     speeds = p.speeds(gpus=32, gpus_per_node=8)
     assert speeds == {**{g: 0.8 for g in range(8, 16)}, 9: 0.4}
-    assert p.touched_gpus(32, 8) == set(range(8, 16))
+    assert set(speeds) | set(p.gpu_presets(32, 8)) == set(range(8, 16))
 
 
 def test_throttle_draws_a_seeded_fraction():
