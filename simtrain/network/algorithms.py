@@ -25,9 +25,10 @@ from typing import Callable, Mapping, Sequence
 
 from simtrain.errors import SpecError, unknown_name
 from simtrain.network.channels import channel_count, node_blocks
-from simtrain.network.phases import Phase, direct_phases, group_shape, hierarchical_phases, phase_time, ring_phases
+from simtrain.network.phases import (Phase, direct_phases, group_shape, hierarchical_phases, hops_time, phase_time,
+                                     ring_phases, ring_unit_hops)
 from simtrain.network.protocols import GroupShape, bandwidth_factor, latency_s, protocols, tree_cap_Bps
-from simtrain.network.trees import nvls_phases, nvls_tree_phases, tree_phases
+from simtrain.network.trees import nvls_phases, nvls_tree_phases, tree_phases, tree_unit_hops
 from simtrain.topology.cluster import Cluster
 from simtrain.topology.routes import Router
 
@@ -35,6 +36,8 @@ OPS = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all", "p2p", "ring_
 
 #: (op, gpus, bytes, router) -> the phases of one group
 PhaseBuilder = Callable[[str, Sequence[int], float, Router], list[Phase]]
+#: (op, gpus, router) -> (sources, destinations, bytes): the flows of a one-phase unit without latency
+HopBuilder = Callable[[str, Sequence[int], Router], tuple]
 #: (gpus, the gpus by node, cluster, NVLink SHARP enabled) -> why the algorithm cannot run there
 Placement = Callable[[Sequence[int], list[list[int]], Cluster, bool], str | None]
 
@@ -85,6 +88,7 @@ class CollectiveAlgorithm:
     placement: Placement = _anywhere  # why it cannot run on a group (None: it can)
     offered: Callable[[list[list[int]]], bool] = _always  # the tuner considers it (GPUs by node)
     family: str | None = None  # NCCL tuning family pricing latency and protocols; None: Simple
+    hops: HopBuilder | None = None  # its one phase's flows for one byte, priced without routes (hop_cost)
 
 
 def _hierarchical_placement(gpus: Sequence[int], blocks: list[list[int]], cluster: Cluster,
@@ -139,8 +143,10 @@ def _never(blocks: list[list[int]]) -> bool:
 
 #: The algorithms by name, in the tuner's tie-break order.
 REGISTRY: Mapping[str, CollectiveAlgorithm] = MappingProxyType({a.name: a for a in (
-    CollectiveAlgorithm("ring", ("all_reduce", "reduce_scatter", "all_gather"), ring_phases, family="ring"),
-    CollectiveAlgorithm("tree", ("all_reduce",), tree_phases, offered=_across_nodes, family="tree"),
+    CollectiveAlgorithm("ring", ("all_reduce", "reduce_scatter", "all_gather"), ring_phases, family="ring",
+                        hops=ring_unit_hops),
+    CollectiveAlgorithm("tree", ("all_reduce",), tree_phases, offered=_across_nodes, family="tree",
+                        hops=tree_unit_hops),
     CollectiveAlgorithm("nvls", ("all_reduce",), nvls_phases, placement=_nvls_placement, family="nvls"),
     CollectiveAlgorithm("nvls_tree", ("all_reduce",), nvls_tree_phases, placement=_nvls_tree_placement,
                         family="nvls_tree"),
@@ -206,6 +212,23 @@ def unit_cost(unit: list[Phase], cluster: Cluster) -> tuple[float, float]:
     return (sum(phase_time(p, cluster) - p.latency_s for p in unit), sum(p.latency_s for p in unit))
 
 
+def hop_cost(op: str, algo: str, gpus: Sequence[int], router: Router,
+             registry: Mapping[str, CollectiveAlgorithm] = REGISTRY) -> tuple[float, float] | None:
+    """:func:`unit_cost` of :func:`unit_phases`, bit for bit, from the algorithm's ``hops``
+    without building a flow or a route per hop (:func:`~simtrain.network.phases.hops_time`): what
+    a ring or a tree over 100,000 GPUs costs to price. None where the algorithm has no ``hops`` or
+    the group is a single GPU; SpecError where it cannot run there, as :func:`unit_phases`."""
+    op, gpus = normalize_op(op), tuple(gpus)
+    record = find_algorithm(algo, registry)
+    if record.hops is None or len(gpus) < 2:
+        return None
+    why = applicable(algo, op, gpus, router.cluster, True, registry)
+    if why is not None:
+        raise SpecError(why)
+    busiest = hops_time(*record.hops(op, gpus, router), router)  # its one phase, latency 0
+    return (0 + (busiest - 0.0), 0 + 0.0)
+
+
 def tuning_shape(gpus: Sequence[int], router: Router) -> GroupShape:
     """The group as NCCL's tuning model prices it, with its channels (:func:`price`)."""
     return group_shape(gpus, router, channel_count(node_blocks(gpus, router.cluster), router))
@@ -215,14 +238,17 @@ def price(op: str, algo: str, gpus: Sequence[int], nbytes: float, router: Router
           registry: Mapping[str, CollectiveAlgorithm] = REGISTRY, unit: list[Phase] | None = None,
           cost: tuple[float, float] | None = None, shape: GroupShape | None = None) -> Price:
     """The uncontended price of ``algo`` (module docstring); ``unit``: its :func:`unit_phases`
-    when already built, ``cost`` their :func:`unit_cost`, ``shape`` the group's
-    :func:`tuning_shape` when already known."""
+    when already built, ``cost`` their :func:`unit_cost` (or :func:`hop_cost`: then ``unit`` may
+    be None, the group having two GPUs or more), ``shape`` the group's :func:`tuning_shape` when
+    already known."""
     op, gpus = normalize_op(op), tuple(gpus)
-    unit = unit_phases(op, algo, gpus, router, registry) if unit is None else unit
+    if cost is None:
+        unit = unit_phases(op, algo, gpus, router, registry) if unit is None else unit
+        cost = unit_cost(unit, router.cluster)
     family = find_algorithm(algo, registry).family
-    if not unit or nbytes <= 0:
+    if (unit is not None and not unit) or nbytes <= 0:
         return Price(algo, "Simple", 0.0)
-    seconds, fixed = unit_cost(unit, router.cluster) if cost is None else cost  # seconds per byte
+    seconds, fixed = cost  # seconds per byte
     if family is None:
         return Price(algo, "Simple", nbytes * seconds + fixed)
     shape = tuning_shape(gpus, router) if shape is None else shape

@@ -9,6 +9,8 @@ here (that is the ``flow`` fidelity's job).
 
 from __future__ import annotations
 
+from typing import Sequence
+
 from simtrain.network.planner import Planner
 from simtrain.network.protocol import PricedNetwork
 from simtrain.topology.cluster import Cluster
@@ -29,3 +31,6 @@ class AnalyticNetwork(PricedNetwork):
 
     def p2p_time(self, src: int, dst: int, nbytes: float) -> float:
         return self.planner.p2p_time(src, dst, nbytes)
+
+    def p2p_max_time(self, pairs: Sequence[tuple[int, int]], nbytes: float) -> float:
+        return self.planner.p2p_max_time(pairs, nbytes)

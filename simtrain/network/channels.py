@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from typing import Sequence
 
+import numpy as np
+
 from simtrain.topology.cluster import Cluster
 from simtrain.topology.routes import Router
 
@@ -27,10 +29,30 @@ Hop = tuple[int, int, float]  # (source GPU, destination GPU, share of the per-r
 
 def node_blocks(gpus: Sequence[int], cluster: Cluster) -> list[list[int]]:
     """The group's GPUs by node, nodes in order of first appearance, GPUs in group order."""
+    if len(gpus) >= _MANY and all(g.__class__ is int for g in gpus):
+        arr = np.array(gpus, dtype=np.int64)
+        if arr.min() >= 0 and arr.max() < cluster.num_gpus:
+            return _sorted_blocks(arr, cluster.gpus_per_node)
     blocks: dict[int, list[int]] = {}
     for g in gpus:
         blocks.setdefault(cluster.node_of(g), []).append(g)
     return list(blocks.values())
+
+
+_MANY = 256  # members from which a group is split by node with arrays
+
+
+def _sorted_blocks(arr: np.ndarray, gpus_per_node: int) -> list[list[int]]:
+    """:func:`node_blocks` of GPUs ``arr`` (all valid) with arrays: a stable sort by node keeps
+    group order inside each node; nodes are then put in order of their first member."""
+    nodes = arr // gpus_per_node
+    order = np.argsort(nodes, kind="stable")
+    cuts = (np.flatnonzero(np.diff(nodes[order])) + 1).tolist()
+    members = arr[order].tolist()
+    starts = [0] + cuts
+    blocks = [members[a:b] for a, b in zip(starts, cuts + [len(members)])]
+    first = order[starts]  # each node's first member's position in the group
+    return blocks if bool(np.all(np.diff(first) > 0)) else [blocks[i] for i in np.argsort(first).tolist()]
 
 
 def channel_count(blocks: list[list[int]], router: Router) -> int:
@@ -38,6 +60,13 @@ def channel_count(blocks: list[list[int]], router: Router) -> int:
     (1 inside a node, or where a node has no NIC)."""
     if len(blocks) < 2:
         return 1
+    if len(blocks) >= _MANY:
+        sizes = [len(b) for b in blocks]
+        gpus = np.fromiter((g for b in blocks for g in b), dtype=np.int64, count=sum(sizes))
+        nics = router.link_ids().nic_numbers(gpus)  # distinct per NIC of the cluster, -1 for none
+        block = np.repeat(np.arange(len(blocks)), sizes)
+        pairs = np.unique(np.stack([block, nics], axis=1)[nics >= 0], axis=0)
+        return max(1, int(np.bincount(pairs[:, 0], minlength=len(blocks)).min()))
     return max(1, min(len({router.nic_of(g) for g in block} - {None}) for block in blocks))
 
 
@@ -48,28 +77,43 @@ def channel_order(block: list[int], channel: int, channels: int, node_index: int
     return block[start:] + block[:start]
 
 
-def merge(hops: list[Hop]) -> list[Hop]:
-    """Hops with the same source and destination as one, their shares summed (first-seen order)."""
-    out: dict[tuple[int, int], float] = {}
-    for a, b, share in hops:
-        out[(a, b)] = out.get((a, b), 0.0) + share
-    return [(a, b, s) for (a, b), s in out.items()]
-
-
 def ring_hops(gpus: Sequence[int], router: Router) -> list[Hop]:
     """The hops of a ring collective on ``gpus`` over all its channels: inside one node the ring
     ``g[i] -> g[i+1]`` (share 1 each); across nodes each channel's ring (module docstring), every
-    hop with share ``1/C``, hops shared by several channels merged."""
+    hop with share ``1/C``, hops shared by several channels merged (:func:`ring_hop_arrays`)."""
+    src, dst, share = ring_hop_arrays(gpus, router)
+    return list(zip(src.tolist(), dst.tolist(), share.tolist()))
+
+
+def ring_hop_arrays(gpus: Sequence[int], router: Router) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`ring_hops` as arrays of sources, destinations and shares, built without a Python
+    object per hop (a ring over 65,536 GPUs on 8 channels has half a million): the hops of every
+    channel in order, then those with the same source and destination merged into the first, its
+    share the sum of theirs (added in hop order)."""
     n = len(gpus)
+    ring = np.asarray(gpus, dtype=np.int64)
     blocks = node_blocks(gpus, router.cluster)
     if len(blocks) == 1:
-        return [(gpus[i], gpus[(i + 1) % n], 1.0) for i in range(n)]
+        return ring, np.roll(ring, -1), np.ones(n)
     channels = channel_count(blocks, router)
-    hops: list[Hop] = []
-    for c in range(channels):
-        ring = [g for i, block in enumerate(blocks) for g in channel_order(block, c, channels, i)]
-        hops += [(ring[i], ring[(i + 1) % n], 1 / channels) for i in range(n)]
-    return merge(hops)
+    rings = np.stack([channel_ring(blocks, c, channels) for c in range(channels)])
+    src, dst = rings.ravel(), np.roll(rings, -1, axis=1).ravel()
+    key = src * (int(rings.max()) + 1) + dst
+    _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+    shares = np.bincount(inverse.ravel(), weights=np.full(len(key), 1 / channels))  # adds in hop order
+    order = np.argsort(first)
+    return src[first[order]], dst[first[order]], shares[order]
+
+
+def channel_ring(blocks: list[list[int]], channel: int, channels: int) -> np.ndarray:
+    """The GPUs in the order channel ``channel`` visits them: each node's :func:`channel_order`,
+    nodes in order."""
+    k = len(blocks[0])
+    if any(len(b) != k for b in blocks):
+        return np.array([g for i, block in enumerate(blocks) for g in channel_order(block, channel, channels, i)],
+                        dtype=np.int64)
+    start = (channel * k // channels - np.arange(len(blocks))) % k
+    return np.take_along_axis(np.array(blocks, dtype=np.int64), (start[:, None] + np.arange(k)) % k, axis=1).ravel()
 
 
 def heads(block: list[int], channels: int) -> list[int]:

@@ -19,7 +19,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-from simtrain.network.channels import node_blocks, pxn_relay, rail_members, ring_hops
+import numpy as np
+
+from simtrain.network.channels import node_blocks, pxn_relay, rail_members, ring_hop_arrays
 from simtrain.network.links import Link
 from simtrain.network.protocols import GroupShape, latency_s
 from simtrain.topology.cluster import Cluster
@@ -78,8 +80,15 @@ def ring_phases(op: str, gpus: Sequence[int], nbytes: float, router: Router) -> 
     sooner than NCCL would."""
     if len(gpus) <= 1 or nbytes <= 0:
         return []
-    flows = _hop_flows(ring_hops(gpus, router), ring_volume(op, len(gpus), nbytes), router)
+    src, dst, share = ring_hop_arrays(gpus, router)
+    flows = _hop_flows(list(zip(src.tolist(), dst.tolist(), share.tolist())), ring_volume(op, len(gpus), nbytes), router)
     return [Phase(tuple(flows), 0.0, f"ring {op}")]
+
+
+def ring_unit_hops(op: str, gpus: Sequence[int], router: Router) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The flows of :func:`ring_phases` for one byte, as (sources, destinations, bytes)."""
+    src, dst, share = ring_hop_arrays(gpus, router)
+    return src, dst, ring_volume(op, len(gpus), 1.0) * share
 
 
 def _block_rings(rings: Sequence[Sequence[int]], op: str, nbytes: float, router: Router,
@@ -155,3 +164,17 @@ def phase_time(phase: Phase, cluster: Cluster) -> float:
     capacity = cluster.capacity_Bps
     busiest = max((b / capacity[link] for link, b in phase_load(phase).items()), default=0.0)
     return busiest + phase.latency_s
+
+
+def hops_time(src: np.ndarray, dst: np.ndarray, nbytes: np.ndarray, router: Router) -> float:
+    """:func:`phase_time` of a phase without latency whose flows carry ``nbytes[k]`` from GPU
+    ``src[k]`` to GPU ``dst[k]`` over the router's routes, bit for bit, without building a route
+    per flow (:class:`~simtrain.topology.link_ids.LinkIds`): each link's bytes are added flow by
+    flow in order, as :func:`phase_load` adds them (``numpy.bincount`` sums in input order)."""
+    ids = router.link_ids()
+    links, flow = ids.route_links(src, dst)
+    if not len(links):
+        return 0.0 + 0.0
+    load = np.bincount(links, weights=np.asarray(nbytes, dtype=float)[flow])
+    # links no flow crosses carry 0 bytes: 0 / capacity changes no maximum of loads >= 0
+    return float((load / ids.capacity()[:len(load)]).max()) + 0.0

@@ -10,8 +10,11 @@ from __future__ import annotations
 
 from typing import Mapping, Sequence
 
+import numpy as np
+
 from simtrain.network.algorithms import (REGISTRY, CollectiveAlgorithm, Price, candidates, check_algorithm, forced,
-                                         normalize_op, price, scaled_phases, tuning_shape, unit_cost, unit_phases)
+                                         hop_cost, normalize_op, price, scaled_phases, tuning_shape, unit_cost,
+                                         unit_phases)
 from simtrain.network.phases import Phase
 from simtrain.network.protocols import GroupShape, latency_s, protocols
 from simtrain.topology.cluster import Cluster
@@ -71,9 +74,9 @@ class Planner:
                 if best is not None and bounds[i] > best.time_s:
                     continue  # slower than ``best`` whatever its links carry
                 algo = algos[i]
-                unit = self._unit(op, algo, gpus)
-                cost = self._costs.get((op, algo, gpus)) or self._unit_cost(op, algo, gpus, unit)
-                shape = self._shape(gpus) if unit and nbytes > 0 and self.registry[algo].family else None
+                unit, cost = self._cost(op, algo, gpus)
+                moves = unit is None or bool(unit)  # priced from hops: two GPUs or more
+                shape = self._shape(gpus) if moves and nbytes > 0 and self.registry[algo].family else None
                 cand = price(op, algo, gpus, nbytes, self.router, self.registry, unit, cost, shape)
                 if best is None or cand.time_s < best.time_s or (cand.time_s == best.time_s and i < first):
                     best, first = cand, i
@@ -107,11 +110,21 @@ class Planner:
         routes = self.router.node_routes
         return all(routes.reused(kind, a, b) for a, b in zip(local, local[1:] + local[:1]))
 
-    def _unit_cost(self, op: str, algo: str, gpus: tuple[int, ...], unit: list[Phase]) -> tuple[float, float]:
-        """:func:`~simtrain.network.algorithms.unit_cost` of a unit, once per unit: its busiest
-        links do not depend on the bytes."""
-        out = self._costs[(op, algo, gpus)] = unit_cost(unit, self.cluster)
-        return out
+    def _cost(self, op: str, algo: str, gpus: tuple[int, ...]) -> tuple[list[Phase] | None, tuple[float, float]]:
+        """The unit of ``algo`` (None where it is priced from its hops and not built) and its
+        :func:`~simtrain.network.algorithms.unit_cost`, once per group: its busiest links do not
+        depend on the bytes. An algorithm with hops (ring, tree) is priced by
+        :func:`~simtrain.network.algorithms.hop_cost`, the same numbers without a route per hop;
+        its phases are built only for the flow network (:meth:`phases`)."""
+        key = (op, algo, gpus)
+        unit, cost = self._units.get(key), self._costs.get(key)
+        if cost is None:
+            cost = hop_cost(op, algo, gpus, self.router, self.registry) if unit is None else None
+            if cost is None:
+                unit = self._unit(op, algo, gpus)
+                cost = unit_cost(unit, self.cluster)
+            self._costs[key] = cost
+        return unit, cost
 
     def _shape(self, gpus: tuple[int, ...]) -> GroupShape:
         """:func:`~simtrain.network.algorithms.tuning_shape` of ``gpus``, once per group."""
@@ -157,6 +170,20 @@ class Planner:
         capacity_Bps, latency_s = self.router.cost(src, dst)
         busiest = 1.0 / capacity_Bps  # = max(1.0 / capacity of each link): division is monotone
         return Price("direct", "Simple", nbytes * ((busiest + latency_s) - latency_s) + latency_s)
+
+    def p2p_max_time(self, pairs: Sequence[tuple[int, int]], nbytes: float) -> float:
+        """The longest :meth:`p2p_time` of ``nbytes`` over ``pairs`` (source, destination), bit for
+        bit: where the tuner's only choice is ``direct``, many sends at once from their routes'
+        costs (:meth:`LinkIds.route_costs <simtrain.topology.link_ids.LinkIds.route_costs>`) by
+        :meth:`_send_price`'s formula; a folded pipeline transfer on 100,000 GPUs stands for 2,500."""
+        ends = np.array(pairs, dtype=np.int64) if self._direct_p2p and len(pairs) >= 256 and nbytes > 0 and all(
+            len(p) == 2 and p[0].__class__ is int and p[1].__class__ is int for p in pairs) else None
+        if ends is None or ends.min() < 0 or ends.max() >= self.cluster.num_gpus:  # (one by one names a bad GPU)
+            return max(self.p2p_time(a, b, nbytes) for a, b in pairs)
+        apart = ends[:, 0] != ends[:, 1]
+        capacity_Bps, latency_s = self.router.link_ids().route_costs(ends[apart, 0], ends[apart, 1])
+        times = nbytes * ((1.0 / capacity_Bps + latency_s) - latency_s) + latency_s
+        return float(times.max()) if len(times) else 0.0
 
     def algorithm(self, op: str, gpus: Sequence[int], nbytes: float) -> str:
         """The algorithm that runs ``op`` on ``gpus`` (:meth:`price`)."""

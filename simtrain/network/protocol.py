@@ -22,7 +22,7 @@ of one collective on one group and of one point-to-point transfer.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Any, Callable, Iterator, NamedTuple, Protocol
+from typing import Any, Callable, Iterator, NamedTuple, Protocol, Sequence
 
 from simtrain.topology.build import paused_gc
 from simtrain.workload.program import Op, Program
@@ -86,6 +86,10 @@ class PricedNetwork(ABC):
     def p2p_time(self, src: int, dst: int, nbytes: float) -> float:
         """Seconds a transfer of ``nbytes`` from GPU ``src`` to GPU ``dst`` takes."""
 
+    def p2p_max_time(self, pairs: Sequence[tuple[int, int]], nbytes: float) -> float:
+        """The longest :meth:`p2p_time` of ``nbytes`` over ``pairs`` (source, destination)."""
+        return max(self.p2p_time(a, b, nbytes) for a, b in pairs)
+
     def prepare(self, program: Program, clock: Callable[[], float]) -> None:
         self._program = program
         self._durations: dict[tuple, float] = {}
@@ -101,7 +105,7 @@ class PricedNetwork(ABC):
             with paused_gc():
                 groups = self._program.group_sets[op.group_set]
                 if op.comm == "p2p":
-                    t = max(self.p2p_time(a, b, op.nbytes) for a, b in groups)
+                    t = self.p2p_max_time(groups, op.nbytes)
                 else:
                     parts, size = op_parts(op)
                     t = max(sum(self.collective_time(c, g, size) for c in parts) for g in groups)

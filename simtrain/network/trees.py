@@ -9,11 +9,16 @@ the member at position ``floor(c k / C)``, on that member's NIC.
 
 from __future__ import annotations
 
-from typing import Sequence
+from functools import lru_cache
+from typing import Iterable, Sequence
+
+import numpy as np
 
 from simtrain.network.channels import Hop, channel_count, heads, node_blocks
 from simtrain.network.phases import Phase
 from simtrain.topology.routes import Router
+
+Arrays = tuple[np.ndarray, np.ndarray, np.ndarray]  # sources, destinations, shares (or bytes) of hops
 
 
 def _btree_parent(rank: int, n: int) -> int:
@@ -38,24 +43,77 @@ def dtree_parents(n: int) -> tuple[list[int], list[int]]:
     return first, second
 
 
-def _internode_tree(node_heads: list[int], share: float) -> list[Hop]:
+@lru_cache(maxsize=8)
+def _dtree_arrays(n: int) -> tuple[np.ndarray, np.ndarray]:
+    return tuple(np.array(p, dtype=np.int64) for p in dtree_parents(n))  # type: ignore[return-value]
+
+
+def _internode_tree(node_heads: Sequence[int], share: float) -> Arrays:
     """Both of NCCL's trees over the nodes' heads, each carrying half of ``share``: every child
-    sends to its parent (reduce) and every parent to its child (broadcast)."""
-    hops: list[Hop] = []
-    for parents in dtree_parents(len(node_heads)):
-        for child, parent in enumerate(parents):
-            if parent >= 0:
-                a, b = node_heads[child], node_heads[parent]
-                hops += [(a, b, share / 2), (b, a, share / 2)]
-    return hops
+    sends to its parent (reduce) and every parent to its child (broadcast), child by child."""
+    hs = np.asarray(node_heads, dtype=np.int64)
+    src, dst = [], []
+    for parents in _dtree_arrays(len(hs)):
+        children = np.flatnonzero(parents >= 0)
+        a, b = hs[children], hs[parents[children]]
+        src.append(np.stack([a, b], axis=1).ravel())
+        dst.append(np.stack([b, a], axis=1).ravel())
+    src_all = np.concatenate(src)
+    return src_all, np.concatenate(dst), np.full(len(src_all), share / 2)
 
 
-def _flows(hops: list[Hop], nbytes: float, router: Router) -> tuple:
+def _chains(blocks: list[list[int]], channel: int, channels: int) -> Arrays:
+    """Channel ``channel``'s chain through each node's members from its head: per consecutive
+    pair ``(a, b)``, ``b -> a`` (reduce toward the head) then ``a -> b`` (broadcast), ``1/C`` each."""
+    k = len(blocks[0])
+    if all(len(b) == k for b in blocks):
+        chain = np.roll(np.array(blocks, dtype=np.int64), -(channel * k // channels), axis=1)
+        a, b = chain[:, :-1], chain[:, 1:]
+        src, dst = np.stack([b, a], axis=2).ravel(), np.stack([a, b], axis=2).ravel()
+    else:
+        pairs = []
+        for block in blocks:
+            start = channel * len(block) // channels
+            chain = block[start:] + block[:start]
+            pairs += [p for a, b in zip(chain, chain[1:]) for p in ((b, a), (a, b))]
+        src = np.array([p[0] for p in pairs], dtype=np.int64)
+        dst = np.array([p[1] for p in pairs], dtype=np.int64)
+    return src, dst, np.full(len(src), 1 / channels)
+
+
+def _concat(parts: list[Arrays]) -> Arrays:
+    return tuple(np.concatenate([p[i] for p in parts]) for i in range(3))  # type: ignore[return-value]
+
+
+def _flows(hops: Iterable[Hop], nbytes: float, router: Router) -> tuple:
     """One flow per hop, unmerged: flows that share a link then all carry the same bytes, so the
     max-min fair flow model finishes them when their busiest link has carried its load, the time
     :func:`~simtrain.network.phases.phase_time` gives (two hops merged into one flow would get
     one fair share for two)."""
     return tuple((router.links(a, b), nbytes * share) for a, b, share in hops)
+
+
+def _hop_list(hops: Arrays) -> Iterable[Hop]:
+    return zip(hops[0].tolist(), hops[1].tolist(), hops[2].tolist())
+
+
+def tree_hops(gpus: Sequence[int], router: Router) -> Arrays:
+    """The hops of NCCL's tree all-reduce on ``gpus`` (:func:`tree_phases`) as arrays of
+    sources, destinations and shares of the buffer, channel by channel: each node's chain, then
+    the two trees over the channel's heads."""
+    blocks = node_blocks(gpus, router.cluster)
+    channels = channel_count(blocks, router)
+    parts = []
+    for c in range(channels):
+        parts.append(_chains(blocks, c, channels))
+        parts.append(_internode_tree([heads(block, channels)[c] for block in blocks], 1 / channels))
+    return _concat(parts)
+
+
+def tree_unit_hops(op: str, gpus: Sequence[int], router: Router) -> Arrays:
+    """The flows of :func:`tree_phases` for one byte, as (sources, destinations, bytes)."""
+    src, dst, share = tree_hops(gpus, router)
+    return src, dst, 1.0 * share
 
 
 def tree_phases(op: str, gpus: Sequence[int], nbytes: float, router: Router) -> list[Phase]:
@@ -66,17 +124,7 @@ def tree_phases(op: str, gpus: Sequence[int], nbytes: float, router: Router) -> 
     (:func:`dtree_parents`) over the nodes' heads, each carrying ``S/(2C)`` up and down."""
     if len(gpus) <= 1 or nbytes <= 0:
         return []
-    blocks = node_blocks(gpus, router.cluster)
-    channels = channel_count(blocks, router)
-    hops: list[Hop] = []
-    for c in range(channels):
-        for block in blocks:
-            start = c * len(block) // channels
-            chain = block[start:] + block[:start]
-            for a, b in zip(chain, chain[1:]):
-                hops += [(b, a, 1 / channels), (a, b, 1 / channels)]
-        hops += _internode_tree([heads(block, channels)[c] for block in blocks], 1 / channels)
-    return [Phase(_flows(hops, nbytes, router), 0.0, "tree")]
+    return [Phase(_flows(_hop_list(tree_hops(gpus, router)), nbytes, router), 0.0, "tree")]
 
 
 def nvls_factor(router: Router) -> float:
@@ -126,7 +174,5 @@ def nvls_tree_phases(op: str, gpus: Sequence[int], nbytes: float, router: Router
     flows: list = []
     for block, hs in zip(blocks, node_heads):
         flows += _switch_hops(block, hs, nbytes, router)
-    hops: list[Hop] = []
-    for c in range(channels):
-        hops += _internode_tree([hs[c] for hs in node_heads], 1 / channels)
-    return [Phase(tuple(flows) + _flows(hops, nbytes, router), 0.0, "nvls tree")]
+    hops = _concat([_internode_tree([hs[c] for hs in node_heads], 1 / channels) for c in range(channels)])
+    return [Phase(tuple(flows) + _flows(_hop_list(hops), nbytes, router), 0.0, "nvls tree")]

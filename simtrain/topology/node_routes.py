@@ -39,7 +39,12 @@ class NodeRoutes:
     def reused(self, kind: tuple, i: int, j: int) -> bool:
         """Whether the route from local GPU ``i`` to ``j`` is learned for nodes of ``kind``: the
         same switch, renamed, on every such node."""
-        return self._learned.get((kind, i, j)) is not None
+        return self.switch(kind, i, j) is not None
+
+    def switch(self, kind: tuple, i: int, j: int) -> str | None:
+        """The switch (its local name) of the route from local GPU ``i`` to ``j`` learned for nodes
+        of ``kind``; None where none is learned or it cannot be reused."""
+        return self._learned.get((kind, i, j))
 
     def learn(self, src: int, dst: int, node: int, path: tuple[str, ...]) -> None:
         """Remember the router's ``path`` from ``src`` to ``dst`` on ``node`` for nodes of its kind

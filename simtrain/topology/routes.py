@@ -17,7 +17,9 @@ import zlib
 from typing import Any
 
 from simtrain.errors import SpecError
+from simtrain.topology.build import paused_gc, plain_adjacency
 from simtrain.topology.cluster import Cluster
+from simtrain.topology.link_ids import LinkIds
 from simtrain.topology.node_routes import NodeRoutes
 from simtrain.topology.route_costs import RouteCosts
 
@@ -104,20 +106,19 @@ class Router:
             costs = self._cache["costs"] = RouteCosts(self)
         return costs.cost(src_gpu, dst_gpu)
 
+    def link_ids(self) -> LinkIds:
+        """Integer ids of links and the links of many routes at once
+        (:class:`~simtrain.topology.link_ids.LinkIds`), one table per router."""
+        ids = self._cache.get("link_ids")
+        if ids is None:
+            ids = self._cache["link_ids"] = LinkIds(self)
+        return ids
+
     def _static(self) -> tuple[dict, dict, dict, dict, dict]:
         st = self._cache.get("static")
         if st is None:
-            g = self.cluster.graph
-            kind = dict(g.nodes(data="kind"))
-            succ = g.succ  # read as plain dicts: a million edges on 131,072 GPUs
-            edges = {(u, v): (d["capacity_Bps"], d["latency_s"]) for u, out in succ.items() for v, d in out.items()}
-            node_lat = dict(g.nodes(data="latency_s", default=0.0))
-            nbrs = {n: tuple(sorted(v for v in out if kind[v] != "gpu")) for n, out in succ.items()}
-            adj = {n: nb for n, nb in nbrs.items() if kind[n] != "gpu"}
-            ports = {n: nb for n, nb in nbrs.items() if kind[n] == "gpu"}
-            # a port with a single non-GPU neighbour (a NIC under its leaf) is routed from there
-            anchor = {n: (nb[0], (n,)) if len(nb) == 1 else (n, ()) for n, nb in adj.items()}
-            st = self._cache["static"] = (edges, node_lat, adj, ports, anchor)
+            with paused_gc():  # a million new tuples, none in a cycle
+                st = self._cache["static"] = static_tables(self.cluster.graph)
         return st
 
     def _mids(self, a: str, b: str) -> tuple[tuple[tuple[str, ...], ...], tuple[float, ...]]:
@@ -215,6 +216,22 @@ class Router:
         if inside:
             self.node_routes.learn(src, dst, node, path)
         return path
+
+
+def static_tables(g: Any) -> tuple[dict, dict, dict, dict, dict]:
+    """The router's tables of graph ``g``: each edge's (capacity, latency), each node's latency,
+    each switch's and each GPU's non-GPU neighbours (sorted), and the switch a port is routed
+    from."""
+    kind = dict(g.nodes(data="kind"))
+    succ = plain_adjacency(g)  # plain dicts, not views: a million edges on 131,072 GPUs
+    edges = {(u, v): (d["capacity_Bps"], d["latency_s"]) for u, out in succ.items() for v, d in out.items()}
+    node_lat = dict(g.nodes(data="latency_s", default=0.0))
+    nbrs = {n: tuple(sorted(v for v in out if kind[v] != "gpu")) for n, out in succ.items()}
+    adj = {n: nb for n, nb in nbrs.items() if kind[n] != "gpu"}
+    ports = {n: nb for n, nb in nbrs.items() if kind[n] == "gpu"}
+    # a port with a single non-GPU neighbour (a NIC under its leaf) is routed from there
+    anchor = {n: (nb[0], (n,)) if len(nb) == 1 else (n, ()) for n, nb in adj.items()}
+    return edges, node_lat, adj, ports, anchor
 
 
 def pick(name: str, src: int, dst: int, groups: list) -> tuple[str, ...]:

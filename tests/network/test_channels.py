@@ -8,6 +8,7 @@ import copy
 import pytest
 
 from helpers import TOPOLOGY
+from simtrain.errors import SpecError
 from simtrain.network.channels import (channel_count, heads, node_blocks, nic_index, pxn_relay, rail_members,
                                        ring_hops)
 from simtrain.topology.cluster import build_topology, load_topology
@@ -84,3 +85,65 @@ def test_pxn_relays_cross_rail_sends_on_rail_fabrics_only():
     assert pxn_relay(3, 8 + 5, rail_members((3, 8 + 5), r), r) is None  # no member on rail 5 of node 0
     fat = load_topology("h100-ib", nodes=2)
     assert pxn_relay(3, 8 + 5, rail_members(group, Router(fat)), Router(fat)) is None
+
+
+# ---- arrays against one hop at a time -------------------------------------------------------------
+
+def _blocks_one_by_one(gpus, cluster):
+    blocks: dict[int, list[int]] = {}
+    for g in gpus:
+        blocks.setdefault(cluster.node_of(g), []).append(g)
+    return list(blocks.values())
+
+
+def _ring_hops_one_by_one(gpus, router):
+    """Every channel's ring hop by hop, hops with one source and destination merged in first-seen
+    order, their shares added in hop order."""
+    n, blocks = len(gpus), _blocks_one_by_one(gpus, router.cluster)
+    if len(blocks) == 1:
+        return [(gpus[i], gpus[(i + 1) % n], 1.0) for i in range(n)]
+    channels = max(1, min(len({router.nic_of(g) for g in b} - {None}) for b in blocks))
+    merged: dict[tuple[int, int], float] = {}
+    for c in range(channels):
+        ring = []
+        for i, block in enumerate(blocks):
+            start = (c * len(block) // channels - i) % len(block)
+            ring += block[start:] + block[:start]
+        for i in range(n):
+            key = (ring[i], ring[(i + 1) % n])
+            merged[key] = merged.get(key, 0.0) + 1 / channels
+    return [(a, b, s) for (a, b), s in merged.items()]
+
+
+def _two_nic_cluster(nodes):
+    """Nodes of 8 GPUs on 2 NICs (4 GPUs share one): channels follow the NICs a group uses."""
+    return build_topology({
+        "gpu": "h100-sxm", "nodes": nodes,
+        "node": {"gpus": 8, "nvlink_GBps": 450, "nics": 2, "nic_gbps": 400, "pcie_GBps": 64},
+        "fabric": {"kind": "fat-tree", "tiers": 2, "nodes_per_leaf": 4, "spines": 4}}, "two-nic")
+
+
+@pytest.mark.parametrize("make", [lambda: load_topology("h100-ib", nodes=300), lambda: _two_nic_cluster(300)])
+def test_blocks_channels_and_ring_hops_of_large_groups_are_the_hop_by_hop_ones(make):
+    """Groups of 256 members or more on 256 nodes or more take the array paths: in order, shuffled,
+    with uneven nodes, and the whole cluster."""
+    import random
+
+    cluster = make()
+    router = Router(cluster)
+    rng = random.Random(11)
+    n = cluster.num_gpus
+    world = list(range(n))
+    shuffled = world[:]
+    rng.shuffle(shuffled)
+    groups = [world, shuffled, sorted(rng.sample(world, 1500)), world[3::8], [g for g in world if g % 8 in (1, 6)],
+              [g for g in shuffled if g % 5]]
+    for gpus in groups:
+        assert node_blocks(gpus, cluster) == _blocks_one_by_one(gpus, cluster)
+        blocks = _blocks_one_by_one(gpus, cluster)
+        assert channel_count(blocks, router) == max(1, min(len({router.nic_of(g) for g in b} - {None})
+                                                           for b in blocks))
+        assert ring_hops(gpus, router) == _ring_hops_one_by_one(gpus, router)
+    assert node_blocks(tuple(range(20)), cluster) == _blocks_one_by_one(range(20), cluster)
+    with pytest.raises(SpecError, match="gpu 2400000"):
+        node_blocks(world + [2_400_000], cluster)

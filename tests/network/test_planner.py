@@ -13,6 +13,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings, strategies as st
 
 from helpers import fat_tree, flow_time
+from simtrain.errors import SpecError
 from simtrain.network import algorithms
 from simtrain.network.planner import Planner
 from simtrain.topology.cluster import build_topology, list_topologies, load_topology
@@ -121,16 +122,39 @@ def test_send_prices_are_the_straightforward_ones(name):
     assert planner.price("p2p", (3, 3), 1e6).time_s == 0.0
 
 
+@pytest.mark.parametrize("name", list_topologies())
+def test_many_sends_at_once_are_priced_as_one_by_one(name):
+    """A folded transfer's pairs (any two GPUs, one node, a GPU and itself) priced at once: the
+    longest send exactly; too few pairs, no bytes or a bad GPU take the one-by-one path."""
+    cluster = load_topology(name, nodes=3 if name == "gb200-nvl72" else 40)
+    rng = random.Random(name)
+    n, gpn = cluster.num_gpus, cluster.gpus_per_node
+    pairs = [(a, rng.randrange(n) if i % 3 else a - a % gpn + rng.randrange(gpn))
+             for i, a in enumerate(rng.randrange(n) for _ in range(600))] + [(7, 7)]
+    for nbytes in (0.0, 1.0, 3.7e8):
+        one_by_one = Planner(cluster)
+        want = max(one_by_one.p2p_time(a, b, nbytes) for a, b in pairs)
+        assert Planner(cluster).p2p_max_time(pairs, nbytes) == want
+        assert Planner(cluster).p2p_max_time(pairs[:5], nbytes) == max(one_by_one.p2p_time(a, b, nbytes)
+                                                                         for a, b in pairs[:5])
+    with pytest.raises(SpecError, match=f"gpu {n}"):
+        Planner(cluster).p2p_max_time(pairs + [(0, n)], 1.0)
+
+
 def test_the_ring_over_everyone_is_skipped_only_when_it_cannot_win():
     """4 bytes over 36 nodes: the ring's latency (2(n-1) steps) exceeds the tree's whole price, so
-    its phases are never built; at 1 GiB the ring is built (and weighed)."""
+    it is never priced; at 1 GiB the ring is priced (and weighed), from its hops: its phases are
+    built only when the flow network asks for them."""
     cluster = load_topology("h100-ib", nodes=36)
     planner = Planner(cluster, nvls=False)
     world = tuple(range(cluster.num_gpus))
     assert planner.price("all_reduce", world, 4.0).algorithm == "tree"
-    assert ("all_reduce", "ring", world) not in planner._units
+    assert ("all_reduce", "ring", world) not in planner._costs
     planner.price("all_reduce", world, 2.0**30)
-    assert ("all_reduce", "ring", world) in planner._units
+    assert ("all_reduce", "ring", world) in planner._costs
+    assert not planner._units
+    planner.phases("all_reduce", world, 2.0**30)
+    assert list(planner._units) == [("all_reduce", planner.algorithm("all_reduce", world, 2.0**30), world)]
 
 
 @pytest.mark.parametrize("name", ["h100-ib", "h100-rail", "a100-hdr", "gb200-nvl72", "seed-h100"])

@@ -58,3 +58,47 @@ def test_nvls_tree_reduces_in_the_switch_and_crosses_nodes_per_channel():
     # two nodes: each channel's head sends S/C once per tree, S/(2C) each
     assert load[("node0/nic3", "leaf0")] == pytest.approx(S / 8)
     assert load[("leaf0", "node1/nic3")] == pytest.approx(S / 8)
+
+
+def _tree_hops_one_by_one(gpus, router):
+    """Per channel: each node's chain from its head hop by hop, then both trees over the heads."""
+    blocks: dict[int, list[int]] = {}
+    for g in gpus:
+        blocks.setdefault(router.cluster.node_of(g), []).append(g)
+    blocks = list(blocks.values())
+    channels = max(1, min(len({router.nic_of(g) for g in b} - {None}) for b in blocks)) if len(blocks) > 1 else 1
+    hops = []
+    for c in range(channels):
+        for block in blocks:
+            start = c * len(block) // channels
+            chain = block[start:] + block[:start]
+            for a, b in zip(chain, chain[1:]):
+                hops += [(b, a, 1 / channels), (a, b, 1 / channels)]
+        node_heads = [b[c * len(b) // channels] for b in blocks]
+        for parents in dtree_parents(len(node_heads)):
+            for child, parent in enumerate(parents):
+                if parent >= 0:
+                    a, b = node_heads[child], node_heads[parent]
+                    hops += [(a, b, 1 / channels / 2), (b, a, 1 / channels / 2)]
+    return hops
+
+
+def test_tree_hops_are_the_hop_by_hop_ones_and_priced_as_the_phase():
+    """Even and uneven nodes, 300 nodes (the array paths) and 5; the busiest link priced from the
+    hops is the built phase's, bit for bit."""
+    import random
+
+    from simtrain.network.algorithms import hop_cost, unit_cost, unit_phases
+    from simtrain.network.trees import tree_hops
+
+    rng = random.Random(4)
+    for nodes in (5, 300):
+        cluster = load_topology("h100-rail", nodes=nodes)
+        router = Router(cluster)
+        world = list(range(cluster.num_gpus))
+        for gpus in (world, sorted(rng.sample(world, len(world) // 3)), world[2::8] + world[5::8]):
+            src, dst, share = tree_hops(gpus, router)
+            assert list(zip(src.tolist(), dst.tolist(), share.tolist())) == _tree_hops_one_by_one(gpus, router)
+            for algo in ("tree", "ring"):
+                op = "all_reduce"
+                assert hop_cost(op, algo, gpus, router) == unit_cost(unit_phases(op, algo, gpus, router), cluster)

@@ -1,0 +1,258 @@
+"""The links of many routes at once, as integer ids: what a collective over a whole cluster needs
+to find its busiest link without building a route per pair of GPUs.
+
+A ring or a tree over 100,000 GPUs has about two million hops. Their routes follow from a few
+tables (:class:`~simtrain.topology.routes.Router`, module docstring there): across two nodes of a
+fabric built from a spec, a route is the source GPU's head (GPU -> NIC -> leaf), one of the two
+leaves' equal-cost middles picked by ECMP, and the destination's tail (leaf -> NIC -> GPU); inside
+a node it crosses the one switch the router learned for that pair of local GPUs on nodes of that
+kind (:mod:`simtrain.topology.node_routes`). :meth:`LinkIds.route_links` reads the heads, tails
+and learned switches per GPU and the middles from the fabric's structure (2 tiers: leaf -> spine
+``s`` -> leaf; 3 tiers: through spine ``s`` of one pod, or through core ``c`` and spine
+``c % spines`` of both pods), with the router's ECMP choice: the ``crc32(f"{src}-{dst}")``-th of
+the middles in sorted order, which is the router's choice whenever all middles are equally wide,
+so only where every link of a fabric tier has the same capacity. Every other route (other fabrics,
+degraded links, routes searched after a failed link, ties) is the router's own. The links are the
+router's, bit for bit; the tests compare both on every preset.
+"""
+
+from __future__ import annotations
+
+import zlib
+from typing import Any
+
+import numpy as np
+
+Link = tuple[str, str]
+WIDTH = 8  # links of the longest route from the tables: GPU, NIC, leaf, spine, core, spine, leaf, NIC, GPU
+
+
+class LinkIds:
+    """Integer ids for the links of ``router`` (a :class:`~simtrain.topology.routes.Router`) and
+    the links of many routes at once (module docstring); :meth:`capacity` gives their
+    ``capacity_Bps`` by id."""
+
+    def __init__(self, router: Any) -> None:
+        self.router = router
+        edges = router._static()[0]  # (u, v) -> (capacity_Bps, latency_s), every directed edge
+        self._ids: dict[Link, int] = dict(zip(edges, range(len(edges))))
+        self._capacity = np.fromiter((c for c, _ in edges.values()), dtype=float, count=len(edges))
+        n = router.cluster.num_gpus
+        self._known = np.zeros(n, dtype=bool)
+        self._head = np.full((n, 2), -1, dtype=np.int64)  # GPU -> NIC, NIC -> leaf
+        self._tail = np.full((n, 2), -1, dtype=np.int64)  # leaf -> NIC, NIC -> GPU
+        self._leaf = np.full(n, -1, dtype=np.int64)  # index of the leaf the GPU's NIC hangs off
+        self._nvswitch = np.full((n, 2), -1, dtype=np.int64)  # GPU -> its node's NVSwitch and back
+        self._nic = np.full(n, -2, dtype=np.int64)  # nic_numbers: -2 not asked yet
+        self._nic_names: dict[str, int] = {}
+        self._fabric: dict[str, Any] | None = None
+        self._latency: np.ndarray | None = None  # latency_s by link id
+        self._node_latency: np.ndarray | None = None  # latency_s of the node each link enters
+
+    def id(self, link: Link) -> int:
+        """The id of ``link`` (a directed edge of the graph): its position among the edges."""
+        return self._ids[link]
+
+    def capacity(self) -> np.ndarray:
+        """``capacity_Bps`` of every link, by id (read only)."""
+        return self._capacity
+
+    def nic_numbers(self, gpus: np.ndarray) -> np.ndarray:
+        """A number per GPU of ``gpus`` (valid GPU numbers) naming its NIC
+        (:meth:`Router.nic_of <simtrain.topology.routes.Router.nic_of>`) among the cluster's NICs,
+        -1 for none: two GPUs have the same number iff they use one NIC."""
+        for g in np.unique(gpus[self._nic[gpus] == -2]).tolist():
+            nic = self.router.nic_of(g)
+            self._nic[g] = -1 if nic is None else self._nic_names.setdefault(nic, len(self._nic_names))
+        return self._nic[gpus]
+
+    def route_links(self, src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The links of the routes from ``src[k]`` to ``dst[k]`` (GPU numbers): their ids and the
+        index ``k`` of the route of each, routes in order, each route's links in path order."""
+        rows = self.routes(src, dst)
+        mask = rows >= 0
+        return rows[mask], np.nonzero(mask)[0]
+
+    def routes(self, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
+        """Per route from ``src[k]`` to ``dst[k]``, the ids of its links in path order, gaps
+        (-1) anywhere: a row per route."""
+        src, dst = np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64)
+        self._learn_gpus(np.unique(np.concatenate([src, dst])))
+        rows = np.full((len(src), WIDTH), -1, dtype=np.int64)
+        done = np.zeros(len(src), dtype=bool)
+        gpn = self.router.cluster.gpus_per_node
+        same = src // gpn == dst // gpn
+        if self.router.structural:
+            done |= self._inside(src, dst, same, rows)
+            done |= self._across(src, dst, ~same, rows)
+        rest = [(k, tuple(self.id(e) for e in self.router.links(int(src[k]), int(dst[k]))))
+                for k in np.flatnonzero(~done).tolist()]
+        longest = max((len(ids) for _, ids in rest), default=0)
+        if longest > WIDTH:  # a route longer than the tables' (a graph built by hand)
+            rows = np.pad(rows, ((0, 0), (0, longest - WIDTH)), constant_values=-1)
+        for k, ids in rest:
+            rows[k, :len(ids)] = ids
+        return rows
+
+    def route_costs(self, src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Per route from ``src[k]`` to ``dst[k]`` (``src != dst``), its bottleneck bandwidth and
+        its latency, bit for bit as :meth:`Router.bandwidth <simtrain.topology.routes.Router.bandwidth>`
+        and :meth:`Router.latency <simtrain.topology.routes.Router.latency>` give them: the
+        links' latencies added in path order, then the latencies of the nodes between them."""
+        rows = self.routes(src, dst)
+        if self._latency is None:
+            edges, node_lat = self.router._static()[:2]
+            self._latency = np.fromiter((lat for _, lat in edges.values()), dtype=float, count=len(edges))
+            self._node_latency = np.fromiter((node_lat[v] for _, v in edges), dtype=float, count=len(edges))
+        valid = rows >= 0
+        safe = np.where(valid, rows, 0)
+        bandwidth = np.where(valid, self._capacity[safe], np.inf).min(axis=1)
+        last = rows.shape[1] - 1 - np.argmax(valid[:, ::-1], axis=1)  # each route's last link
+        links, nodes = np.zeros(len(rows)), np.zeros(len(rows))
+        for col in range(rows.shape[1]):  # in path order, gaps adding 0.0
+            links = links + np.where(valid[:, col], self._latency[safe[:, col]], 0.0)
+        for col in range(rows.shape[1]):  # the node each link enters, but for the last
+            nodes = nodes + np.where(valid[:, col] & (col < last), self._node_latency[safe[:, col]], 0.0)
+        return bandwidth, links + nodes
+
+    def _learn_gpus(self, gpus: np.ndarray) -> None:
+        """Head, tail, leaf and NVSwitch links of GPUs ``gpus`` not yet known."""
+        new = gpus[~self._known[gpus]]
+        if not len(new):
+            return
+        router = self.router
+        attrs, link, ids = router.cluster.graph._node, self._ids.__getitem__, self._ids
+        ports, anchor = router._static()[3:5]
+        gpn = router.cluster.gpus_per_node
+        head: list[int] = []
+        tail: list[int] = []
+        leaf: list[int] = []
+        nvswitch: list[int] = []
+        for g in new.tolist():
+            gid = f"gpu{g}"
+            for nic in ports[gid]:  # its NIC: the first port routed from a switch (Router._nic_port)
+                lf, hop = anchor[nic]
+                if hop:
+                    break
+            else:
+                lf = None
+            if lf is not None and attrs[lf]["kind"] == "leaf":
+                head += (link((gid, nic)), link((nic, lf)))
+                tail += (link((lf, nic)), link((nic, gid)))
+                leaf.append(attrs[lf]["index"])
+            else:
+                head += (-1, -1)
+                tail += (-1, -1)
+                leaf.append(-1)
+            sw = f"node{g // gpn}/nvswitch"
+            nvswitch += (link((gid, sw)), link((sw, gid))) if (gid, sw) in ids else (-1, -1)
+        self._head[new] = np.array(head, dtype=np.int64).reshape(-1, 2)
+        self._tail[new] = np.array(tail, dtype=np.int64).reshape(-1, 2)
+        self._leaf[new] = leaf
+        self._nvswitch[new] = np.array(nvswitch, dtype=np.int64).reshape(-1, 2)
+        self._known[new] = True
+
+    def _inside(self, src: np.ndarray, dst: np.ndarray, same: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        """Fill the rows of routes inside one node that cross its NVSwitch, as learned for the
+        node's kind; the routes filled."""
+        done = np.zeros(len(src), dtype=bool)
+        gpn = self.router.cluster.gpus_per_node
+        nodes = src // gpn
+        cand = same & (self._nvswitch[src, 0] >= 0) & (self._nvswitch[dst, 1] >= 0)
+        if not cand.any():
+            return done
+        node_routes = self.router.node_routes
+        uniq, inverse = np.unique(nodes[cand], return_inverse=True)
+        kinds: dict[tuple, int] = {}
+        kind_of = np.array([kinds.setdefault(node_routes.kind(n), len(kinds)) for n in uniq.tolist()])
+        idx = np.flatnonzero(cand)
+        key = (kind_of[inverse] * gpn + src[idx] % gpn) * gpn + dst[idx] % gpn
+        classes, first, members = np.unique(key, return_index=True, return_inverse=True)
+        through = np.zeros(len(classes), dtype=bool)
+        for c, k in enumerate(idx[first].tolist()):
+            a, b = int(src[k]), int(dst[k])
+            self.router.route(a, b)  # learns the route for the node's kind where it can be reused
+            node = a // gpn
+            switch = node_routes.switch(node_routes.kind(node), a - node * gpn, b - node * gpn)
+            through[c] = switch == "nvswitch"
+        hit = idx[through[members]]
+        rows[hit, 0] = self._nvswitch[src[hit], 0]
+        rows[hit, 1] = self._nvswitch[dst[hit], 1]
+        done[hit] = True
+        return done
+
+    def _across(self, src: np.ndarray, dst: np.ndarray, apart: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        """Fill the rows of routes between two nodes whose GPUs have NICs under leaves, where the
+        fabric's structure gives the middles and they are equally wide; the routes filled."""
+        done = np.zeros(len(src), dtype=bool)
+        fabric = self._fabric_table()
+        cand = apart & (self._leaf[src] >= 0) & (self._leaf[dst] >= 0)
+        if fabric is None or not cand.any():
+            return done
+        idx = np.flatnonzero(cand)
+        a, b = src[idx], dst[idx]
+        la, lb = self._leaf[a], self._leaf[b]
+        rows[idx, 0:2] = self._head[a]
+        rows[idx, 6:8] = self._tail[b]
+        crc = np.array([zlib.crc32(f"{s}-{d}".encode()) for s, d in zip(a.tolist(), b.tolist())], dtype=np.int64)
+        spines = fabric["spines"]
+        pa, pb = fabric["pod"][la], fabric["pod"][lb]
+        near = (la != lb) & (pa == pb)  # through one spine of their pod
+        s = fabric["spine_order"][crc[near] % spines]
+        rows[idx[near], 2] = fabric["up"][la[near], s]
+        rows[idx[near], 3] = fabric["down"][lb[near], s]
+        far = pa != pb  # through a core and a spine of each pod
+        if far.any():
+            c = fabric["core_order"][crc[far] % fabric["cores"]]
+            s = c % spines
+            rows[idx[far], 2] = fabric["up"][la[far], s]
+            rows[idx[far], 3] = fabric["to_core"][pa[far], c]
+            rows[idx[far], 4] = fabric["from_core"][pb[far], c]
+            rows[idx[far], 5] = fabric["down"][lb[far], s]
+        done[idx] = True
+        return done
+
+    def _fabric_table(self) -> dict[str, Any] | None:
+        """Link ids of the fabric by leaf, pod, spine and core, and the ECMP order of the middles;
+        None where the routes do not follow from them (module docstring)."""
+        if self._fabric is None:
+            self._fabric = _fabric_table(self) or {}
+        return self._fabric or None
+
+
+def _fabric_table(ids: LinkIds) -> dict[str, Any] | None:
+    cluster = ids.router.cluster
+    spec = cluster.spec
+    if spec is None or spec.fabric.kind == "none":
+        return None
+    fb, edges = spec.fabric, ids.router._static()[0]
+    leaves, spines, three = spec.num_leaves, fb.spines, fb.tiers == 3
+    pods = spec.num_pods if three else 1
+    cores = fb.cores if three else 0
+    pod = np.array([cluster.graph.nodes[f"leaf{lf}"]["pod"] for lf in range(leaves)], dtype=np.int64)
+
+    def spine(p: int, s: int) -> str:
+        return f"pod{p}/spine{s}" if three else f"spine{s}"
+
+    tiers: list[list[Link]] = [[], [], [], []]
+    for lf in range(leaves):
+        for s in range(spines):
+            tiers[0].append((f"leaf{lf}", spine(int(pod[lf]), s)))
+            tiers[1].append((spine(int(pod[lf]), s), f"leaf{lf}"))
+    for p in range(pods):
+        for c in range(cores):
+            tiers[2].append((spine(p, c % spines), f"core{c}"))
+            tiers[3].append((f"core{c}", spine(p, c % spines)))
+    for tier in tiers:  # every middle of a pair equally wide: ECMP is the router's choice
+        if any(e not in edges for e in tier) or len({edges[e][0] for e in tier}) > 1:
+            return None
+    table = [np.array([ids.id(e) for e in tier], dtype=np.int64) for tier in tiers]
+    return {
+        "spines": spines, "cores": cores, "pod": pod,
+        "up": table[0].reshape(leaves, spines), "down": table[1].reshape(leaves, spines),
+        "to_core": table[2].reshape(pods, cores), "from_core": table[3].reshape(pods, cores),
+        # the router sorts the middles by name: spine10 before spine2
+        "spine_order": np.array(sorted(range(spines), key=lambda s: f"spine{s}"), dtype=np.int64),
+        "core_order": np.array(sorted(range(cores), key=lambda c: (f"spine{c % spines}", f"core{c}")),
+                               dtype=np.int64),
+    }
