@@ -12,6 +12,7 @@ the imported job, the flags.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import textwrap
 from collections.abc import Mapping
@@ -156,6 +157,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     with run_progress(run.outputs) as bar:
         bar.phase("resolve")
         scenario = api.resolve(run.settings)
+        # the cluster graph (a million edges at 100,000 GPUs) lives until the process ends: out of
+        # the cycle collector's full passes, which would otherwise traverse it again and again
+        gc.freeze()
         bar.phase("simulate")
         result = api.simulate(scenario)
         report = result.report
