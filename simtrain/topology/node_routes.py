@@ -71,10 +71,14 @@ class NodeRoutes:
         if kind is None:
             edges, _, _, ports = self.router._static()[:4]
             gpn, prefix = self.router.cluster.gpus_per_node, f"node{node}/"
+            cut, none = len(prefix), (None,)
             out = []
             for g in range(node * gpn, (node + 1) * gpn):
                 gid = f"gpu{g}"
-                out.append(tuple(((p[len(prefix):], True) if p.startswith(prefix) else (p, False),
-                                  edges[(gid, p)][0], edges.get((p, gid), (None,))[0]) for p in ports[gid]))
+                row = []
+                for p in ports[gid]:
+                    name = (p[cut:], True) if p.startswith(prefix) else (p, False)
+                    row.append((name, edges[(gid, p)][0], edges.get((p, gid), none)[0]))
+                out.append(tuple(row))
             kind = self._kinds[node] = tuple(out)
         return kind

@@ -87,8 +87,9 @@ class Router:
         nics = self._cache.setdefault("nics", {})
         if gpu not in nics:
             g = self.cluster.graph
-            nics[gpu] = next((n for n in g.successors(self.cluster.gpu_id(gpu))
-                              if g.nodes[n]["kind"] == "nic"), None)
+            attrs = g._node  # plain dicts, not views: asked for every GPU of a 100,000-GPU group
+            nics[gpu] = next((n for n in plain_adjacency(g)[self.cluster.gpu_id(gpu)]
+                              if attrs[n]["kind"] == "nic"), None)
         return nics[gpu]
 
     def latency(self, src_gpu: int, dst_gpu: int) -> float:
