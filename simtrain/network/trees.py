@@ -62,12 +62,12 @@ def _internode_tree(node_heads: Sequence[int], share: float) -> Arrays:
     return src_all, np.concatenate(dst), np.full(len(src_all), share / 2)
 
 
-def _chains(blocks: list[list[int]], channel: int, channels: int) -> Arrays:
+def _chains(blocks: list[list[int]], grid: np.ndarray | None, channel: int, channels: int) -> Arrays:
     """Channel ``channel``'s chain through each node's members from its head: per consecutive
-    pair ``(a, b)``, ``b -> a`` (reduce toward the head) then ``a -> b`` (broadcast), ``1/C`` each."""
-    k = len(blocks[0])
-    if all(len(b) == k for b in blocks):
-        chain = np.roll(np.array(blocks, dtype=np.int64), -(channel * k // channels), axis=1)
+    pair ``(a, b)``, ``b -> a`` (reduce toward the head) then ``a -> b`` (broadcast), ``1/C`` each.
+    ``grid``: the blocks as one array where all have the same size, else None."""
+    if grid is not None:
+        chain = np.roll(grid, -(channel * grid.shape[1] // channels), axis=1)
         a, b = chain[:, :-1], chain[:, 1:]
         src, dst = np.stack([b, a], axis=2).ravel(), np.stack([a, b], axis=2).ravel()
     else:
@@ -103,10 +103,13 @@ def tree_hops(gpus: Sequence[int], router: Router) -> Arrays:
     the two trees over the channel's heads."""
     blocks = node_blocks(gpus, router.cluster)
     channels = channel_count(blocks, router)
+    k = len(blocks[0])
+    grid = np.array(blocks, dtype=np.int64) if all(len(b) == k for b in blocks) else None
     parts = []
     for c in range(channels):
-        parts.append(_chains(blocks, c, channels))
-        parts.append(_internode_tree([heads(block, channels)[c] for block in blocks], 1 / channels))
+        parts.append(_chains(blocks, grid, c, channels))
+        node_heads = grid[:, c * k // channels] if grid is not None else [heads(b, channels)[c] for b in blocks]
+        parts.append(_internode_tree(node_heads, 1 / channels))
     return _concat(parts)
 
 

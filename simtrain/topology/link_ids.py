@@ -23,6 +23,8 @@ from typing import Any
 
 import numpy as np
 
+from simtrain.topology.build import plain_adjacency
+
 Link = tuple[str, str]
 WIDTH = 8  # links of the longest route from the tables: GPU, NIC, leaf, spine, core, spine, leaf, NIC, GPU
 
@@ -43,7 +45,7 @@ class LinkIds:
         self._tail = np.full((n, 2), -1, dtype=np.int64)  # leaf -> NIC, NIC -> GPU
         self._leaf = np.full(n, -1, dtype=np.int64)  # index of the leaf the GPU's NIC hangs off
         self._nvswitch = np.full((n, 2), -1, dtype=np.int64)  # GPU -> its node's NVSwitch and back
-        self._nic = np.full(n, -2, dtype=np.int64)  # nic_numbers: -2 not asked yet
+        self._nic = np.full(n, -1, dtype=np.int64)  # nic_numbers
         self._nic_names: dict[str, int] = {}
         self._fabric: dict[str, Any] | None = None
         self._latency: np.ndarray | None = None  # latency_s by link id
@@ -61,9 +63,7 @@ class LinkIds:
         """A number per GPU of ``gpus`` (valid GPU numbers) naming its NIC
         (:meth:`Router.nic_of <simtrain.topology.routes.Router.nic_of>`) among the cluster's NICs,
         -1 for none: two GPUs have the same number iff they use one NIC."""
-        for g in np.unique(gpus[self._nic[gpus] == -2]).tolist():
-            nic = self.router.nic_of(g)
-            self._nic[g] = -1 if nic is None else self._nic_names.setdefault(nic, len(self._nic_names))
+        self._learn(gpus)
         return self._nic[gpus]
 
     def route_links(self, src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -77,7 +77,8 @@ class LinkIds:
         """Per route from ``src[k]`` to ``dst[k]``, the ids of its links in path order, gaps
         (-1) anywhere: a row per route."""
         src, dst = np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64)
-        self._learn_gpus(np.unique(np.concatenate([src, dst])))
+        self._learn(src)
+        self._learn(dst)
         rows = np.full((len(src), WIDTH), -1, dtype=np.int64)
         done = np.zeros(len(src), dtype=bool)
         gpn = self.router.cluster.gpus_per_node
@@ -115,21 +116,28 @@ class LinkIds:
             nodes = nodes + np.where(valid[:, col] & (col < last), self._node_latency[safe[:, col]], 0.0)
         return bandwidth, links + nodes
 
-    def _learn_gpus(self, gpus: np.ndarray) -> None:
-        """Head, tail, leaf and NVSwitch links of GPUs ``gpus`` not yet known."""
+    def _learn(self, gpus: np.ndarray) -> None:
+        """Learn the GPUs of ``gpus`` not yet known (:meth:`_learn_gpus`)."""
         new = gpus[~self._known[gpus]]
-        if not len(new):
-            return
+        if len(new):
+            self._learn_gpus(np.unique(new))
+
+    def _learn_gpus(self, new: np.ndarray) -> None:
+        """Head, tail, leaf, NVSwitch links and NIC of GPUs ``new`` (distinct, not yet known)."""
         router = self.router
         attrs, link, ids = router.cluster.graph._node, self._ids.__getitem__, self._ids
         ports, anchor = router._static()[3:5]
         gpn = router.cluster.gpus_per_node
+        adj, numbers = plain_adjacency(router.cluster.graph), self._nic_names
         head: list[int] = []
         tail: list[int] = []
         leaf: list[int] = []
         nvswitch: list[int] = []
+        nics: list[int] = []
         for g in new.tolist():
             gid = f"gpu{g}"
+            nic = next((n for n in adj[gid] if attrs[n]["kind"] == "nic"), None)  # Router.nic_of
+            nics.append(-1 if nic is None else numbers.setdefault(nic, len(numbers)))
             for nic in ports[gid]:  # its NIC: the first port routed from a switch (Router._nic_port)
                 lf, hop = anchor[nic]
                 if hop:
@@ -150,6 +158,7 @@ class LinkIds:
         self._tail[new] = np.array(tail, dtype=np.int64).reshape(-1, 2)
         self._leaf[new] = leaf
         self._nvswitch[new] = np.array(nvswitch, dtype=np.int64).reshape(-1, 2)
+        self._nic[new] = nics
         self._known[new] = True
 
     def _inside(self, src: np.ndarray, dst: np.ndarray, same: np.ndarray, rows: np.ndarray) -> np.ndarray:
@@ -162,20 +171,22 @@ class LinkIds:
         if not cand.any():
             return done
         node_routes = self.router.node_routes
-        uniq, inverse = np.unique(nodes[cand], return_inverse=True)
-        kinds: dict[tuple, int] = {}
-        kind_of = np.array([kinds.setdefault(node_routes.kind(n), len(kinds)) for n in uniq.tolist()])
         idx = np.flatnonzero(cand)
-        key = (kind_of[inverse] * gpn + src[idx] % gpn) * gpn + dst[idx] % gpn
-        classes, first, members = np.unique(key, return_index=True, return_inverse=True)
-        through = np.zeros(len(classes), dtype=bool)
-        for c, k in enumerate(idx[first].tolist()):
-            a, b = int(src[k]), int(dst[k])
+        node_kind = np.full(self.router.cluster.num_nodes, -1, dtype=np.int64)
+        kinds: dict[tuple, int] = {}
+        for n in np.flatnonzero(np.bincount(nodes[idx])).tolist():  # the nodes, without a sort
+            node_kind[n] = kinds.setdefault(node_routes.kind(n), len(kinds))
+        key = (node_kind[nodes[idx]] * gpn + src[idx] % gpn) * gpn + dst[idx] % gpn
+        example = np.full(len(kinds) * gpn * gpn, -1, dtype=np.int64)
+        example[key] = idx  # a route of each (kind, local source, local destination)
+        through = np.zeros(len(example), dtype=bool)
+        for c in np.flatnonzero(example >= 0).tolist():
+            a, b = int(src[example[c]]), int(dst[example[c]])
             self.router.route(a, b)  # learns the route for the node's kind where it can be reused
             node = a // gpn
             switch = node_routes.switch(node_routes.kind(node), a - node * gpn, b - node * gpn)
             through[c] = switch == "nvswitch"
-        hit = idx[through[members]]
+        hit = idx[through[key]]
         rows[hit, 0] = self._nvswitch[src[hit], 0]
         rows[hit, 1] = self._nvswitch[dst[hit], 1]
         done[hit] = True
