@@ -14,7 +14,7 @@ in microseconds, with one line naming the estimate and what to change:
   each holding a forward and a backward action or more;
 * the operations of a step (:func:`operations_lower_bound`): what the lowering
   (:mod:`simtrain.workload.lower`) emits for the simulated ranks; a lower bound, so a run is
-  refused only when it would certainly exceed ``--max-events``.
+  refused only when it would certainly exceed ``--max-events`` or the memory available.
 
 The limits are sized for a few GiB of memory: a cluster graph costs about 500 bytes per element
 (a node or an edge with its attribute dictionary; measured: ``simtrain topology h100-ib --nodes
@@ -48,6 +48,12 @@ MAX_SCHEDULE_CELLS = 1_000_000
 #: forward and the backward of the attention block and of the MLP block (design guide, section 3,
 #: "Granularity"; :mod:`simtrain.workload.blocks`).
 OPS_PER_LAYER = 4
+#: Bytes each simulated operation holds at least until the report is written: its program entry,
+#: the engine's bookkeeping and its timeline span. Measured with ``benchmarks/bench_scale.py``:
+#: S3 (5,405,184 operations) peaks at 4,534 MiB, 880 bytes each; S1 (332,460 operations, all
+#: outputs drawn) at 366 MiB, 1,150 each. The smaller figure, rounded down, so that only a run that
+#: certainly does not fit is refused.
+BYTES_PER_OPERATION = 800
 #: With TP > 1, at least one TP collective per block and pass (Megatron-LM's all-reduce, or its
 #: all-gather / reduce-scatter with sequence parallelism, around each block: Korthikanti et al.
 #: 2022, section 4.2.2).
@@ -163,14 +169,45 @@ def operations_lower_bound(layers: int, microbatches: int, *, pipelines: int = 1
 def check_operations(layers: int, microbatches: int, *, pipelines: int, tp: int, steps: int,
                      max_events: int) -> None:
     """A one-line :class:`SpecError` when a step certainly runs more than ``max_events``
-    operations (:func:`operations_lower_bound`), before its schedule or program is built."""
+    operations (:func:`operations_lower_bound`), or more than the memory available holds at
+    :data:`BYTES_PER_OPERATION` each, before its schedule or program is built."""
     ops = operations_lower_bound(layers, microbatches, pipelines=pipelines, tp=tp, steps=steps)
-    if ops <= max_events:
+    need, have = ops * BYTES_PER_OPERATION, available_memory_bytes()
+    if ops <= max_events and (have is None or need <= have):
         return
     folded = "" if pipelines == 1 else f" x {pipelines:,} unfolded pipelines"
     times = f" x {steps:,} steps" if steps > 1 else ""
-    change = ("raise --max-events, use fewer micro-batches (a smaller --gbs or a larger --mbs)"
-              + (", fewer --steps" if steps > 1 else "") + (" or drop --no-fold" if pipelines > 1 else ""))
-    raise SpecError(f"max_events={max_events:,}: {f'{steps:,} steps' if steps > 1 else 'the step'} would run at least "
-                    f"{ops:,} operations ({microbatches:,} micro-batches x {layers} layers{times}{folded}); "
-                    f"{change}")
+    fewer = ("use fewer micro-batches (a smaller --gbs or a larger --mbs)"
+             + (", fewer --steps" if steps > 1 else "") + (" or drop --no-fold" if pipelines > 1 else ""))
+    what = (f"{f'{steps:,} steps' if steps > 1 else 'the step'} would run at least {ops:,} operations "
+            f"({microbatches:,} micro-batches x {layers} layers{times}{folded})")
+    if ops > max_events:
+        raise SpecError(f"max_events={max_events:,}: {what}; raise --max-events, {fewer}")
+    raise SpecError(f"{what}, which hold at least {need / 2**30:,.1f} GiB ({BYTES_PER_OPERATION} bytes each), more "
+                    f"than the {have / 2**30:,.1f} GiB of memory available; {fewer}")
+
+
+def available_memory_bytes() -> int | None:
+    """Memory this process can still use: Linux's ``MemAvailable`` (``/proc/meminfo``), capped
+    by the control group's ``memory.max`` less its ``memory.current`` where one is set; None
+    where neither can be read (then no run is refused for its memory)."""
+    out = None
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    out = int(line.split()[1]) * 1024
+                    break
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        with open("/sys/fs/cgroup/memory.max", encoding="ascii") as f:
+            limit = f.read().strip()
+        with open("/sys/fs/cgroup/memory.current", encoding="ascii") as f:
+            used = int(f.read().strip())
+        if limit != "max":
+            room = max(0, int(limit) - used)
+            out = room if out is None else min(out, room)
+    except (OSError, ValueError):
+        pass
+    return out

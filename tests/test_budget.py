@@ -129,3 +129,31 @@ def test_drawing_a_large_cluster_is_refused_before_its_bisection(tmp_path):
     assert_user_error("topology", "h100-ib", "--nodes", "1000", "--draw", str(png),
                       contains=("69,258 vertices and directed links", "--nodes 288 or fewer"))
     assert not png.exists()
+
+
+def test_a_run_that_cannot_fit_in_memory_is_refused_before_the_schedule(tmp_path, monkeypatch):
+    """25,600,000 operations at 800 bytes each at least: 19.1 GiB, against 4 GiB available."""
+    from simtrain import budget
+
+    monkeypatch.setattr(budget, "available_memory_bytes", lambda: 4 * 2**30)
+    argv = ("run", "--model", "llama3-8b", "--topology", "h100-ib", "--gpus", "8", "--tp", "8", "--pp", "1",
+            "--gbs", "100000", "--out", str(tmp_path))
+    assert_user_error(*argv, contains=("at least 25,600,000 operations", "at least 19.1 GiB (800 bytes each)",
+                                       "more than the 4.0 GiB of memory available", "fewer micro-batches"))
+    monkeypatch.setattr(budget, "available_memory_bytes", lambda: None)  # unknown: only --max-events bounds it
+    assert_user_error(*argv, "--max-events", "1000", contains=("max_events=1,000",))
+    budget.check_operations(32, 100, pipelines=1, tp=8, steps=1, max_events=10**6)
+
+
+def test_available_memory_is_read_where_the_system_says():
+    from pathlib import Path
+
+    from simtrain.budget import available_memory_bytes
+
+    meminfo = Path("/proc/meminfo")
+    if not meminfo.exists():
+        assert available_memory_bytes() is None or available_memory_bytes() > 0
+        return
+    total = next(int(line.split()[1]) * 1024 for line in meminfo.read_text().splitlines()
+                 if line.startswith("MemTotal:"))
+    assert 0 < available_memory_bytes() <= total
