@@ -225,8 +225,8 @@ def hop_cost(op: str, algo: str, gpus: Sequence[int], router: Router,
     why = applicable(algo, op, gpus, router.cluster, True, registry)
     if why is not None:
         raise SpecError(why)
-    busiest = hops_time(*record.hops(op, gpus, router), router)  # its one phase, latency 0
-    return (0 + (busiest - 0.0), 0 + 0.0)
+    busiest = hops_time(*record.hops(op, gpus, router), router)  # phase_time of its one phase, latency 0
+    return (0 + (busiest - 0.0), 0 + 0.0)  # unit_cost's two sums over that phase, the same floats
 
 
 def tuning_shape(gpus: Sequence[int], router: Router) -> GroupShape:

@@ -13,7 +13,8 @@ and learned switches per GPU and the middles from the fabric's structure (2 tier
 the middles in sorted order, which is the router's choice whenever all middles are equally wide,
 so only where every link of a fabric tier has the same capacity. Every other route (other fabrics,
 degraded links, routes searched after a failed link, ties) is the router's own. The links are the
-router's, bit for bit; the tests compare both on every preset.
+router's, bit for bit, and so are the bottlenecks and latencies :meth:`LinkIds.route_costs` sums
+from them for many sends at once; the tests compare both on every preset.
 """
 
 from __future__ import annotations
