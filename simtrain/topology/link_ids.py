@@ -11,8 +11,9 @@ and learned switches per GPU and the middles from the fabric's structure (2 tier
 ``s`` -> leaf; 3 tiers: through spine ``s`` of one pod, or through core ``c`` and spine
 ``c % spines`` of both pods), with the router's ECMP choice: the ``crc32(f"{src}-{dst}")``-th of
 the middles in sorted order, which is the router's choice whenever all middles are equally wide,
-so only where every link of a fabric tier has the same capacity. Every other route (other fabrics,
-degraded links, routes searched after a failed link, ties) is the router's own. The links are the
+so only where each of the two leaves' links to their spines (and each of the two pods' links to
+the cores) have one capacity. Every other route (other fabrics, middles through a degraded link,
+routes searched after a failed link, ties) is the router's own. The links are the
 router's, bit for bit, and so are the bottlenecks and latencies :meth:`LinkIds.route_costs` sums
 from them for many sends at once; the tests compare both on every preset.
 """
@@ -202,13 +203,18 @@ class LinkIds:
         if fabric is None or not cand.any():
             return done
         idx = np.flatnonzero(cand)
+        la, lb = self._leaf[src[idx]], self._leaf[dst[idx]]
+        pa, pb = fabric["pod"][la], fabric["pod"][lb]
+        # the router's ECMP choice where all of a pair's middles are equally wide: the leaves' (and
+        # pods') links to their spines (and cores) each of one capacity; elsewhere the router's own
+        even = (la == lb) | (fabric["even_up"][la] & fabric["even_down"][lb] & ((pa == pb) | (
+            fabric["even_to_core"][pa] & fabric["even_from_core"][pb])))
+        idx, la, lb, pa, pb = idx[even], la[even], lb[even], pa[even], pb[even]
         a, b = src[idx], dst[idx]
-        la, lb = self._leaf[a], self._leaf[b]
         rows[idx, 0:2] = self._head[a]
         rows[idx, 6:8] = self._tail[b]
         crc = np.array([zlib.crc32(f"{s}-{d}".encode()) for s, d in zip(a.tolist(), b.tolist())], dtype=np.int64)
         spines = fabric["spines"]
-        pa, pb = fabric["pod"][la], fabric["pod"][lb]
         near = (la != lb) & (pa == pb)  # through one spine of their pod
         s = fabric["spine_order"][crc[near] % spines]
         rows[idx[near], 2] = fabric["up"][la[near], s]
@@ -255,14 +261,20 @@ def _fabric_table(ids: LinkIds) -> dict[str, Any] | None:
         for c in range(cores):
             tiers[2].append((spine(p, c % spines), f"core{c}"))
             tiers[3].append((f"core{c}", spine(p, c % spines)))
-    for tier in tiers:  # every middle of a pair equally wide: ECMP is the router's choice
-        if any(e not in edges for e in tier) or len({edges[e][0] for e in tier}) > 1:
-            return None
+    if any(e not in edges for tier in tiers for e in tier):
+        return None  # a link taken out: the router searches the graph
     table = [np.array([ids.id(e) for e in tier], dtype=np.int64) for tier in tiers]
+    up, down = table[0].reshape(leaves, spines), table[1].reshape(leaves, spines)
+    to_core, from_core = table[2].reshape(pods, cores), table[3].reshape(pods, cores)
+
+    def even(links: np.ndarray) -> np.ndarray:  # per row: all its links of one capacity
+        caps = ids.capacity()[links]
+        return (caps == caps[:, :1]).all(axis=1)
+
     return {
-        "spines": spines, "cores": cores, "pod": pod,
-        "up": table[0].reshape(leaves, spines), "down": table[1].reshape(leaves, spines),
-        "to_core": table[2].reshape(pods, cores), "from_core": table[3].reshape(pods, cores),
+        "spines": spines, "cores": cores, "pod": pod, "up": up, "down": down, "to_core": to_core,
+        "from_core": from_core, "even_up": even(up), "even_down": even(down), "even_to_core": even(to_core),
+        "even_from_core": even(from_core),
         # the router sorts the middles by name: spine10 before spine2
         "spine_order": np.array(sorted(range(spines), key=lambda s: f"spine{s}"), dtype=np.int64),
         "core_order": np.array(sorted(range(cores), key=lambda c: (f"spine{c % spines}", f"core{c}")),

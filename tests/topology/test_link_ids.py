@@ -61,13 +61,16 @@ def test_routes_are_the_routers_on_every_preset(name):
 
 
 def test_routes_on_a_degraded_fabric_and_after_a_failed_link():
-    """A slower spine link makes the middles unequal: the router's own choice (the widest); a failed
-    link makes the router search the graph: its routes."""
+    """A spine link at 1% of its speed (below a NIC's) makes its leaf's and pod's middles unequal:
+    the router's own choice there (the widest), the tables elsewhere; a failed link makes the router
+    search the graph: its routes."""
     cluster = load_topology("h100-3tier", nodes=40)
-    slow = perturb_links(cluster, (("leaf0", "pod0/spine1", 0.5),), ())
+    slow = perturb_links(cluster, (("leaf0", "pod0/spine1", 0.01), ("pod1/spine1", "core1", 0.01)), ())
     router = Router(slow)
-    assert router.link_ids()._fabric_table() is None
-    _check_routes(slow, router, seed=6)
+    table = router.link_ids()._fabric_table()
+    assert not table["even_up"][0] and not table["even_down"][0] and table["even_up"][1:].all()
+    assert table["even_to_core"].tolist() == [True, False, True] == table["even_from_core"].tolist()
+    _check_routes(slow, router, count=3000, seed=6)
     cut = perturb_links(load_topology("h100-ib", nodes=40), (), (("leaf0", "spine3"),))
     _check_routes(cut, Router(cut, structural=False), seed=7)
 
