@@ -112,9 +112,8 @@ class LinkIds:
         bandwidth = np.where(valid, self._capacity[safe], np.inf).min(axis=1)
         last = rows.shape[1] - 1 - np.argmax(valid[:, ::-1], axis=1)  # each route's last link
         links, nodes = np.zeros(len(rows)), np.zeros(len(rows))
-        for col in range(rows.shape[1]):  # in path order, gaps adding 0.0
+        for col in range(rows.shape[1]):  # in path order, gaps adding 0.0; nodes: those links enter, but the last
             links = links + np.where(valid[:, col], self._latency[safe[:, col]], 0.0)
-        for col in range(rows.shape[1]):  # the node each link enters, but for the last
             nodes = nodes + np.where(valid[:, col] & (col < last), self._node_latency[safe[:, col]], 0.0)
         return bandwidth, links + nodes
 
@@ -131,11 +130,7 @@ class LinkIds:
         ports, anchor = router._static()[3:5]
         gpn = router.cluster.gpus_per_node
         adj, numbers = plain_adjacency(router.cluster.graph), self._nic_names
-        head: list[int] = []
-        tail: list[int] = []
-        leaf: list[int] = []
-        nvswitch: list[int] = []
-        nics: list[int] = []
+        head, tail, leaf, nvswitch, nics = [], [], [], [], []  # type: ignore[var-annotated]
         for g in new.tolist():
             gid = f"gpu{g}"
             nic = next((n for n in adj[gid] if attrs[n]["kind"] == "nic"), None)  # Router.nic_of
@@ -231,8 +226,7 @@ class LinkIds:
         return done
 
     def _fabric_table(self) -> dict[str, Any] | None:
-        """Link ids of the fabric by leaf, pod, spine and core, and the ECMP order of the middles;
-        None where the routes do not follow from them (module docstring)."""
+        """The fabric's link ids by leaf, pod, spine and core, the ECMP order; None: no such table."""
         if self._fabric is None:
             self._fabric = _fabric_table(self) or {}
         return self._fabric or None
