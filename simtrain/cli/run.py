@@ -157,20 +157,24 @@ def cmd_run(args: argparse.Namespace) -> int:
     with run_progress(run.outputs) as bar:
         bar.phase("resolve")
         scenario = api.resolve(run.settings)
-        # the cluster graph (a million edges at 100,000 GPUs) lives until the process ends: out of
-        # the cycle collector's full passes, which would otherwise traverse it again and again
+        # the cluster graph (a million edges at 100,000 GPUs) lives through the run: out of the
+        # cycle collector's full passes, which would otherwise traverse it again and again; given
+        # back after, for a caller that runs main() again in the same process (a test, a notebook)
         gc.freeze()
-        bar.phase("simulate")
-        result = api.simulate(scenario)
-        report = result.report
-        if run.outputs["require_fit"] and not report["fits_in_memory"]:
-            over = [f"stage {i} by {x:.1f} GiB" for i, x in enumerate(report["memory_excess_gib"]) if x > 0]
-            raise SimtrainError(f"--require-fit: peak memory exceeds the {report['memory_capacity_gib']:.1f} "
-                                f"GiB usable per GPU on {', '.join(over)}; recompute more (--recompute full), "
-                                f"raise tp/pp/cp or use ZeRO-3")
-        bar.phase("write outputs")
-        paths = api.write_outputs(result, run.outputs["out"], plot=run.outputs["plot"], html=run.outputs["html"],
-                                  chart=chart)
+        try:
+            bar.phase("simulate")
+            result = api.simulate(scenario)
+            report = result.report
+            if run.outputs["require_fit"] and not report["fits_in_memory"]:
+                over = [f"stage {i} by {x:.1f} GiB" for i, x in enumerate(report["memory_excess_gib"]) if x > 0]
+                raise SimtrainError(f"--require-fit: peak memory exceeds the {report['memory_capacity_gib']:.1f} "
+                                    f"GiB usable per GPU on {', '.join(over)}; recompute more (--recompute full), "
+                                    f"raise tp/pp/cp or use ZeRO-3")
+            bar.phase("write outputs")
+            paths = api.write_outputs(result, run.outputs["out"], plot=run.outputs["plot"], html=run.outputs["html"],
+                                      chart=chart)
+        finally:
+            gc.unfreeze()
     if run.outputs["json"]:
         print(json.dumps({**report, "wall_s": result.wall_s, "outputs": paths, **imported_json(run)},
                          sort_keys=True))

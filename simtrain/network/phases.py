@@ -81,7 +81,8 @@ def ring_phases(op: str, gpus: Sequence[int], nbytes: float, router: Router) -> 
     if len(gpus) <= 1 or nbytes <= 0:
         return []
     src, dst, share = ring_hop_arrays(gpus, router)
-    flows = _hop_flows(list(zip(src.tolist(), dst.tolist(), share.tolist())), ring_volume(op, len(gpus), nbytes), router)
+    hops = list(zip(src.tolist(), dst.tolist(), share.tolist()))
+    flows = _hop_flows(hops, ring_volume(op, len(gpus), nbytes), router)
     return [Phase(tuple(flows), 0.0, f"ring {op}")]
 
 
