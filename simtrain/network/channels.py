@@ -25,6 +25,7 @@ from simtrain.topology.cluster import Cluster
 from simtrain.topology.routes import Router
 
 Hop = tuple[int, int, float]  # (source GPU, destination GPU, share of the per-rank volume)
+HopArrays = tuple[np.ndarray, np.ndarray, np.ndarray]  # sources, destinations, shares (or bytes) of hops
 
 
 def node_blocks(gpus: Sequence[int], cluster: Cluster) -> list[list[int]]:
@@ -60,14 +61,12 @@ def channel_count(blocks: list[list[int]], router: Router) -> int:
     (1 inside a node, or where a node has no NIC)."""
     if len(blocks) < 2:
         return 1
-    if len(blocks) >= _MANY:
-        sizes = [len(b) for b in blocks]
-        gpus = np.fromiter((g for b in blocks for g in b), dtype=np.int64, count=sum(sizes))
-        nics = router.link_ids().nic_numbers(gpus)  # distinct per NIC of the cluster, -1 for none
-        block = np.repeat(np.arange(len(blocks)), sizes)
-        pairs = np.unique(np.stack([block, nics], axis=1)[nics >= 0], axis=0)
-        return max(1, int(np.bincount(pairs[:, 0], minlength=len(blocks)).min()))
-    return max(1, min(len({router.nic_of(g) for g in block} - {None}) for block in blocks))
+    sizes = [len(b) for b in blocks]
+    gpus = np.fromiter((g for b in blocks for g in b), dtype=np.int64, count=sum(sizes))
+    nics = router.link_ids().nic_numbers(gpus)  # distinct per NIC of the cluster, -1 for none
+    block = np.repeat(np.arange(len(blocks)), sizes)
+    pairs = np.unique(np.stack([block, nics], axis=1)[nics >= 0], axis=0)  # (node, NIC) used
+    return max(1, int(np.bincount(pairs[:, 0], minlength=len(blocks)).min()))
 
 
 def channel_order(block: list[int], channel: int, channels: int, node_index: int) -> list[int]:
@@ -81,11 +80,15 @@ def ring_hops(gpus: Sequence[int], router: Router) -> list[Hop]:
     """The hops of a ring collective on ``gpus`` over all its channels: inside one node the ring
     ``g[i] -> g[i+1]`` (share 1 each); across nodes each channel's ring (module docstring), every
     hop with share ``1/C``, hops shared by several channels merged (:func:`ring_hop_arrays`)."""
-    src, dst, share = ring_hop_arrays(gpus, router)
-    return list(zip(src.tolist(), dst.tolist(), share.tolist()))
+    return hop_list(ring_hop_arrays(gpus, router))
 
 
-def ring_hop_arrays(gpus: Sequence[int], router: Router) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def hop_list(hops: HopArrays) -> list[Hop]:
+    """Hops given as arrays, as a list of (source, destination, share)."""
+    return list(zip(hops[0].tolist(), hops[1].tolist(), hops[2].tolist()))
+
+
+def ring_hop_arrays(gpus: Sequence[int], router: Router) -> HopArrays:
     """:func:`ring_hops` as arrays of sources, destinations and shares, built without a Python
     object per hop (a ring over 65,536 GPUs on 8 channels has half a million): the hops of every
     channel in order, then those with the same source and destination merged into the first, its

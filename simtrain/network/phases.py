@@ -21,7 +21,7 @@ from typing import Sequence
 
 import numpy as np
 
-from simtrain.network.channels import node_blocks, pxn_relay, rail_members, ring_hop_arrays
+from simtrain.network.channels import HopArrays, node_blocks, pxn_relay, rail_members, ring_hop_arrays, ring_hops
 from simtrain.network.links import Link
 from simtrain.network.protocols import GroupShape, latency_s
 from simtrain.topology.cluster import Cluster
@@ -80,13 +80,11 @@ def ring_phases(op: str, gpus: Sequence[int], nbytes: float, router: Router) -> 
     sooner than NCCL would."""
     if len(gpus) <= 1 or nbytes <= 0:
         return []
-    src, dst, share = ring_hop_arrays(gpus, router)
-    hops = list(zip(src.tolist(), dst.tolist(), share.tolist()))
-    flows = _hop_flows(hops, ring_volume(op, len(gpus), nbytes), router)
+    flows = _hop_flows(ring_hops(gpus, router), ring_volume(op, len(gpus), nbytes), router)
     return [Phase(tuple(flows), 0.0, f"ring {op}")]
 
 
-def ring_unit_hops(op: str, gpus: Sequence[int], router: Router) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def ring_unit_hops(op: str, gpus: Sequence[int], router: Router) -> HopArrays:
     """The flows of :func:`ring_phases` for one byte, as (sources, destinations, bytes)."""
     src, dst, share = ring_hop_arrays(gpus, router)
     return src, dst, ring_volume(op, len(gpus), 1.0) * share
@@ -175,7 +173,8 @@ def hops_time(src: np.ndarray, dst: np.ndarray, nbytes: np.ndarray, router: Rout
     ids = router.link_ids()
     links, flow = ids.route_links(src, dst)
     if not len(links):
-        return 0.0 + 0.0
+        return 0.0
     load = np.bincount(links, weights=np.asarray(nbytes, dtype=float)[flow])
-    # links no flow crosses carry 0 bytes: 0 / capacity changes no maximum of loads >= 0
-    return float((load / ids.capacity()[:len(load)]).max()) + 0.0
+    # links no flow crosses carry 0 bytes: 0 / capacity changes no maximum of loads >= 0; the
+    # latency 0.0 phase_time adds leaves it as it is
+    return float((load / ids.capacity()[:len(load)]).max())

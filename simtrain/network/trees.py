@@ -14,11 +14,9 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from simtrain.network.channels import Hop, channel_count, heads, node_blocks
+from simtrain.network.channels import Hop, HopArrays, channel_count, heads, hop_list, node_blocks
 from simtrain.network.phases import Phase
 from simtrain.topology.routes import Router
-
-Arrays = tuple[np.ndarray, np.ndarray, np.ndarray]  # sources, destinations, shares (or bytes) of hops
 
 
 def _btree_parent(rank: int, n: int) -> int:
@@ -48,7 +46,7 @@ def _dtree_arrays(n: int) -> tuple[np.ndarray, np.ndarray]:
     return tuple(np.array(p, dtype=np.int64) for p in dtree_parents(n))  # type: ignore[return-value]
 
 
-def _internode_tree(node_heads: Sequence[int], share: float) -> Arrays:
+def _internode_tree(node_heads: Sequence[int], share: float) -> HopArrays:
     """Both of NCCL's trees over the nodes' heads, each carrying half of ``share``: every child
     sends to its parent (reduce) and every parent to its child (broadcast), child by child."""
     hs = np.asarray(node_heads, dtype=np.int64)
@@ -62,7 +60,7 @@ def _internode_tree(node_heads: Sequence[int], share: float) -> Arrays:
     return src_all, np.concatenate(dst), np.full(len(src_all), share / 2)
 
 
-def _chains(blocks: list[list[int]], grid: np.ndarray | None, channel: int, channels: int) -> Arrays:
+def _chains(blocks: list[list[int]], grid: np.ndarray | None, channel: int, channels: int) -> HopArrays:
     """Channel ``channel``'s chain through each node's members from its head: per consecutive
     pair ``(a, b)``, ``b -> a`` (reduce toward the head) then ``a -> b`` (broadcast), ``1/C`` each.
     ``grid``: the blocks as one array where all have the same size, else None."""
@@ -81,7 +79,7 @@ def _chains(blocks: list[list[int]], grid: np.ndarray | None, channel: int, chan
     return src, dst, np.full(len(src), 1 / channels)
 
 
-def _concat(parts: list[Arrays]) -> Arrays:
+def _concat(parts: list[HopArrays]) -> HopArrays:
     return tuple(np.concatenate([p[i] for p in parts]) for i in range(3))  # type: ignore[return-value]
 
 
@@ -93,11 +91,7 @@ def _flows(hops: Iterable[Hop], nbytes: float, router: Router) -> tuple:
     return tuple((router.links(a, b), nbytes * share) for a, b, share in hops)
 
 
-def _hop_list(hops: Arrays) -> Iterable[Hop]:
-    return zip(hops[0].tolist(), hops[1].tolist(), hops[2].tolist())
-
-
-def tree_hops(gpus: Sequence[int], router: Router) -> Arrays:
+def tree_hops(gpus: Sequence[int], router: Router) -> HopArrays:
     """The hops of NCCL's tree all-reduce on ``gpus`` (:func:`tree_phases`) as arrays of
     sources, destinations and shares of the buffer, channel by channel: each node's chain, then
     the two trees over the channel's heads."""
@@ -113,7 +107,7 @@ def tree_hops(gpus: Sequence[int], router: Router) -> Arrays:
     return _concat(parts)
 
 
-def tree_unit_hops(op: str, gpus: Sequence[int], router: Router) -> Arrays:
+def tree_unit_hops(op: str, gpus: Sequence[int], router: Router) -> HopArrays:
     """The flows of :func:`tree_phases` for one byte, as (sources, destinations, bytes)."""
     src, dst, share = tree_hops(gpus, router)
     return src, dst, 1.0 * share
@@ -127,7 +121,7 @@ def tree_phases(op: str, gpus: Sequence[int], nbytes: float, router: Router) -> 
     (:func:`dtree_parents`) over the nodes' heads, each carrying ``S/(2C)`` up and down."""
     if len(gpus) <= 1 or nbytes <= 0:
         return []
-    return [Phase(_flows(_hop_list(tree_hops(gpus, router)), nbytes, router), 0.0, "tree")]
+    return [Phase(_flows(hop_list(tree_hops(gpus, router)), nbytes, router), 0.0, "tree")]
 
 
 def nvls_factor(router: Router) -> float:
@@ -178,4 +172,4 @@ def nvls_tree_phases(op: str, gpus: Sequence[int], nbytes: float, router: Router
     for block, hs in zip(blocks, node_heads):
         flows += _switch_hops(block, hs, nbytes, router)
     hops = _concat([_internode_tree([hs[c] for hs in node_heads], 1 / channels) for c in range(channels)])
-    return [Phase(tuple(flows) + _flows(_hop_list(hops), nbytes, router), 0.0, "nvls tree")]
+    return [Phase(tuple(flows) + _flows(hop_list(hops), nbytes, router), 0.0, "nvls tree")]

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from simtrain.topology.build import plain_adjacency
+from simtrain.topology.tables import first_nic, nic_port
 
 Link = tuple[str, str]
 WIDTH = 8  # links of the longest route from the tables: GPU, NIC, leaf, spine, core, spine, leaf, NIC, GPU
@@ -133,14 +134,10 @@ class LinkIds:
         head, tail, leaf, nvswitch, nics = [], [], [], [], []  # type: ignore[var-annotated]
         for g in new.tolist():
             gid = f"gpu{g}"
-            nic = next((n for n in adj[gid] if attrs[n]["kind"] == "nic"), None)  # Router.nic_of
-            nics.append(-1 if nic is None else numbers.setdefault(nic, len(numbers)))
-            for nic in ports[gid]:  # its NIC: the first port routed from a switch (Router._nic_port)
-                lf, hop = anchor[nic]
-                if hop:
-                    break
-            else:
-                lf = None
+            channel_nic = first_nic(gid, adj, attrs)  # Router.nic_of
+            nics.append(-1 if channel_nic is None else numbers.setdefault(channel_nic, len(numbers)))
+            port = nic_port(gid, ports, anchor)  # the NIC its routes leave by (Router._nic_port)
+            nic, lf = port if port is not None else (None, None)
             if lf is not None and attrs[lf]["kind"] == "leaf":
                 head += (link((gid, nic)), link((nic, lf)))
                 tail += (link((lf, nic)), link((nic, gid)))

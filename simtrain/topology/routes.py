@@ -22,6 +22,7 @@ from simtrain.topology.cluster import Cluster
 from simtrain.topology.link_ids import LinkIds
 from simtrain.topology.node_routes import NodeRoutes
 from simtrain.topology.route_costs import RouteCosts
+from simtrain.topology.tables import first_nic, nic_port, static_tables
 
 
 class Router:
@@ -86,10 +87,8 @@ class Router:
         """The NIC serving GPU ``gpu`` (its graph node), None when its node has no NIC."""
         nics = self._cache.setdefault("nics", {})
         if gpu not in nics:
-            g = self.cluster.graph
-            attrs = g._node  # plain dicts, not views: asked for every GPU of a 100,000-GPU group
-            nics[gpu] = next((n for n in plain_adjacency(g)[self.cluster.gpu_id(gpu)]
-                              if attrs[n]["kind"] == "nic"), None)
+            g = self.cluster.graph  # plain dicts, not views: asked for every GPU of a 100,000-GPU group
+            nics[gpu] = first_nic(self.cluster.gpu_id(gpu), plain_adjacency(g), g._node)
         return nics[gpu]
 
     def latency(self, src_gpu: int, dst_gpu: int) -> float:
@@ -160,11 +159,11 @@ class Router:
         cache = self._nic_ports
         if gpu not in cache:
             edges, _, _, ports, anchor = self._static()
-            nic = next((p for p in ports[gpu] if anchor[p][1]), None)  # the first port routed from a switch
-            if nic is None:
+            port = nic_port(gpu, ports, anchor)
+            if port is None:
                 cache[gpu] = None
             else:
-                leaf = anchor[nic][0]
+                nic, leaf = port
                 cache[gpu] = (nic, leaf, min(edges[(gpu, nic)][0], edges[(nic, leaf)][0]),
                               min(edges[(nic, gpu)][0], edges[(leaf, nic)][0]))
         return cache[gpu]
@@ -217,22 +216,6 @@ class Router:
         if inside:
             self.node_routes.learn(src, dst, node, path)
         return path
-
-
-def static_tables(g: Any) -> tuple[dict, dict, dict, dict, dict]:
-    """The router's tables of graph ``g``: each edge's (capacity, latency), each node's latency,
-    each switch's and each GPU's non-GPU neighbours (sorted), and the switch a port is routed
-    from."""
-    kind = dict(g.nodes(data="kind"))
-    succ = plain_adjacency(g)  # plain dicts, not views: a million edges on 131,072 GPUs
-    edges = {(u, v): (d["capacity_Bps"], d["latency_s"]) for u, out in succ.items() for v, d in out.items()}
-    node_lat = dict(g.nodes(data="latency_s", default=0.0))
-    nbrs = {n: tuple(sorted(v for v in out if kind[v] != "gpu")) for n, out in succ.items()}
-    adj = {n: nb for n, nb in nbrs.items() if kind[n] != "gpu"}
-    ports = {n: nb for n, nb in nbrs.items() if kind[n] == "gpu"}
-    # a port with a single non-GPU neighbour (a NIC under its leaf) is routed from there
-    anchor = {n: (nb[0], (n,)) if len(nb) == 1 else (n, ()) for n, nb in adj.items()}
-    return edges, node_lat, adj, ports, anchor
 
 
 def pick(name: str, src: int, dst: int, groups: list) -> tuple[str, ...]:

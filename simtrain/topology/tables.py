@@ -1,0 +1,43 @@
+"""The router's tables of a cluster graph, and the two rules read from them that both the router
+(:class:`~simtrain.topology.routes.Router`) and the links of many routes at once
+(:class:`~simtrain.topology.link_ids.LinkIds`) apply: which NIC a GPU's routes leave by, and which
+NIC names its channel (:meth:`Router.nic_of <simtrain.topology.routes.Router.nic_of>`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from simtrain.topology.build import plain_adjacency
+
+
+def static_tables(g: Any) -> tuple[dict, dict, dict, dict, dict]:
+    """The router's tables of graph ``g``: each edge's (capacity, latency), each node's latency,
+    each switch's and each GPU's non-GPU neighbours (sorted), and the switch a port is routed
+    from."""
+    kind = dict(g.nodes(data="kind"))
+    succ = plain_adjacency(g)  # plain dicts, not views: a million edges on 131,072 GPUs
+    edges = {(u, v): (d["capacity_Bps"], d["latency_s"]) for u, out in succ.items() for v, d in out.items()}
+    node_lat = dict(g.nodes(data="latency_s", default=0.0))
+    nbrs = {n: tuple(sorted(v for v in out if kind[v] != "gpu")) for n, out in succ.items()}
+    adj = {n: nb for n, nb in nbrs.items() if kind[n] != "gpu"}
+    ports = {n: nb for n, nb in nbrs.items() if kind[n] == "gpu"}
+    # a port with a single non-GPU neighbour (a NIC under its leaf) is routed from there
+    anchor = {n: (nb[0], (n,)) if len(nb) == 1 else (n, ()) for n, nb in adj.items()}
+    return edges, node_lat, adj, ports, anchor
+
+
+def nic_port(gpu: str, ports: dict, anchor: dict) -> tuple[str, str] | None:
+    """GPU node ``gpu``'s NIC and the switch it hangs off: its first port (in name order) routed
+    from a switch, from :func:`static_tables`' ``ports`` and ``anchor``; None without one."""
+    for port in ports[gpu]:
+        switch, hop = anchor[port]
+        if hop:
+            return port, switch
+    return None
+
+
+def first_nic(gpu: str, adjacency: dict, attrs: dict) -> str | None:
+    """The first NIC among GPU node ``gpu``'s neighbours, in the graph's adjacency order
+    (``adjacency``: :func:`~simtrain.topology.build.plain_adjacency`; ``attrs``: the nodes'
+    attributes); None without one."""
+    return next((n for n in adjacency[gpu] if attrs[n]["kind"] == "nic"), None)
