@@ -7,50 +7,22 @@ per-paper means read the rows from there."""
 
 from __future__ import annotations
 
-import json
-import os
-import time
-from dataclasses import asdict
-from pathlib import Path
-
 import pytest
 
 from validation.published_a100 import (MEAN_LIMIT_PCT, PAPERS, ROW_LIMIT_PCT, Row, load_cases, paper_errors,
                                        run_case)
+from validation.shared_rows import cached_row, shared_folder
 
 CASES = load_cases()
-WAIT_S = 900  # longest wait for a row another worker simulates before simulating it here
 
 
 @pytest.fixture(scope="session")
-def shared(tmp_path_factory) -> Path:
-    """A folder every worker of this session sees (the session's base folder under xdist)."""
-    base = tmp_path_factory.getbasetemp()
-    folder = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "published_a100_rows"
-    folder.mkdir(exist_ok=True)
-    return folder
+def shared(tmp_path_factory):
+    return shared_folder(tmp_path_factory, "published_a100_rows")
 
 
-def _row(shared: Path, i: int) -> Row:
-    done, lock = shared / f"row{i}.json", shared / f"row{i}.lock"
-    deadline = time.monotonic() + WAIT_S
-    while not done.exists():
-        try:
-            fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-        except FileExistsError:
-            if time.monotonic() < deadline:
-                time.sleep(0.2)
-                continue
-            return run_case(CASES[i])
-        try:
-            row = run_case(CASES[i])
-            tmp = shared / f"row{i}.tmp"
-            tmp.write_text(json.dumps(asdict(row)), encoding="utf-8")
-            tmp.replace(done)
-            return row
-        finally:
-            os.close(fd)
-    return Row(**json.loads(done.read_text(encoding="utf-8")))
+def _row(shared, i: int) -> Row:
+    return cached_row(shared, f"row{i}", lambda: run_case(CASES[i]), lambda d: Row(**d))
 
 
 def test_eighteen_cases():
