@@ -36,6 +36,7 @@ class Gemm:
     batch: int = 1
     dtype: str = "bf16"  # operand precision: bf16 or fp8
     out_bytes: int = BYTES_BF16
+    streams: int = 0  # 0: one batched kernel; n: ``batch`` separate GEMMs, n at a time on n streams
 
     kind = "gemm"
 

@@ -22,6 +22,10 @@ from simtrain.units import BYTES_BF16, BYTES_FP32
 ACT_BYTES = BYTES_BF16  # bf16 activations
 GRAD_BYTES = {"fp32": BYTES_FP32, "bf16": BYTES_BF16}  # bytes per gradient element by --grad-dtype
 FP8_CAST_BYTES = 4  # per element cast to FP8 with its transpose: read 2, write 1 + 1
+#: Streams a grouped GEMM of experts runs its per-expert GEMMs on (TransformerEngine's
+#: ``GroupedLinear``: one cuBLAS GEMM per expert over ``num_streams = 4`` compute streams,
+#: ``transformer_engine/common/include/transformer_engine/multi_streams.h``).
+GROUPED_GEMM_STREAMS = 4
 
 
 @dataclass(frozen=True)
@@ -64,14 +68,16 @@ def linear(name: str, shape: Shape, k_in: int, n_out: int, kind: str, tokens: in
     (default: the shape's), ``batch`` copies side by side (a grouped GEMM of experts)."""
     m = shape.tokens if tokens is None else tokens
     dtype = shape.gemm_dtype
+    streams = GROUPED_GEMM_STREAMS if batch > 1 else 0
     if kind == "F":
         cast = (Elementwise(f"{name}.cast", FP8_CAST_BYTES * m * k_in * batch),) if shape.fp8 else ()
-        return cast + (Gemm(name, m, n_out, k_in, batch=batch, dtype=dtype),)
+        return cast + (Gemm(name, m, n_out, k_in, batch=batch, dtype=dtype, streams=streams),)
     if kind == "I":
         cast = (Elementwise(f"{name}.grad_cast", FP8_CAST_BYTES * m * n_out * batch),) if shape.fp8 else ()
-        return cast + (Gemm(f"{name}.dgrad", m, k_in, n_out, batch=batch, dtype=dtype),)
+        return cast + (Gemm(f"{name}.dgrad", m, k_in, n_out, batch=batch, dtype=dtype, streams=streams),)
     if kind == "W":
-        return (Gemm(f"{name}.wgrad", k_in, n_out, m, batch=batch, dtype=dtype, out_bytes=2 * shape.grad_bytes),)
+        return (Gemm(f"{name}.wgrad", k_in, n_out, m, batch=batch, dtype=dtype, out_bytes=2 * shape.grad_bytes,
+                     streams=streams),)
     if kind == "B":
         return linear(name, shape, k_in, n_out, "I", tokens, batch) + linear(name, shape, k_in, n_out, "W", tokens, batch)
     raise ValueError(kind)

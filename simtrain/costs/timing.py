@@ -2,8 +2,11 @@
 measured calibration.
 
 * GEMM: ``max(math + exposed epilogue, operand traffic) + launch``. The math runs ``2 m n k``
-  FLOPs at ``peak x efficiency x wave utilisation`` (tile and wave quantisation on the SM count,
-  :func:`wave_utilisation`), so small M and N lose whole waves; where the architecture stores C
+  FLOPs at ``peak x efficiency x wave utilisation x k / (k + tile overhead)`` (tile and wave
+  quantisation on the SM count, :func:`wave_utilisation`, so small M and N lose whole waves; each
+  output tile's fixed time outside its main loop, :func:`k_utilisation`, so short K loses a
+  share); a grouped GEMM of experts runs its per-expert GEMMs a few at a time on separate
+  streams (TransformerEngine's), so the waves quantise per round; where the architecture stores C
   after the main loop the store adds ``m n out_bytes`` at the achievable HBM bandwidth, so the
   efficiency rises with K; the operands stream once at that bandwidth (roofline). FP8 GEMMs use
   the FP8 peak and its measured efficiency.
@@ -28,6 +31,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from dataclasses import replace
 
 from simtrain.costs.calibration import Calibration
 from simtrain.costs.kernels import Attention, Elementwise, Gemm, Kernel, OpCost
@@ -59,7 +63,25 @@ def calibrated_peak(arch: ArchProfile, dtype: str, sms: int, peak_flops: float, 
     flops = 2.0 * m * n * k
     measured = flops / (fraction * peak_flops)
     epilogue = 0.0 if arch.epilogue_overlap else m * n * 2 / (hbm_Bps * arch.hbm_efficiency)
-    return min(1.0, flops / ((measured - epilogue) * peak_flops) / wave_utilisation(m, n, 1, sms, arch.tiles))
+    return min(1.0, flops / ((measured - epilogue) * peak_flops) / wave_utilisation(m, n, 1, sms, arch.tiles)
+               / k_utilisation(k, tile_overhead(arch, dtype)))
+
+
+#: FP8 tensor-core rate over BF16 per clock: 2 on Hopper and Blackwell (datasheets: 1,979 vs
+#: 989 TFLOPS dense on H100 SXM, 4,500 vs 2,250 on HGX B200).
+FP8_RATE = 2.0
+
+
+def tile_overhead(arch: ArchProfile, dtype: str) -> float:
+    """K elements of main loop an output tile's fixed time is worth in ``dtype``: the
+    architecture's bf16 figure, times :data:`FP8_RATE` in FP8 (the time is fixed; a faster main
+    loop covers more K in it)."""
+    return arch.tile_k_overhead * (FP8_RATE if dtype == "fp8" else 1.0)
+
+
+def k_utilisation(k: int, overhead: float) -> float:
+    """The share of an output tile's time spent in its main loop over ``k``: ``k / (k + overhead)``."""
+    return k / (k + overhead)
 
 
 #: How a kernel's time was found: measured exactly, interpolated between measurements, or the
@@ -132,9 +154,14 @@ class KernelTimer:
         if full is None:
             full = self._gemm_eff[g.dtype] = calibrated_peak(self.arch, g.dtype, self.gpu.sm_count,
                                                              self._datasheet_peak(g.dtype), self.gpu.hbm_bandwidth_Bps)
-        return full * wave_utilisation(g.m, g.n, g.batch, self.gpu.sm_count, self.arch.tiles)
+        return (full * wave_utilisation(g.m, g.n, g.batch, self.gpu.sm_count, self.arch.tiles)
+                * k_utilisation(g.k, tile_overhead(self.arch, g.dtype)))
 
     def _gemm(self, g: Gemm) -> float:
+        if g.streams and g.batch > g.streams:  # rounds of ``streams`` concurrent GEMMs, then the rest
+            rounds, rest = divmod(g.batch, g.streams)
+            t = rounds * self._gemm(replace(g, batch=g.streams))
+            return t + (self._gemm(replace(g, batch=rest)) if rest else 0.0)
         math_s = g.flops / (self._peak(g.dtype) * self.gemm_efficiency(g))
         if self.gpu.efficiency is None and not self.arch.epilogue_overlap:
             math_s += g.batch * g.m * g.n * g.out_bytes / self._hbm

@@ -16,9 +16,11 @@ every model and layout; none is fitted to a run.
   a fraction of the clock its datasheet peak assumes. A100: 1305 MHz of the 1410 MHz boost behind
   312 TFLOPS (NVIDIA computes its A100 systems' HPL Rpeak at the clock sustained at the power limit,
   1305 MHz; G. Lockwood, "Peak FLOPS", glennklockwood.com/garden/peak-FLOPS); a training step keeps
-  every GPU of a node at that limit for hours, a matmul benchmark for seconds. H100 and B200: 1,
-  their datasheet peaks already assume a sustained clock (989 TFLOPS at 1830 MHz, below the H100's
-  1980 MHz boost; same page).
+  every GPU of a node at that limit for hours, a matmul benchmark for seconds. Hopper: 1500 of the
+  1830 MHz behind 989 TFLOPS (same page): GH100 boards at their 700 W limit cannot hold 1830 MHz
+  under full tensor-core load and hold 1500 MHz (``tile-ai/TileOPs`` issue 1587, H200 SXM
+  runners at 700 W: "1500 MHz is a more realistic sustained locked-clock target"; the H100 SXM
+  is the same die at the same board power). Blackwell: 1 (no measurement yet).
 * ``epilogue_overlap``: whether a tile's store of C overlaps the next tile's main loop. Ampere's
   cuBLAS kernels run one 256x128 tile per SM and store C after the main loop (NVIDIA, *Matrix
   Multiplication Background User's Guide*, section 2.3); Hopper's and Blackwell's persistent
@@ -47,6 +49,18 @@ every model and layout; none is fitted to a run.
   ``torch.nn.LayerNorm`` 715 GB/s (``ecmwf/WeatherGenerator`` issue 1546); the value takes the
   upper end of that range for the larger tensors of a training step, and holds on every
   generation (the same kernels run there).
+* ``tile_k_overhead``: the time each output tile of a GEMM spends outside its main loop (filling
+  the operand pipeline, the tile scheduler, the epilogue where it does not hide), counted in the
+  K elements its main loop covers in that time, so that a GEMM over ``k`` reaches
+  ``k / (k + tile_k_overhead)`` of its full-wave rate. A GEMM with a short K (a weight gradient's
+  K is the tokens of a micro-batch; a row-parallel projection's K is ``h / tp``) loses most; the
+  MAMF shape's K (13,312 on Hopper) loses little, and :func:`~simtrain.costs.timing.calibrated_peak`
+  divides it out so that the model still reproduces the MAMF measurement there. The time is
+  fixed, so an FP8 main loop, twice as fast, covers twice the K in it. No published measurement
+  gives it: it is the one kernel parameter fitted per architecture, by
+  ``tests/validation/fit_arch.py`` on the published runs whose step is almost all GEMM time
+  (Hopper: the dense NeMo runs of ``tests/validation/published_h100.json``, mean |error| 9.5% at
+  0, 2.6% at 1,024, 2.3% at 1,280, 3.3% at 1,536; Ampere: both A100 papers).
 * ``launch_s``: the gap one kernel launch adds on a busy stream: about 1 us (NVIDIA Developer
   Blog, "Getting Started with CUDA Graphs", 2019: a 2.9 us kernel launched back to back from a
   stream takes 3.8 us per kernel; CUDA Graphs bring it to 3.4 us).
@@ -77,6 +91,7 @@ class ArchProfile:
     hbm_efficiency: float = 0.9
     elementwise_efficiency: float = 0.65
     launch_s: float = 1 * US
+    tile_k_overhead: int = 0  # K elements of main-loop time an output tile spends outside the loop
 
 
 ARCHS: dict[str, ArchProfile] = {
@@ -85,7 +100,8 @@ ARCHS: dict[str, ArchProfile] = {
                           sustained_clock=1305 / 1410),
     "hopper": ArchProfile("hopper", mamf={"bf16": (794.5 / 989, (2048, 2048, 13312)),
                                           "fp8": (1402.6 / 1979, (1024, 9216, 14336))},
-                          epilogue_overlap=True, attention_forward=0.75, attention_backward=0.55),
+                          epilogue_overlap=True, attention_forward=0.75, attention_backward=0.55,
+                          sustained_clock=1500 / 1830, tile_k_overhead=1280),
     "blackwell": ArchProfile("blackwell", mamf={"bf16": (1745 / 2250, (1792, 16128, 3072)),
                                                 "fp8": (3432.5 / 4500, (15360, 4096, 3072))},
                              epilogue_overlap=True, attention_forward=0.75, attention_backward=0.55),
