@@ -35,7 +35,7 @@ from simtrain.schedules import REGISTRY as SCHEDULES, load_schedule, validate
 from simtrain.specs.gpu import GpuSpec
 from simtrain.specs.model import ModelSpec, load_model
 from simtrain.specs.parallel import ParallelSpec, resolve_parallel, validate_parallel
-from simtrain.settings import OUTPUTS, SETTINGS, complete, defaults_note
+from simtrain.settings import OUTPUTS, SETTINGS, complete, defaults_note, reported
 from simtrain.specs.strict import Table, read_toml
 from simtrain.finite import check_finite, check_timeline
 from simtrain.timeline import Timeline
@@ -139,7 +139,7 @@ def _resolve(s: dict[str, Any], recompute_rule: str) -> Scenario:
     gpu = cluster.gpu if s["efficiency"] is None else cluster.gpu.with_efficiency(s["efficiency"])
     par_kw = {k: s[k] for k in ("ep", "etp", "vpp", "mbs", "seq", "zero", "sp", "recompute", "schedule", "order",
                                 "first_stage_layers", "last_stage_layers", "balance_stages", "attention",
-                                "grad_dtype", "fp8", "overlap_grad_reduce",
+                                "grad_dtype", "fp8", "overlap_grad_reduce", "overlap_moe_expert_parallel_comm",
                                 "overlap_p2p_comm", "tp_backward_overlap", "tp_comm_overlap", "moe_dispatcher")}
     if s["fp8"] and gpu.peak_fp8_flops is None:
         raise SpecError(f"--fp8: gpu {gpu.name} has no FP8 tensor cores (Hopper or later has)")
@@ -318,7 +318,7 @@ def build_schedule(scenario: Scenario, opts: WorkloadOptions | None = None):
     (zb-auto) plans with the real per-stage costs and the real stage-to-stage transfer time."""
     par, model = scenario.parallel, scenario.model
     opts = opts or WorkloadOptions()
-    params: dict[str, Any] = {"vpp": par.vpp}
+    params: dict[str, Any] = {"vpp": par.vpp, "combined_1f1b": par.overlap_moe_expert_parallel_comm}
     record = SCHEDULES.get(par.schedule)
     if record is not None and record.takes("costs"):
         chunks = split_layers(model, par, scenario.gpu, par.pp, opts)
@@ -336,7 +336,7 @@ def build_schedule(scenario: Scenario, opts: WorkloadOptions | None = None):
 def scenario_config(sc: Scenario) -> dict[str, Any]:
     """The report's ``config``: the resolved settings, with the names of the model, topology and
     GPU, the node count and the GEMM efficiency the run used."""
-    out = dict(sc.settings)
+    out = reported(sc.settings)
     out["model"] = sc.model.name
     out["topology"] = sc.cluster.name
     out["nodes"] = sc.cluster.num_nodes

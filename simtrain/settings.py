@@ -98,6 +98,9 @@ class Setting:
     scenario: bool = False  # describes the scenario (model, cluster, layout, batch): see defaults_note
     derived_from: tuple[str, ...] = ()  # the settings a default of None is derived from
     check: Callable[[Any], str] | None = None  # beyond type, range and choices: "" or what is valid
+    # False: the report's config lists it only when it is not its default (a switch added after the
+    # golden reports were recorded, which stay byte for byte the same while it is off)
+    reported_at_default: bool = True
 
     @property
     def cli_flags(self) -> tuple[str, ...]:
@@ -226,6 +229,10 @@ _TABLE = (
     Setting("tp_comm_overlap", bool, False, "split each sequence-parallel TP all-gather and reduce-scatter into "
             "tp chunks pipelined with the GEMM beside it, so one chunk is exposed (TransformerEngine's userbuffers, "
             "Megatron-LM's --tp-comm-overlap; needs sequence parallelism)"),
+    Setting("overlap_moe_expert_parallel_comm", bool, False, "1F1B overlap: each steady-state forward and "
+            "backward of the 1f1b or interleaved-1f1b schedule run as one step whose EP all-to-alls run under the "
+            "other micro-batch's compute, with one more warm-up forward (Megatron-LM's "
+            "--overlap-moe-expert-parallel-comm; needs an MoE model with ep > 1)", reported_at_default=False),
     Setting("fp8", bool, False, "linear-layer GEMMs in FP8 with TransformerEngine's casts (Hopper and later)"),
     Setting("steps", int, 1, "consecutive training steps simulated; the report gives the last (steady) step and "
             "the first", rule=POSITIVE, metavar="N"),
@@ -326,6 +333,13 @@ def complete(given: Mapping[str, Any] | None) -> dict[str, Any]:
             OUTPUTS[name].validate(given[name])
     return {name: s.default if given.get(name) is None else s.validate(given[name])
             for name, s in SETTINGS.items()}
+
+
+def reported(settings: Mapping[str, Any]) -> dict[str, Any]:
+    """``settings`` as a report's config lists them: without those at their default that are
+    not :attr:`Setting.reported_at_default`."""
+    return {k: v for k, v in settings.items()
+            if k not in SETTINGS or SETTINGS[k].reported_at_default or v != SETTINGS[k].default}
 
 
 def _mentions(message: str, setting: Setting) -> bool:

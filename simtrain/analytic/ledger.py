@@ -151,6 +151,7 @@ NOT_MODELLED = {
     "overlap_p2p_comm": "half of each pipeline transfer hidden",
     "tp_backward_overlap": "TP collectives exposed",
     "tp_comm_overlap": "TP collectives exposed",
+    "overlap_moe_expert_parallel_comm": "EP all-to-alls exposed, the plain 1F1B order",
     "fp8": "bf16 GEMMs",
     "steps": "one step",
     "optimizer_sync": "no step-end synchronisation",

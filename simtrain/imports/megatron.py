@@ -27,7 +27,10 @@ left out:
   one without ``--num-experts``; ``--model`` takes their place).
 
 ``--overlap-grad-reduce`` (off unless given) and ``--no-overlap-p2p-communication`` are simtrain's
-``overlap_grad_reduce`` and ``overlap_p2p_comm``; simtrain gathers ZeRO's parameters as
+``overlap_grad_reduce`` and ``overlap_p2p_comm``, ``--overlap-moe-expert-parallel-comm`` (the
+Megatron-MoE model zoo's "1F1B overlap") is ``overlap_moe_expert_parallel_comm``; its companion
+``--delay-wgrad-compute`` (weight gradients run later inside the combined step, not only split
+off) is named unsupported. simtrain gathers ZeRO's parameters as
 ``--overlap-param-gather`` does, and models the all-to-all token dispatcher and point-to-point CP.
 Flags for logging, checkpoints, data, tokenizers, the learning rate and kernel fusions are
 ignored; flags that change the step in a way simtrain does not model (TP communication overlap,
@@ -67,7 +70,7 @@ TEXT_FLAGS = ("--recompute-granularity", "--recompute-method", "--data-parallel-
 SWITCHES = ("--sequence-parallel", "--use-distributed-optimizer", "--group-query-attention", "--swiglu",
             "--recompute-activations", "--use-tp-pp-dp-mapping", "--use-custom-fsdp", "--use-megatron-fsdp",
             "--use-torch-fsdp2", "--overlap-grad-reduce", "--overlap-param-gather", "--grad-reduce-in-bf16",
-            "--no-overlap-p2p-communication")
+            "--no-overlap-p2p-communication", "--overlap-moe-expert-parallel-comm")
 #: Flags that change the step in a way simtrain does not model, and how.
 UNSUPPORTED = {"--tp-comm-overlap": "TP communication overlapped with GEMMs",
                "--cpu-offloading": "activation offload to the CPU",
@@ -81,7 +84,8 @@ UNSUPPORTED = {"--tp-comm-overlap": "TP communication overlapped with GEMMs",
                "--num-distributed-optimizer-instances": "several distributed-optimizer copies",
                "--microbatch-group-size-per-virtual-pipeline-stage": "another interleaving group size",
                "--moe-layer-freq": "dense and MoE layers in another pattern than the preset's",
-               "--encoder-num-layers": "an encoder", "--encoder-seq-length": "an encoder"}
+               "--encoder-num-layers": "an encoder", "--encoder-seq-length": "an encoder",
+               "--delay-wgrad-compute": "weight gradients moved later inside a 1F1B-overlap step"}
 #: Flag prefixes with no effect on one simulated step (logging, checkpoints, data, tokenizer,
 #: optimizer hyper-parameters, regularisation, kernels and fusions, launcher plumbing).
 IGNORED_PREFIXES = (
@@ -259,6 +263,8 @@ def _memory(job: _Launch) -> None:
     job.settings["grad_dtype"] = "bf16" if "--grad-reduce-in-bf16" in job.args else "fp32"
     job.settings["overlap_grad_reduce"] = "--overlap-grad-reduce" in job.args
     job.settings["overlap_p2p_comm"] = "--no-overlap-p2p-communication" not in job.args
+    if "--overlap-moe-expert-parallel-comm" in job.args:
+        job.settings["overlap_moe_expert_parallel_comm"] = True
     if "--fp8-format" in job.args:
         job.settings["fp8"] = True
     backend = job.text("--attention-backend", "auto")

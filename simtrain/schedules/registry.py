@@ -21,6 +21,7 @@ from types import MappingProxyType
 from simtrain.budget import check_schedule
 from simtrain.errors import ScheduleError, SpecError, unknown_name
 from simtrain.presets import preset_dir
+from simtrain.schedules.combined import combine_1f1b
 from simtrain.schedules.csvio import read_schedule_csv, schedule_from_csv
 from simtrain.schedules.ir import Schedule
 from simtrain.schedules.record import ScheduleRecord
@@ -74,13 +75,20 @@ class Registry(Mapping[str, ScheduleRecord]):
         check_schedule(name, pp, m, vpp if isinstance(vpp, int) and not isinstance(vpp, bool) else 1)
         return record.generator(pp, m, **params)
 
-    def load(self, name_or_path: str | Path, pp: int, m: int, **params) -> Schedule:
+    def load(self, name_or_path: str | Path, pp: int, m: int, combined_1f1b: bool = False,
+             **params) -> Schedule:
         """A registered schedule by name, an example file by name (see :func:`example_schedules`)
-        or a schedule CSV file (a path ending in ``.csv``).
+        or a schedule CSV file (a path ending in ``.csv``); with ``combined_1f1b``, its steady
+        state paired by :func:`~simtrain.schedules.combined.combine_1f1b` (1f1b and
+        interleaved-1f1b only).
 
         A file must have ``pp`` rows (ranks) and use exactly ``m`` micro-batches; ``params`` are
         passed to the generator (ignored for a file).
         """
+        sched = self._load(name_or_path, pp, m, **params)
+        return combine_1f1b(sched) if combined_1f1b else sched
+
+    def _load(self, name_or_path: str | Path, pp: int, m: int, **params) -> Schedule:
         text = str(name_or_path)
         if not text.lower().endswith(".csv"):
             if text in self or text not in example_schedules():

@@ -64,6 +64,8 @@ class ParallelSpec:
     tp_backward_overlap: bool = True  # backward TP collectives beside the GEMMs (False: one after another)
     tp_comm_overlap: bool = False  # TransformerEngine's chunked TP all-gather/reduce-scatter beside the GEMMs
     moe_dispatcher: str = "alltoall"  # EP all-to-all: Megatron-LM's alltoall or DeepEP's (simtrain.costs.dispatch)
+    # Megatron-LM's 1F1B overlap: steady-state F and B as overlapped pairs (simtrain.schedules.combined)
+    overlap_moe_expert_parallel_comm: bool = False
 
     @property
     def world(self) -> int:
@@ -210,7 +212,26 @@ def validate_parallel(par: ParallelSpec, model: "ModelSpec", num_gpus: int | Non
         if par.world % (par.expert_tp * par.ep * par.pp):
             raise SpecError(f"etp*ep*pp={par.expert_tp * par.ep * par.pp} does not divide the world "
                             f"size {par.world}; EP is folded from the DP x CP ranks")
+    if par.overlap_moe_expert_parallel_comm:
+        check_combined_1f1b(par, model)
     rc = par.recompute
     if rc.isdigit() and int(rc) > -(-model.layers // par.pp):
         raise SpecError(f"recompute={rc} layers exceeds the {-(-model.layers // par.pp)} layers per stage")
 
+
+def check_combined_1f1b(par: ParallelSpec, model: "ModelSpec") -> None:
+    """Megatron-LM's conditions for ``--overlap-moe-expert-parallel-comm`` (NVIDIA/Megatron-LM
+    ``megatron/core/transformer/transformer_config.py``): expert parallelism (ep > 1, so an MoE
+    model), the 1F1B loop (simtrain's ``1f1b`` or ``interleaved-1f1b``; Megatron-core asks for
+    virtual stages when pp > 1) and no full-layer recompute; one line naming what fails."""
+    from simtrain.schedules.combined import COMBINABLE
+
+    applies = (f"it applies to MoE models with ep > 1 under schedule {' or '.join(COMBINABLE)} "
+               "without full recompute")
+    if not model.is_moe or par.ep < 2:
+        what = f"{model.name} is dense" if not model.is_moe else f"ep={par.ep}"
+        raise SpecError(f"overlap_moe_expert_parallel_comm=True with {what}: {applies}")
+    if par.schedule not in COMBINABLE:
+        raise SpecError(f"overlap_moe_expert_parallel_comm=True with schedule {par.schedule}: {applies}")
+    if par.recompute == "full" or (par.recompute.isdigit() and int(par.recompute) > 0):
+        raise SpecError(f"overlap_moe_expert_parallel_comm=True with recompute={par.recompute}: {applies}")

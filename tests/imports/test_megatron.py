@@ -97,3 +97,15 @@ def test_flags_that_cannot_be_simulated_are_named_together():
         settings("--tensor-model-parallel-size $TP")
     with pytest.raises(SpecError, match="neither a file nor Megatron-LM arguments"):
         settings("pretrain_gpt.py")
+
+
+def test_1f1b_overlap():
+    """--overlap-moe-expert-parallel-comm is the overlap_moe_expert_parallel_comm setting; its
+    --delay-wgrad-compute moves weight gradients inside the combined step, which simtrain names."""
+    args = MIXTRAL + "--expert-model-parallel-size 8 --pipeline-model-parallel-size 2 " \
+                     "--num-virtual-stages-per-pipeline-rank 2 --overlap-moe-expert-parallel-comm"
+    s = settings(args)
+    assert (s["overlap_moe_expert_parallel_comm"], s["schedule"], s["ep"]) == (True, "interleaved-1f1b", 8)
+    assert "overlap_moe_expert_parallel_comm" not in settings(MIXTRAL)
+    with pytest.raises(SpecError, match=r"--delay-wgrad-compute \(weight gradients moved later"):
+        settings(args + " --delay-wgrad-compute")

@@ -64,3 +64,19 @@ def test_end_chunk_layers_leave_a_layer_for_every_other_chunk(key):
         par = resolve_parallel(64, tp=8, pp=4, gbs=64, vpp=2, schedule="interleaved-1f1b", **{key: value})
         with pytest.raises(SpecError, match=rf"^{key}={value}: leaves no layer .* at most 73 with pp\*vpp=8$"):
             validate_parallel(par, L70, 64)
+
+
+@pytest.mark.parametrize("kw, model, message", [
+    (dict(tp=8, gbs=64), L70, "with llama3-70b is dense"),
+    (dict(tp=1, gbs=64), MIX, "with ep=1"),
+    (dict(tp=1, ep=4, schedule="zb-h1", gbs=64), MIX, "with schedule zb-h1"),
+    (dict(tp=1, ep=4, recompute="full", gbs=64), MIX, "with recompute=full"),
+])
+def test_1f1b_overlap_needs_expert_parallelism_and_the_1f1b_loop(kw, model, message):
+    """Megatron-LM's checks of --overlap-moe-expert-parallel-comm, one line naming the value and
+    the runs it applies to."""
+    par = resolve_parallel(64, pp=4, seq=4096, overlap_moe_expert_parallel_comm=True, **kw)
+    with pytest.raises(SpecError, match=f"overlap_moe_expert_parallel_comm=True {message}: it applies to MoE "
+                                        f"models with ep > 1 under schedule 1f1b or interleaved-1f1b") as err:
+        validate_parallel(par, model, 64)
+    assert "\n" not in str(err.value)
