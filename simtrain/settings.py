@@ -37,7 +37,8 @@ from simtrain.engine import DEFAULT_MAX_EVENTS
 from simtrain.errors import SpecError, unknown_name
 from simtrain.specs.strict import check_value
 from simtrain.specs.order import DEFAULT_ORDER
-from simtrain.specs.parallel import ATTENTION_KERNELS, GRAD_DTYPES, MOE_DISPATCHERS, parse_recompute
+from simtrain.specs.parallel import (ATTENTION_KERNELS, GRAD_DTYPES, MOE_DISPATCHERS, RECOMPUTE_MODULES,
+                                    parse_recompute, parse_recompute_modules)
 
 
 @dataclass(frozen=True)
@@ -69,6 +70,16 @@ def _recompute_phrase(value: Any) -> str:
     except SpecError:
         return "must be none, selective, full, auto or a layer count N >= 0"
     return ""
+
+def _modules_phrase(value: Any) -> str:
+    """Empty when ``value`` lists recompute modules (:func:`simtrain.specs.parallel.parse_recompute_modules`),
+    else the words that say what is valid."""
+    try:
+        parse_recompute_modules(value)
+    except SpecError:
+        return f"must be a comma-separated list of {', '.join(RECOMPUTE_MODULES)}"
+    return ""
+
 
 #: How a step ends (see the ``optimizer_sync`` setting).
 OPTIMIZER_SYNCS = ("grad-norm", "post-validation")
@@ -184,6 +195,9 @@ _TABLE = (
     Setting("recompute", (str, int), "none", "activation recompute: none, selective, full, auto (the fewest "
             "whole layers per chunk that fit in memory) or a number of layers per chunk",
             metavar="none|selective|full|auto|N", check=_recompute_phrase),
+    Setting("recompute_modules", str, None, "the modules --recompute selective runs again before their backward, "
+            "comma-separated (Megatron-LM's --recompute-modules): core_attn, mlp, moe, moe_act, layernorm, "
+            "mla_up_proj, shared_experts", default_text="core_attn", metavar="MODULE,...", check=_modules_phrase),
     Setting("order", str, DEFAULT_ORDER, "rank order, innermost first", metavar="ORDER"),
     Setting("first_stage_layers", int, None, "layers on the first pipeline chunk",
             default_text="even, or one fewer on the end chunks where the layers do not divide",
