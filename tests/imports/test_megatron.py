@@ -97,3 +97,14 @@ def test_flags_that_cannot_be_simulated_are_named_together():
         settings("--tensor-model-parallel-size $TP")
     with pytest.raises(SpecError, match="neither a file nor Megatron-LM arguments"):
         settings("pretrain_gpt.py")
+
+
+def test_recompute_modules():
+    got = settings(MIXTRAL + "--recompute-granularity selective --recompute-modules moe_act layernorm "
+                   "--sequence-parallel")
+    assert got["recompute"] == "selective" and got["recompute_modules"] == "moe_act,layernorm"
+    assert got["sp"] is True  # the list stops at the next flag
+    assert "recompute_modules" not in settings(LLAMA_8B + "--recompute-granularity selective")  # core_attn
+    with pytest.raises(SpecError, match=r"--recompute-modules 'mlp': needs module names and "
+                                        r"--recompute-granularity selective \(given: full\)"):
+        settings(LLAMA_8B + "--recompute-granularity full --recompute-modules mlp")
