@@ -35,7 +35,7 @@ from simtrain.schedules import REGISTRY as SCHEDULES, load_schedule, validate
 from simtrain.specs.gpu import GpuSpec
 from simtrain.specs.model import ModelSpec, load_model
 from simtrain.specs.parallel import ParallelSpec, resolve_parallel, validate_parallel
-from simtrain.settings import OUTPUTS, SETTINGS, complete, defaults_note, reported
+from simtrain.settings import OUTPUTS, SETTINGS, complete, defaults_note
 from simtrain.specs.strict import Table, read_toml
 from simtrain.finite import check_finite, check_timeline
 from simtrain.timeline import Timeline
@@ -137,10 +137,11 @@ def _resolve(s: dict[str, Any], recompute_rule: str) -> Scenario:
     model = load_model(s["model"])
     cluster = cluster_for(s["topology"], s["gpus"], s["nodes"])
     gpu = cluster.gpu if s["efficiency"] is None else cluster.gpu.with_efficiency(s["efficiency"])
-    par_kw = {k: s[k] for k in ("ep", "etp", "vpp", "mbs", "seq", "zero", "sp", "recompute", "schedule", "order",
-                                "first_stage_layers", "last_stage_layers", "balance_stages", "attention",
-                                "grad_dtype", "fp8", "overlap_grad_reduce", "overlap_moe_expert_parallel_comm",
-                                "overlap_p2p_comm", "tp_backward_overlap", "tp_comm_overlap", "moe_dispatcher")}
+    par_kw = {k: s[k] for k in ("ep", "etp", "vpp", "mbs", "seq", "zero", "sp", "recompute", "recompute_modules",
+                                "schedule", "order", "first_stage_layers", "last_stage_layers", "balance_stages",
+                                "attention", "grad_dtype", "fp8", "overlap_grad_reduce",
+                                "overlap_moe_expert_parallel_comm", "overlap_p2p_comm", "tp_backward_overlap",
+                                "tp_comm_overlap", "moe_dispatcher")}
     if s["fp8"] and gpu.peak_fp8_flops is None:
         raise SpecError(f"--fp8: gpu {gpu.name} has no FP8 tensor cores (Hopper or later has)")
     calibration = read_calibration(s["calibration"]) if s["calibration"] else None
@@ -336,7 +337,7 @@ def build_schedule(scenario: Scenario, opts: WorkloadOptions | None = None):
 def scenario_config(sc: Scenario) -> dict[str, Any]:
     """The report's ``config``: the resolved settings, with the names of the model, topology and
     GPU, the node count and the GEMM efficiency the run used."""
-    out = reported(sc.settings)
+    out = dict(sc.settings)
     out["model"] = sc.model.name
     out["topology"] = sc.cluster.name
     out["nodes"] = sc.cluster.num_nodes

@@ -37,7 +37,8 @@ from simtrain.engine import DEFAULT_MAX_EVENTS
 from simtrain.errors import SpecError, unknown_name
 from simtrain.specs.strict import check_value
 from simtrain.specs.order import DEFAULT_ORDER
-from simtrain.specs.parallel import ATTENTION_KERNELS, GRAD_DTYPES, MOE_DISPATCHERS, parse_recompute
+from simtrain.specs.parallel import (ATTENTION_KERNELS, GRAD_DTYPES, MOE_DISPATCHERS, RECOMPUTE_MODULES,
+                                    parse_recompute, parse_recompute_modules)
 
 
 @dataclass(frozen=True)
@@ -70,6 +71,16 @@ def _recompute_phrase(value: Any) -> str:
         return "must be none, selective, full, auto or a layer count N >= 0"
     return ""
 
+def _modules_phrase(value: Any) -> str:
+    """Empty when ``value`` lists recompute modules (:func:`simtrain.specs.parallel.parse_recompute_modules`),
+    else the words that say what is valid."""
+    try:
+        parse_recompute_modules(value)
+    except SpecError:
+        return f"must be a comma-separated list of {', '.join(RECOMPUTE_MODULES)}"
+    return ""
+
+
 #: How a step ends (see the ``optimizer_sync`` setting).
 OPTIMIZER_SYNCS = ("grad-norm", "post-validation")
 #: ``--progress`` values (:mod:`simtrain.outputs.progress`).
@@ -98,9 +109,6 @@ class Setting:
     scenario: bool = False  # describes the scenario (model, cluster, layout, batch): see defaults_note
     derived_from: tuple[str, ...] = ()  # the settings a default of None is derived from
     check: Callable[[Any], str] | None = None  # beyond type, range and choices: "" or what is valid
-    # False: the report's config lists it only when it is not its default (a switch added after the
-    # golden reports were recorded, which stay byte for byte the same while it is off)
-    reported_at_default: bool = True
 
     @property
     def cli_flags(self) -> tuple[str, ...]:
@@ -187,6 +195,9 @@ _TABLE = (
     Setting("recompute", (str, int), "none", "activation recompute: none, selective, full, auto (the fewest "
             "whole layers per chunk that fit in memory) or a number of layers per chunk",
             metavar="none|selective|full|auto|N", check=_recompute_phrase),
+    Setting("recompute_modules", str, None, "the modules --recompute selective runs again before their backward, "
+            "comma-separated (Megatron-LM's --recompute-modules): core_attn, mlp, moe, moe_act, layernorm, "
+            "mla_up_proj, shared_experts", default_text="core_attn", metavar="MODULE,...", check=_modules_phrase),
     Setting("order", str, DEFAULT_ORDER, "rank order, innermost first", metavar="ORDER"),
     Setting("first_stage_layers", int, None, "layers on the first pipeline chunk",
             default_text="even, or one fewer on the end chunks where the layers do not divide",
@@ -232,7 +243,7 @@ _TABLE = (
     Setting("overlap_moe_expert_parallel_comm", bool, False, "1F1B overlap: each steady-state forward and "
             "backward of the 1f1b or interleaved-1f1b schedule run as one step whose EP all-to-alls run under the "
             "other micro-batch's compute, with one more warm-up forward (Megatron-LM's "
-            "--overlap-moe-expert-parallel-comm; needs an MoE model with ep > 1)", reported_at_default=False),
+            "--overlap-moe-expert-parallel-comm; needs an MoE model with ep > 1)"),
     Setting("fp8", bool, False, "linear-layer GEMMs in FP8 with TransformerEngine's casts (Hopper and later)"),
     Setting("steps", int, 1, "consecutive training steps simulated; the report gives the last (steady) step and "
             "the first", rule=POSITIVE, metavar="N"),
@@ -333,13 +344,6 @@ def complete(given: Mapping[str, Any] | None) -> dict[str, Any]:
             OUTPUTS[name].validate(given[name])
     return {name: s.default if given.get(name) is None else s.validate(given[name])
             for name, s in SETTINGS.items()}
-
-
-def reported(settings: Mapping[str, Any]) -> dict[str, Any]:
-    """``settings`` as a report's config lists them: without those at their default that are
-    not :attr:`Setting.reported_at_default`."""
-    return {k: v for k, v in settings.items()
-            if k not in SETTINGS or SETTINGS[k].reported_at_default or v != SETTINGS[k].default}
 
 
 def _mentions(message: str, setting: Setting) -> bool:

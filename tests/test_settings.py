@@ -33,6 +33,8 @@ def _good_and_bad(setting):
         return next(c for c in setting.choices if c != setting.default), 3
     if isinstance(setting.kind, tuple):
         return "full", 1.5
+    if setting.name == "recompute_modules":  # names from a closed list
+        return "mlp,layernorm", 3
     return {int: (2, "two"), float: (0.5, "half"), str: ("x", 3)}[kind]
 
 
@@ -232,3 +234,11 @@ def test_a_forced_collective_algorithm_that_runs_nowhere_is_refused_as_collectiv
                       contains=("--collective-algo hierarchical: runs none", "needs a group on >= 2 nodes"))
     assert_user_error("run", *SMALL, "--network", "none", "--collective-algo", "ring", "--out", "unused",
                       contains=("--collective-algo ring: --network none makes communication free",))
+
+
+def test_recompute_modules_are_refused_in_one_line():
+    assert_user_error("run", "--recompute-modules", "mlp", contains="recompute_modules='mlp' with recompute='none'")
+    assert_user_error("run", "--recompute", "selective", "--recompute-modules", "mlp,attn",
+                      contains=("recompute_modules = 'mlp,attn'", "core_attn, mlp, moe"))
+    assert_user_error("run", "--recompute", "selective", "--recompute-modules", "moe_act",
+                      contains="llama3-70b has no moe_act module")

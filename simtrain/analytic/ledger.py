@@ -22,7 +22,11 @@ What :mod:`simtrain.analytic.model` reads from the layout beyond the degrees and
   ``2 s b h / t`` with sequence parallelism, ``2 s b h`` without.
 * **Selective recompute's time** (Korthikanti et al. 2022, section 4.2): the attention core's
   forward runs again before its backward, ``2 seq q`` FLOPs per token and layer for causal
-  attention (a third of the ``6 seq q`` the closed form counts for forward and backward).
+  attention (a third of the ``6 seq q`` the closed form counts for forward and backward). Other
+  ``--recompute-modules`` add their forward, 2 FLOPs per weight and token: ``mlp`` the dense MLP,
+  ``moe`` the router, ``top_k`` routed experts and the shared experts, ``shared_experts`` these
+  alone (averaged over the layers that have them); their activations are
+  :func:`simtrain.costs.layer_activation_bytes`'s, the MoE layer's for an MoE model.
 * **Stage split**: the layers of each model chunk are the simulator's
   (:func:`simtrain.workload.stages.split_layers`: ``--first-stage-layers``,
   ``--last-stage-layers``, ``--balance-stages``), gathered per pipeline rank by the schedule's
@@ -35,7 +39,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from simtrain.costs.sizes import static_bytes
+from simtrain.costs.shape import Shape
+from simtrain.costs.sizes import layer_activation_bytes, static_bytes
 from simtrain.schedules.registry import REGISTRY
 from simtrain.specs.gpu import GpuSpec
 from simtrain.specs.model import ModelSpec
@@ -86,8 +91,12 @@ class Activations:
         sbh = tokens * b * h
         sp = par.sequence_parallel or t == 1
         kept = 34 * sbh / t if sp else sbh * (10 + 24 / t)
-        if par.attention == "eager" and par.recompute != "selective":
+        if par.attention == "eager" and "core_attn" not in par.recomputed_modules:
             kept += (5 if model.dropout > 0 else 2) * model.heads * tokens * tokens * b / t
+        if set(par.recomputed_modules) - {"core_attn"}:
+            shape = Shape(tokens=tokens * b, seq=par.seq, tp=t, sp=par.sequence_parallel, mbs=b,
+                          attention=par.attention)
+            kept = layer_activation_bytes(model, shape, False, par.recomputed_modules, model.is_moe, par.expert_tp)
         return cls(kept, 2 * sbh / (t if sp else 1))
 
     def layers(self, count: float, recomputed: float) -> float:
@@ -97,8 +106,15 @@ class Activations:
 
 def selective_flops_per_token(model: ModelSpec, par: ParallelSpec) -> float:
     """FLOPs per token and layer that selective recompute adds: the causal attention core's
-    forward, ``2 seq q`` (module docstring); 0 for other policies."""
-    return 2.0 * par.seq * model.q_width if par.recompute == "selective" else 0.0
+    forward, ``2 seq q``, and the other modules' forwards (module docstring); 0 for other policies."""
+    mods = par.recomputed_modules
+    moe_share = model.moe_layers / model.layers
+    weights = {"mlp": (1 - moe_share) * model.dense_mlp_params(),
+               "moe": moe_share * (model.top_k * model.expert_params() + model.shared_expert_params()
+                                   + model.router_params()),
+               "shared_experts": moe_share * model.shared_expert_params() if "moe" not in mods else 0.0}
+    core = 2.0 * par.seq * model.q_width if "core_attn" in mods else 0.0
+    return core + sum(2.0 * w for name, w in weights.items() if name in mods)
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,11 @@ The core has two implementations (``--attention``):
   dropout), which selective recompute drops.
 
 Selective recompute (Korthikanti et al. 2022, section 4.2) runs the core's forward again right
-before its backward, inside pass I.
+before its backward, inside pass I. Of Megatron-LM's other ``--recompute-modules``
+(``megatron/core/transformer/transformer_layer.py``, ``multi_latent_attention.py``), pass I
+also runs the norm's forward again right before its backward (``layernorm``) and, before the
+core, MLA's up projections and rotary (``mla_up_proj``). ``selective`` arguments take True (the
+core alone, as before) or the tuple of recomputed modules.
 """
 
 from __future__ import annotations
@@ -32,6 +36,13 @@ from simtrain.costs.elementwise import A, bias_grads, norm, residual, rotary
 from simtrain.costs.kernels import Attention, Elementwise, Gemm, Kernel, OpCost
 from simtrain.costs.shape import Shape, linear
 from simtrain.specs.model import ModelSpec
+
+
+def modules_of(selective: bool | tuple[str, ...]) -> tuple[str, ...]:
+    """The recomputed modules a ``selective`` argument names: True is the core attention alone."""
+    if selective is True:
+        return ("core_attn",)
+    return tuple(selective or ())
 
 
 def value_dim(model: ModelSpec) -> int:
@@ -85,7 +96,7 @@ def _eager(model: ModelSpec, shape: Shape, backward: bool) -> tuple[Kernel, ...]
         if k is not None)
 
 
-def core_kernels(model: ModelSpec, shape: Shape, kind: str, selective: bool = False,
+def core_kernels(model: ModelSpec, shape: Shape, kind: str, selective: bool | tuple[str, ...] = False,
                  kv_tokens: int | None = None) -> tuple[Kernel, ...]:
     """The attention core of pass ``kind`` (none in W); ``kv_tokens``: the keys of one context-
     parallel ring step (default: the full sequence)."""
@@ -93,6 +104,7 @@ def core_kernels(model: ModelSpec, shape: Shape, kind: str, selective: bool = Fa
         return ()
     if kind == "B":
         kind = "I"
+    selective = "core_attn" in modules_of(selective)
     kv = shape.seq if kv_tokens is None else kv_tokens
     if shape.attention == "eager":
         forward = _eager(model, shape, False)
@@ -103,11 +115,16 @@ def core_kernels(model: ModelSpec, shape: Shape, kind: str, selective: bool = Fa
 
 
 def attention_parts(model: ModelSpec, shape: Shape, kind: str,
-                    selective: bool = False) -> tuple[OpCost, OpCost, OpCost]:
+                    selective: bool | tuple[str, ...] = False) -> tuple[OpCost, OpCost, OpCost]:
     """The attention block of pass ``kind`` in launch order as (before the core, core, after the
     core); a backward pass runs the block in reverse, so its first part is the output
     projection's. Context parallelism runs the core in ring steps between the two outer parts."""
     pre, (out_name, out_k, out_n) = _projections(model, shape)
+    modules = modules_of(selective)
+    renorm = norm("attn", model, shape, "F") if "layernorm" in modules else ()
+    up = [k for name, k_in, n_out, _ in pre if name in ("attn.q_up", "attn.kv_up")
+          for k in linear(name, shape, k_in, n_out, "F")] + [*rotary(model, shape, "F")]
+    up = up if "mla_up_proj" in modules and model.is_mla else []
     passes = ("I", "W") if kind == "B" else (kind,)
     head: list[Kernel] = []
     tail: list[Kernel] = []
@@ -118,8 +135,8 @@ def attention_parts(model: ModelSpec, shape: Shape, kind: str,
             head += [*norm("attn", model, shape, "F"), *inputs, *rotary(model, shape, "F")]
             tail += [*proj, *residual("attn", model, shape, "F")]
         elif p == "I":
-            head += [*residual("attn", model, shape, "I"), *proj]
-            tail += [*rotary(model, shape, "I"), *inputs, *norm("attn", model, shape, "I")]
+            head += [*residual("attn", model, shape, "I"), *proj, *up]
+            tail += [*rotary(model, shape, "I"), *inputs, *renorm, *norm("attn", model, shape, "I")]
         else:
             head += proj
             tail += [*inputs, *bias_grads("attn", model, shape, (out_n,) + tuple(n for _, _, n, _ in pre))]
@@ -127,13 +144,13 @@ def attention_parts(model: ModelSpec, shape: Shape, kind: str,
     return OpCost(tuple(head)), OpCost(core), OpCost(tuple(tail))
 
 
-def attention_cost(model: ModelSpec, shape: Shape, kind: str, selective: bool = False) -> OpCost:
+def attention_cost(model: ModelSpec, shape: Shape, kind: str, selective: bool | tuple[str, ...] = False) -> OpCost:
     """The attention block of pass ``kind`` (F, I, W or B = I + W) on one rank."""
     head, core, tail = attention_parts(model, shape, kind, selective)
     return head + core + tail
 
 
-def cp_step_core(model: ModelSpec, shape: Shape, kind: str, selective: bool = False) -> OpCost:
+def cp_step_core(model: ModelSpec, shape: Shape, kind: str, selective: bool | tuple[str, ...] = False) -> OpCost:
     """One ring step of context-parallel attention: the rank's queries against one K/V block
     (load-balanced causal chunks: each step does ``1/cp`` of the rank's causal work)."""
     return OpCost(core_kernels(model, shape, kind, selective, kv_tokens=shape.local_seq))
@@ -148,11 +165,11 @@ def cp_kv_bytes(model: ModelSpec, shape: Shape) -> float:
     return A * shape.tokens * width / shape.tp
 
 
-def attention_activation_bytes(model: ModelSpec, shape: Shape, selective: bool) -> float:
+def attention_activation_bytes(model: ModelSpec, shape: Shape, selective: bool | tuple[str, ...]) -> float:
     """The eager core's extra activations per layer and micro-batch: ``5 a s^2 b / t`` bytes
     (softmax output, dropout mask and output; ``2 a s^2 b / t`` without dropout), none with the
     fused kernel or when selective recompute rebuilds them (Korthikanti et al. 2022, table 2)."""
-    if shape.attention != "eager" or selective:
+    if shape.attention != "eager" or "core_attn" in modules_of(selective):
         return 0.0
     per_element = 5 if model.dropout > 0 else 2
     return per_element * model.heads * shape.seq * shape.seq * shape.mbs / shape.tp

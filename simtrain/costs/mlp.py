@@ -12,6 +12,14 @@ share over the mean), times ``expert_tp`` after the expert-TP all-gather, spread
 experts; the experts' ffn split over the expert-TP group. Shared experts (DeepSeek-V3,
 arXiv:2412.19437, section 2.1.2) run as a dense MLP over the TP-gathered tokens, split over the
 TP group.
+
+Selective recompute of named modules (Megatron-LM's ``--recompute-modules``,
+``megatron/core/transformer/transformer_layer.py``, ``moe/experts.py``) adds forward kernels to
+pass I right before the backward they serve: ``mlp`` the dense MLP's fc1, activation and fc2;
+``moe`` the router's gate and top-k, the permutation and the routed and shared experts;
+``moe_act`` the routed experts' activation before fc2's input gradient; ``shared_experts`` the
+shared experts' MLP; ``layernorm`` the block's norm before its backward. ``recompute`` arguments
+are the tuple of recomputed modules.
 """
 
 from __future__ import annotations
@@ -27,9 +35,12 @@ from simtrain.units import BYTES_FP32
 
 
 def _mlp_kernels(model: ModelSpec, shape: Shape, kind: str, name: str, width: int, split: int,
-                 tokens: int | None = None, batch: int = 1, ends: bool = True) -> tuple[Kernel, ...]:
+                 tokens: int | None = None, batch: int = 1, ends: bool = True,
+                 again: tuple[str, ...] = ()) -> tuple[Kernel, ...]:
     """An MLP ``h -> width -> h`` with its ffn split ``split`` ways, in pass ``kind``; ``ends``
-    adds the block's norm and residual (a dense block) and the bias gradients."""
+    adds the block's norm and residual (a dense block) and the bias gradients; ``again`` what
+    pass I runs forward again: ``mlp`` (fc1, activation, fc2 first), ``act`` (the activation
+    before fc2's input gradient), ``norm`` (the norm before its backward)."""
     h = model.hidden
     f = width // split
     up = f * (2 if model.gated_mlp else 1)
@@ -43,27 +54,36 @@ def _mlp_kernels(model: ModelSpec, shape: Shape, kind: str, name: str, width: in
             out += [*(norm(name, model, shape, "F") if ends else ()), *fc1, *act, *fc2,
                     *(residual(name, model, shape, "F") if ends else ())]
         elif p == "I":
-            out += [*(residual(name, model, shape, "I") if ends else ()), *fc2, *act, *fc1,
+            fwd = (linear(f"{name}.fc1", shape, h, up, "F", tokens, batch) + activation(model, shape, f * batch, "F", tokens)
+                   + linear(f"{name}.fc2", shape, f, h, "F", tokens, batch))
+            out += [*(residual(name, model, shape, "I") if ends else ()), *(fwd if "mlp" in again else ()),
+                    *(activation(model, shape, f * batch, "F", tokens) if "act" in again and "mlp" not in again else ()),
+                    *fc2, *act, *fc1, *(norm(name, model, shape, "F") if "norm" in again else ()),
                     *(norm(name, model, shape, "I") if ends else ())]
         else:
             out += [*fc2, *fc1, *(bias_grads(name, model, shape, (up, h)) if ends else ())]
     return tuple(out)
 
 
-def mlp_cost(model: ModelSpec, shape: Shape, kind: str) -> OpCost:
+def _dense_again(recompute: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(a for a, m in (("mlp", "mlp"), ("norm", "layernorm")) if m in recompute)
+
+
+def mlp_cost(model: ModelSpec, shape: Shape, kind: str, recompute: tuple[str, ...] = ()) -> OpCost:
     """The dense MLP block of pass ``kind`` (F, I, W or B = I + W) on one rank."""
-    return OpCost(_mlp_kernels(model, shape, kind, "mlp", model.ffn, shape.tp))
+    return OpCost(_mlp_kernels(model, shape, kind, "mlp", model.ffn, shape.tp, again=_dense_again(recompute)))
 
 
-def mlp_parts(model: ModelSpec, shape: Shape, kind: str) -> tuple[OpCost, OpCost, OpCost]:
+def mlp_parts(model: ModelSpec, shape: Shape, kind: str,
+              recompute: tuple[str, ...] = ()) -> tuple[OpCost, OpCost, OpCost]:
     """The dense MLP block of pass ``kind`` (F, I or W) in launch order as (through the first
     linear layer, between the two, from the second linear layer on). The forward runs the
     column-parallel ``fc1`` first (with the norm) and the row-parallel ``fc2`` last (with the
     residual); the backward passes run them in reverse, so their first part is ``fc2``'s."""
-    kernels = _mlp_kernels(model, shape, kind, "mlp", model.ffn, shape.tp)
+    kernels = _mlp_kernels(model, shape, kind, "mlp", model.ffn, shape.tp, again=_dense_again(recompute))
     first, second = ("mlp.fc1", "mlp.fc2") if kind == "F" else ("mlp.fc2", "mlp.fc1")
     head_end = 1 + max(i for i, k in enumerate(kernels) if k.name.startswith(first))
-    tail_start = min(i for i, k in enumerate(kernels) if k.name.startswith(second))
+    tail_start = min(i for i, k in enumerate(kernels) if i >= head_end and k.name.startswith(second))
     return OpCost(kernels[:head_end]), OpCost(kernels[head_end:tail_start]), OpCost(kernels[tail_start:])
 
 
@@ -106,7 +126,7 @@ def moe_etp_bytes(model: ModelSpec, shape: Shape, expert_tp: int, load: float = 
 
 
 def moe_costs(model: ModelSpec, shape: Shape, kind: str, expert_tp: int, ep: int = 1,
-              load: float = 1.0) -> MoeCosts:
+              load: float = 1.0, recompute: tuple[str, ...] = ()) -> MoeCosts:
     """Router, routed experts and shared experts of one MoE block in pass ``kind`` (F, I, W or B)
     on a rank of ``ep`` expert-parallel ranks whose EP position gets ``load`` times the mean
     tokens (:func:`simtrain.workload.moe_routing.ep_loads`).
@@ -125,6 +145,8 @@ def moe_costs(model: ModelSpec, shape: Shape, kind: str, expert_tp: int, ep: int
     n_tokens = max(1, math.ceil(tokens))
     router: list[Kernel] = []
     experts: list[Kernel] = []
+    whole = "moe" in recompute  # the MoE layer's forward again before its backward: router, experts
+    again = ("mlp",) if whole else ("act",) if "moe_act" in recompute else ()
     for p in passes:
         gate = linear("moe.router", shape, model.hidden, model.num_experts, p, n_tokens)
         scores = Elementwise("moe.topk" if p == "F" else "moe.topk.bwd", 2 * BYTES_FP32 * tokens * model.num_experts)
@@ -133,22 +155,29 @@ def moe_costs(model: ModelSpec, shape: Shape, kind: str, expert_tp: int, ep: int
         if p == "F":
             router += [*norm("moe", model, shape, "F"), *gate, scores]
         elif p == "I":
-            router += [scores, *gate, *norm("moe", model, shape, "I")]
+            renorm = norm("moe", model, shape, "F") if "layernorm" in recompute else ()
+            router += [scores, *gate, *renorm, *norm("moe", model, shape, "I")]
+            if whole:  # the router's gate and top-k and the permutation, before the experts' again
+                experts += [*linear("moe.router", shape, model.hidden, model.num_experts, "F", n_tokens),
+                            Elementwise("moe.topk", scores.nbytes),
+                            Elementwise("moe.permute", perm.nbytes, launches=2)]
         else:
             router += gate
         experts += ([perm] if p != "W" else [])
         experts += _mlp_kernels(model, shape, p, "moe.expert", model.moe_ffn, expert_tp, per_expert, local,
-                                ends=False)
+                                ends=False, again=again)
     if kind == "F":
         experts += residual("moe", model, shape, "F")
     shared = None
     if model.shared_experts:
+        redo = ("mlp",) if whole or "shared_experts" in recompute else ()
         shared = OpCost(_mlp_kernels(model, shape, kind, "moe.shared", model.shared_experts * model.moe_ffn,
-                                     shape.tp, ends=False))
+                                     shape.tp, ends=False, again=redo))
     return MoeCosts(router=OpCost(tuple(router)), experts=OpCost(tuple(experts)), shared=shared)
 
 
-def moe_cost(model: ModelSpec, shape: Shape, kind: str, expert_tp: int, ep: int = 1) -> OpCost:
+def moe_cost(model: ModelSpec, shape: Shape, kind: str, expert_tp: int, ep: int = 1,
+             recompute: tuple[str, ...] = ()) -> OpCost:
     """All the compute of one MoE block in pass ``kind`` at uniform routing."""
-    c = moe_costs(model, shape, kind, expert_tp, ep)
+    c = moe_costs(model, shape, kind, expert_tp, ep, recompute=recompute)
     return c.router + c.experts + (c.shared or OpCost())

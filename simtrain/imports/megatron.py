@@ -18,7 +18,8 @@ left out:
   ZeRO-0 without it), Megatron FSDP's ``--data-parallel-sharding-strategy`` and
   ``--use-torch-fsdp2`` (ZeRO-3); ``--recompute-granularity`` full or selective,
   ``--recompute-method`` block with ``--recompute-num-layers`` N (N layers per chunk), uniform (all
-  layers), ``--recompute-activations`` (selective);
+  layers), ``--recompute-activations`` (selective), ``--recompute-modules`` with selective (its
+  space-separated names, ``nargs='*'``, as ``recompute_modules``; default core_attn);
 * kernels: ``--fp8-format`` (FP8 linear layers), ``--grad-reduce-in-bf16``, ``--attention-backend``
   (unfused or local: the eager attention core);
 * model: ``--num-layers``, ``--hidden-size``, ``--num-attention-heads``, ``--group-query-attention``
@@ -66,6 +67,8 @@ INT_FLAGS = ("--num-layers-per-virtual-pipeline-stage", "--num-virtual-stages-pe
 #: Flags with a text value.
 TEXT_FLAGS = ("--recompute-granularity", "--recompute-method", "--data-parallel-sharding-strategy",
               "--moe-token-dispatcher-type", "--fp8-format", "--attention-backend")
+#: Flags with a list of values (``nargs='*'``).
+LIST_FLAGS = ("--recompute-modules",)
 #: Flags without a value that the import reads.
 SWITCHES = ("--sequence-parallel", "--use-distributed-optimizer", "--group-query-attention", "--swiglu",
             "--recompute-activations", "--use-tp-pp-dp-mapping", "--use-custom-fsdp", "--use-megatron-fsdp",
@@ -198,7 +201,7 @@ class _Launch(JobReader):
 
 
 def _classify(job: _Launch) -> None:
-    known = (*SETTING_FLAGS, *MOE_FLAGS, *MODEL_FLAGS, *INT_FLAGS, *TEXT_FLAGS, *SWITCHES)
+    known = (*SETTING_FLAGS, *MOE_FLAGS, *MODEL_FLAGS, *INT_FLAGS, *TEXT_FLAGS, *LIST_FLAGS, *SWITCHES)
     for flag in job.args:
         if flag in UNSUPPORTED:
             job.unsupported(flag, UNSUPPORTED[flag])
@@ -282,6 +285,12 @@ def _memory(job: _Launch) -> None:
         job.settings["recompute"] = granularity or "none"
     else:
         raise SpecError(f"{job.source}: --recompute-granularity {granularity}: must be full or selective")
+    modules = job.args.get("--recompute-modules")
+    if modules is not None:
+        if granularity != "selective" or not modules:
+            raise SpecError(f"{job.source}: --recompute-modules {' '.join(modules)!r}: needs module names and "
+                            f"--recompute-granularity selective (given: {granularity or 'none'})")
+        job.settings["recompute_modules"] = ",".join(modules)
 
 
 def from_megatron(text_or_path: str, flags: Mapping[str, Any] | None = None) -> Imported:

@@ -22,6 +22,9 @@ if TYPE_CHECKING:  # pragma: no cover
 
 MIN_CP_TOKENS = 512  # shortest sequence slice per CP rank the simulator accepts
 RECOMPUTE_POLICIES = ("none", "selective", "full", "auto")
+#: Megatron-LM's ``--recompute-modules`` (``transformer_config.py``, ``recompute_modules``): what
+#: selective recompute runs again before its backward (:mod:`simtrain.costs.sizes` says what each holds).
+RECOMPUTE_MODULES = ("core_attn", "mlp", "moe", "moe_act", "layernorm", "mla_up_proj", "shared_experts")
 MOE_DISPATCHERS = ("alltoall", "deepep")  # Megatron-LM's all-to-all token dispatcher, DeepEP's
 ATTENTION_KERNELS = ("flash", "eager")  # fused attention, or the unfused core of 2021-22 stacks
 GRAD_DTYPES = ("fp32", "bf16")
@@ -49,6 +52,7 @@ class ParallelSpec:
     zero: int = 1  # ZeRO stage 0-3 (1 = distributed optimizer)
     sp: bool = True  # sequence parallelism alongside TP (only meaningful when tp > 1)
     recompute: str = "none"  # none | selective | full | N (full recompute of N layers per chunk) | auto
+    recompute_modules: tuple[str, ...] = ()  # selective recompute's modules (RECOMPUTE_MODULES); () = core_attn
     schedule: str = "1f1b"  # pipeline schedule name or CSV path
     order: str = DEFAULT_ORDER  # rank order, innermost dimension first
     # layers of the first chunk of the chain (the first stage's; with vpp > 1 not all of the
@@ -101,6 +105,14 @@ class ParallelSpec:
             return 0
         return min(int(self.recompute), layers_per_chunk)
 
+    @property
+    def recomputed_modules(self) -> tuple[str, ...]:
+        """The modules selective recompute runs again: ``recompute_modules``, or Korthikanti et
+        al.'s core attention by default; none for the other policies."""
+        if self.recompute != "selective":
+            return ()
+        return self.recompute_modules or ("core_attn",)
+
     def to_dict(self) -> dict:
         return asdict(self)
 
@@ -113,6 +125,35 @@ def parse_recompute(value: str | int) -> str:
     if text.isdigit():
         return str(int(text))
     raise SpecError(f"recompute={value!r}: must be none, selective, full, auto or a layer count N >= 0")
+
+
+def parse_recompute_modules(value: str | tuple[str, ...] | list[str]) -> tuple[str, ...]:
+    """The module names of ``--recompute-modules`` (comma-separated text or a sequence), each once
+    in the order given; an unknown name is a :class:`SpecError` naming it and the valid ones."""
+    names = value.split(",") if isinstance(value, str) else list(value)
+    out: list[str] = []
+    for name in (str(n).strip().lower() for n in names):
+        if name not in RECOMPUTE_MODULES:
+            raise SpecError(f"recompute_modules={value!r}: unknown module {name!r}; valid: "
+                            f"{', '.join(RECOMPUTE_MODULES)}")
+        if name not in out:
+            out.append(name)
+    return tuple(out)
+
+
+def _check_recompute_modules(par: ParallelSpec, model: "ModelSpec") -> None:
+    """The modules of ``par.recompute_modules`` need selective recompute and must exist in ``model``."""
+    mods = parse_recompute_modules(par.recompute_modules)
+    if mods and par.recompute != "selective":
+        raise SpecError(f"recompute_modules={','.join(mods)!r} with recompute={par.recompute!r}: the modules "
+                        f"are selective recompute's; use recompute=selective")
+    dense = not model.is_moe or model.dense_layers > 0
+    exists = {"moe": model.is_moe, "moe_act": model.is_moe, "shared_experts": model.shared_experts > 0,
+              "mla_up_proj": model.is_mla, "mlp": dense}
+    for name in mods:
+        if not exists.get(name, True):
+            raise SpecError(f"recompute_modules={','.join(mods)!r}: {model.name} has no {name} module; valid for it: "
+                            f"{', '.join(m for m in RECOMPUTE_MODULES if exists.get(m, True))}")
 
 
 def resolve_parallel(num_gpus: int, *, tp: int = 1, cp: int = 1, pp: int = 1, dp: int | None = None,
@@ -132,6 +173,10 @@ def resolve_parallel(num_gpus: int, *, tp: int = 1, cp: int = 1, pp: int = 1, dp
                         f"match gpus={num_gpus}")
     if "recompute" in rest:
         rest["recompute"] = parse_recompute(rest["recompute"])
+    if rest.get("recompute_modules") is None:
+        rest.pop("recompute_modules", None)  # not given: the policy's own (core_attn for selective)
+    else:
+        rest["recompute_modules"] = parse_recompute_modules(rest["recompute_modules"])
     return ParallelSpec(tp=tp, cp=cp, pp=pp, dp=dp, **rest)
 
 
@@ -149,6 +194,7 @@ def validate_parallel(par: ParallelSpec, model: "ModelSpec", num_gpus: int | Non
                         f"would span pipeline stages that run different layers; put ep before pp "
                         f"(e.g. {DEFAULT_ORDER!r})")
     parse_recompute(par.recompute)
+    _check_recompute_modules(par, model)
     if par.zero not in (0, 1, 2, 3):
         raise SpecError(f"zero={par.zero!r}: ZeRO stage must be 0, 1, 2 or 3")
     if num_gpus is not None and par.world != num_gpus:

@@ -12,7 +12,10 @@ micro-batch, with the communication that sits between them.
 * CP: ring attention (Liu et al. 2023; Megatron-LM/TransformerEngine's ``cp_comm_type=p2p``).
 * EP: dispatch and combine all-to-alls around the routed experts, expert-TP collectives and the
   shared experts (:mod:`simtrain.workload.moe_block`).
-* Recompute: a fully recomputed layer runs its forward again (kind R) right before its backward.
+* Recompute: a fully recomputed layer runs its forward again (kind R) right before its backward;
+  selective recompute's modules (``--recompute-modules``) run their forward kernels again inside
+  the block's pass I (:mod:`simtrain.costs.attention`, :mod:`simtrain.costs.mlp`) and keep fewer
+  activations (:func:`simtrain.costs.layer_activation_bytes`).
 """
 
 from __future__ import annotations
@@ -40,7 +43,8 @@ class DenseBlocks:
     """Emits a dense block (attention or MLP) of one pass with its TP collectives; ``last``
     arguments and return values are op ids (``None``: nothing before)."""
 
-    def __init__(self, em: Emitter, dp: DataParallelOps, par: ParallelSpec, tp_comm: bool, selective: bool):
+    def __init__(self, em: Emitter, dp: DataParallelOps, par: ParallelSpec, tp_comm: bool,
+                 selective: tuple[str, ...]):
         self.em, self.dp, self.par, self.tp_comm, self.selective = em, dp, par, tp_comm, selective
         sp = par.sequence_parallel
         self.pre, self.post = ("all_gather", "reduce_scatter") if sp else (None, "all_reduce")
@@ -85,7 +89,7 @@ class DenseBlocks:
         """The (head, core, tail) costs of a dense block in pass F, I or W."""
         if block == "attn":
             return self.em.cost(costs.attention_parts, pass_kind, self.selective)
-        return self.em.cost(costs.mlp_parts, pass_kind)
+        return self.em.cost(costs.mlp_parts, pass_kind, self.selective)
 
     def weight_block(self, rank: int, block: str, stage: int, layer: int, mb: int, last: int | None,
                      free: float = 0.0) -> int:
@@ -108,7 +112,7 @@ class DenseBlocks:
         """The cost of a dense block in one op."""
         if block == "attn":
             return self.em.cost(costs.attention_cost, pass_kind, self.selective)
-        return self.em.cost(costs.mlp_cost, pass_kind)
+        return self.em.cost(costs.mlp_cost, pass_kind, self.selective)
 
     def block(self, rank: int, block: str, kind: str, stage: int, layer: int, mb: int, last: int | None,
               alloc: float = 0.0, free: float = 0.0) -> tuple[Op, int | None]:
@@ -209,7 +213,7 @@ class Blocks:
                  chunks: list[range], tp_comm: bool, loads: dict[int, tuple[float, ...]]):
         self.em, self.dp, self.par, self.sched, self.chunks = em, dp, par, schedule, chunks
         self.recompute_layers = par.recompute_layers(max(len(c) for c in chunks))
-        self.selective = par.recompute == "selective"
+        self.selective = par.recomputed_modules  # selective recompute's modules; () for other policies
         self.dense = DenseBlocks(em, dp, par, tp_comm, self.selective)
         self.tp = self.dense.tp
         self.moe = MoeBlock(em, dp, par, tp_comm, loads, self.dense)  # loads: MoE layer -> per EP rank
@@ -222,12 +226,17 @@ class Blocks:
     def _kept_bytes(self, stage: int, layer: int) -> float:
         """Activations of ``layer`` its backward releases: what the forward kept, plus the full
         set a recompute rebuilt."""
-        m, sh = self.em.model, self.em.shape
         rc = self.recomputed(stage, layer)
-        free = costs.layer_activation_bytes(m, sh, full_recompute=rc, selective=self.selective)
+        free = self._activations(layer, rc)
         if rc:
-            free += costs.layer_activation_bytes(m, sh, full_recompute=False, selective=self.selective)
+            free += self._activations(layer, False)
         return free
+
+    def _activations(self, layer: int, full_recompute: bool) -> float:
+        """Activations ``layer`` keeps for its backward (:func:`simtrain.costs.layer_activation_bytes`)."""
+        m = self.em.model
+        return self.em.cost(costs.layer_activation_bytes, full_recompute, self.selective, m.is_moe_layer(layer),
+                            self.par.expert_tp)
 
     # ---- passes of one layer ----------------------------------------------------------------
     def forward_layer(self, rank: int, stage: int, layer: int, mb: int, last: int | None,
@@ -236,10 +245,9 @@ class Blocks:
         em = self.em
         if kind == "F":
             self.dp.layer_started(self.dp.gather_layer(rank, stage, layer, mb))
-            alloc = costs.layer_activation_bytes(em.model, em.shape, full_recompute=self.recomputed(stage, layer),
-                                                 selective=self.selective)
+            alloc = self._activations(layer, self.recomputed(stage, layer))
         else:  # the recompute rebuilds the full activation set
-            alloc = costs.layer_activation_bytes(em.model, em.shape, full_recompute=False, selective=self.selective)
+            alloc = self._activations(layer, False)
         first, last = self.dense.block(rank, "attn", kind, stage, layer, mb, last, alloc=alloc)
         self.dp.first_use(stage, layer, first)
         if em.model.is_moe_layer(layer):

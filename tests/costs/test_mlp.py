@@ -72,3 +72,35 @@ def test_shared_experts_run_over_every_token():
     assert c.shared is not None
     assert c.shared.of_kind("gemm").flops == pytest.approx(2 * 4096 * ds.shared_expert_params() / 4)
     assert moe_cost(ds, sh, "F", 1, 8).flops == pytest.approx(c.router.flops + c.experts.flops + c.shared.flops)
+
+
+def test_recomputing_mlp_adds_exactly_its_forward_kernels_to_pass_i():
+    m = tiny_model()  # h 1024, ffn 4096, GeLU, no dropout
+    sh = Shape(tokens=1024, seq=1024, tp=2, sp=True)
+    plain, again = mlp_cost(m, sh, "I").kernels, mlp_cost(m, sh, "I", ("mlp",)).kernels
+    forward = tuple(k for k in mlp_cost(m, sh, "F").kernels if not k.name.startswith(("mlp.norm", "mlp.residual")))
+    assert [k.name for k in forward] == ["mlp.fc1", "mlp.act", "mlp.fc2"]
+    assert again == forward + plain  # fc1, activation, fc2 again, then the backward as before
+    # 2 tokens x weights: fc1 1024 x 2048 and fc2 2048 x 1024 per TP rank
+    assert sum(k.flops for k in again) - sum(k.flops for k in plain) == 2 * 1024 * 2 * 1024 * 2048
+    assert mlp_cost(m, sh, "F", ("mlp",)) == mlp_cost(m, sh, "F")  # the forward and W pass stay as they are
+    assert mlp_cost(m, sh, "W", ("mlp",)) == mlp_cost(m, sh, "W")
+    head, core, tail = mlp_parts(m, sh, "I", ("mlp",))
+    assert head.kernels[-1].name == "mlp.fc2.dgrad" and [k.name for k in tail.kernels] == ["mlp.fc1.dgrad",
+                                                                                         "mlp.norm.bwd"]
+    assert mlp_cost(m, sh, "I", ("layernorm",)).kernels[-2:] == mlp_cost(m, sh, "F").kernels[:1] + plain[-1:]
+
+
+def test_moe_act_and_shared_experts_run_their_forward_again():
+    m = load_model("deepseek-v3")
+    sh = Shape(tokens=4096, seq=4096, tp=1, sp=False)
+    plain = moe_costs(m, sh, "I", 1, 8)
+    act = moe_costs(m, sh, "I", 1, 8, recompute=("moe_act",))
+    extra = [k for k in act.experts.kernels if k not in plain.experts.kernels]
+    assert [k.name for k in extra] == ["mlp.act"] and act.shared == plain.shared and act.router == plain.router
+    shared = moe_costs(m, sh, "I", 1, 8, recompute=("shared_experts",))
+    assert shared.experts == plain.experts
+    assert [k.name for k in shared.shared.kernels[:3]] == ["moe.shared.fc1", "mlp.act", "moe.shared.fc2"]
+    whole = moe_costs(m, sh, "I", 1, 8, recompute=("moe",))
+    assert [k.name for k in whole.experts.kernels[:3]] == ["moe.router", "moe.topk", "moe.permute"]
+    assert whole.shared == shared.shared

@@ -109,3 +109,14 @@ def test_1f1b_overlap():
     assert "overlap_moe_expert_parallel_comm" not in settings(MIXTRAL)
     with pytest.raises(SpecError, match=r"--delay-wgrad-compute \(weight gradients moved later"):
         settings(args + " --delay-wgrad-compute")
+
+
+def test_recompute_modules():
+    got = settings(MIXTRAL + "--recompute-granularity selective --recompute-modules moe_act layernorm "
+                   "--sequence-parallel")
+    assert got["recompute"] == "selective" and got["recompute_modules"] == "moe_act,layernorm"
+    assert got["sp"] is True  # the list stops at the next flag
+    assert "recompute_modules" not in settings(LLAMA_8B + "--recompute-granularity selective")  # core_attn
+    with pytest.raises(SpecError, match=r"--recompute-modules 'mlp': needs module names and "
+                                        r"--recompute-granularity selective \(given: full\)"):
+        settings(LLAMA_8B + "--recompute-granularity full --recompute-modules mlp")

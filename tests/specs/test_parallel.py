@@ -80,3 +80,22 @@ def test_1f1b_overlap_needs_expert_parallelism_and_the_1f1b_loop(kw, model, mess
                                         f"models with ep > 1 under schedule 1f1b or interleaved-1f1b") as err:
         validate_parallel(par, model, 64)
     assert "\n" not in str(err.value)
+
+
+def test_recompute_modules_are_selective_recompute_s_and_must_exist_in_the_model():
+    llama, mixtral = load_model("llama3-8b"), load_model("mixtral-8x7b")
+    par = resolve_parallel(8, tp=8, gbs=8, seq=2048, recompute="selective", recompute_modules="mlp, layernorm,mlp")
+    assert par.recompute_modules == ("mlp", "layernorm") and par.recomputed_modules == ("mlp", "layernorm")
+    validate_parallel(par, llama, 8)
+    assert resolve_parallel(8, tp=8, gbs=8, recompute="selective").recomputed_modules == ("core_attn",)
+    assert resolve_parallel(8, tp=8, gbs=8, recompute="full").recomputed_modules == ()
+    with pytest.raises(SpecError, match=r"recompute_modules='mlp,attn': unknown module 'attn'; valid: core_attn, "
+                                        r"mlp, moe, moe_act, layernorm, mla_up_proj, shared_experts"):
+        resolve_parallel(8, tp=8, gbs=8, recompute="selective", recompute_modules="mlp,attn")
+    with pytest.raises(SpecError, match=r"recompute_modules='mlp' with recompute='full': .*use recompute=selective"):
+        validate_parallel(resolve_parallel(8, tp=8, gbs=8, recompute="full", recompute_modules="mlp"), llama, 8)
+    for name, model in (("moe_act", llama), ("mla_up_proj", llama), ("mlp", mixtral), ("shared_experts", mixtral)):
+        bad = resolve_parallel(8, tp=8, gbs=8, recompute="selective", recompute_modules=name)
+        with pytest.raises(SpecError, match=rf"recompute_modules='{name}': {model.name} has no {name} module; "
+                                            r"valid for it: core_attn"):
+            validate_parallel(bad, model, 8)
