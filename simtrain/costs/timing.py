@@ -158,14 +158,21 @@ class KernelTimer:
                 * k_utilisation(g.k, tile_overhead(self.arch, g.dtype)))
 
     def _gemm(self, g: Gemm) -> float:
-        if g.streams and g.batch > g.streams:  # rounds of ``streams`` concurrent GEMMs, then the rest
+        if g.streams:  # rounds of ``streams`` concurrent GEMMs, then the rest, each issued by the host
             rounds, rest = divmod(g.batch, g.streams)
-            t = rounds * self._gemm(replace(g, batch=g.streams))
-            return t + (self._gemm(replace(g, batch=rest)) if rest else 0.0)
+            t = rounds * self._expert_round(replace(g, batch=g.streams, streams=0))
+            return t + (self._expert_round(replace(g, batch=rest, streams=0)) if rest else 0.0)
         math_s = g.flops / (self._peak(g.dtype) * self.gemm_efficiency(g))
         if self.gpu.efficiency is None and not self.arch.epilogue_overlap:
             math_s += g.batch * g.m * g.n * g.out_bytes / self._hbm
         return max(math_s, g.bytes / self._hbm) + self.arch.launch_s
+
+    def _expert_round(self, g: Gemm) -> float:
+        """``g.batch`` expert GEMMs side by side on their streams: the GPU's time, or the host's
+        time to issue them one by one where that is longer (the host knows each expert's rows
+        only after the dispatcher's device-to-host copy, so it cannot run ahead of them)."""
+        host = g.batch * self.arch.expert_gemm_host_s if self.gpu.efficiency is None else 0.0
+        return max(self._gemm(g), host)
 
     def attention_efficiency(self, a: Attention) -> float:
         """Fraction of peak a fused attention kernel reaches (flat, or rising with the keys)."""

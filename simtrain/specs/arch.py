@@ -61,6 +61,17 @@ every model and layout; none is fitted to a run.
   ``tests/validation/fit_arch.py`` on the published runs whose step is almost all GEMM time
   (Hopper: the dense NeMo runs of ``tests/validation/published_h100.json``, mean |error| 9.5% at
   0, 2.6% at 1,024, 2.3% at 1,280, 3.3% at 1,536; Ampere: both A100 papers).
+* ``expert_gemm_host_s``: the host's time to issue one expert's GEMM of a grouped GEMM (with
+  its share of the expert path's other launches). Megatron-LM's token dispatchers copy the
+  tokens per expert to the host (``tensor.cpu()``, ``NVIDIA/Megatron-LM`` issue 1598; "the
+  AlltoAll dispatcher and GroupedGEMM rely on CPU-resident tensors for token-expert
+  assignments", pull request 3496) and TransformerEngine's ``GroupedLinear`` issues one GEMM per
+  expert from that host list, so the GPU cannot run ahead of the host there: a round of expert
+  GEMMs takes at least their issue time. It matters where many local experts get few tokens each
+  (EP 8 over 128 experts at TP 4). No published measurement gives it: it is fitted by
+  ``tests/validation/fit_arch.py`` on the Megatron-Core MoE runs of
+  ``tests/validation/published_h100.json`` and, a property of the host and the framework rather
+  than of the GPU, holds for every architecture (no MoE run of the others is published here).
 * ``launch_s``: the gap one kernel launch adds on a busy stream: about 1 us (NVIDIA Developer
   Blog, "Getting Started with CUDA Graphs", 2019: a 2.9 us kernel launched back to back from a
   stream takes 3.8 us per kernel; CUDA Graphs bring it to 3.4 us).
@@ -92,6 +103,7 @@ class ArchProfile:
     elementwise_efficiency: float = 0.65
     launch_s: float = 1 * US
     tile_k_overhead: int = 0  # K elements of main-loop time an output tile spends outside the loop
+    expert_gemm_host_s: float = 60 * US  # host time to issue one expert's GEMM of a grouped GEMM, s
 
 
 ARCHS: dict[str, ArchProfile] = {

@@ -7,7 +7,7 @@ import pytest
 
 from simtrain.costs import KernelTimer, Shape, attention_cost, mlp_cost
 from simtrain.costs.kernels import Attention, Elementwise, Gemm, OpCost
-from simtrain.costs.timing import calibrated_peak, wave_utilisation
+from simtrain.costs.timing import calibrated_peak, k_utilisation, tile_overhead, wave_utilisation
 from simtrain.errors import SpecError
 from simtrain.specs.arch import get_arch
 from simtrain.specs.gpu import get_gpu
@@ -70,7 +70,9 @@ def test_the_model_reproduces_the_mamf_measurement():
     fraction, (m, n, k) = arch.mamf["bf16"]
     timer = KernelTimer(H100)
     g = Gemm("mamf", m, n, k)
-    assert timer.kernel_time(g) - arch.launch_s == pytest.approx(g.flops / (fraction * H100.peak_bf16_flops))
+    # the measurement at the benchmark's clock, then the clock a training step sustains (1500/1830)
+    assert timer.kernel_time(g) - arch.launch_s == pytest.approx(g.flops / (fraction * H100.peak_bf16_flops)
+                                                                 / (1500 / 1830), rel=1e-12)
     assert 0 < calibrated_peak(get_arch("ampere"), "bf16", 108, A100.peak_bf16_flops, A100.hbm_bandwidth_Bps) <= 1
     ampere = get_arch("ampere")  # A100: the math at its sustained clock, C stored after it
     fa, (am, an, ak) = ampere.mamf["bf16"]
@@ -114,3 +116,36 @@ def test_fp8_runs_shorten_a_hopper_step_and_are_refused_on_ampere():
     assert fp8.report["step_time_s"] < 0.95 * bf16.report["step_time_s"]
     with pytest.raises(SpecError, match="--fp8: gpu a100-80g has no FP8 tensor cores"):
         simulate_settings(**{**base, "topology": "a100-hdr"}, fp8=True)
+
+
+def test_a_short_k_loses_the_tiles_fixed_time():
+    """Each output tile spends ``tile_k_overhead`` K elements' worth of time outside its main
+    loop: on Hopper (1,280) a GEMM over K = 1,280 runs at half the rate of a very long K at the
+    same M and N, FP8 loses twice the K (its main loop is twice as fast)."""
+    hopper = get_arch("hopper")
+    assert hopper.tile_k_overhead == 1280 and tile_overhead(hopper, "fp8") == 2560
+    assert k_utilisation(1280, tile_overhead(hopper, "bf16")) == pytest.approx(0.5)
+    timer = KernelTimer(H100)
+    short, long = Gemm("w", 8192, 8192, 1280), Gemm("f", 8192, 8192, 1280 * 64)
+    ratio = timer.gemm_efficiency(short) / timer.gemm_efficiency(long)
+    assert ratio == pytest.approx(0.5 / (64 / 65), rel=1e-12)
+    fp8 = Gemm("w", 8192, 8192, 2560, dtype="fp8")
+    assert timer.gemm_efficiency(fp8) / timer.gemm_efficiency(Gemm("f", 8192, 8192, 2560 * 64, dtype="fp8")) == \
+        pytest.approx(0.5 / (64 / 65), rel=1e-12)
+
+
+def test_expert_gemms_run_four_at_a_time_and_wait_for_the_host():
+    """A grouped GEMM of 6 experts runs as a round of 4 concurrent GEMMs and a round of 2
+    (TransformerEngine's four streams); a round takes at least the host's time to issue its
+    GEMMs, so tiny experts cost the host's time per GEMM, not the GPU's."""
+    hopper = get_arch("hopper")
+    timer = KernelTimer(H100)
+    grouped = Gemm("moe.expert.fc1", 1024, 3072, 4096, batch=6, streams=4)
+    four, two = Gemm("x", 1024, 3072, 4096, batch=4), Gemm("x", 1024, 3072, 4096, batch=2)
+    assert timer.kernel_time(grouped) == pytest.approx(
+        max(timer.kernel_time(four), 4 * hopper.expert_gemm_host_s)
+        + max(timer.kernel_time(two), 2 * hopper.expert_gemm_host_s))
+    tiny = Gemm("moe.expert.fc1", 16, 256, 256, batch=8, streams=4)
+    assert timer.kernel_time(tiny) == pytest.approx(8 * hopper.expert_gemm_host_s)
+    flat = KernelTimer(H100.with_efficiency(0.5))  # the flat efficiency stands for everything
+    assert flat.kernel_time(tiny) == pytest.approx(2 * flat.kernel_time(Gemm("x", 16, 256, 256, batch=4)))
