@@ -8,7 +8,7 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -137,11 +137,8 @@ def _resolve(s: dict[str, Any], recompute_rule: str) -> Scenario:
     model = load_model(s["model"])
     cluster = cluster_for(s["topology"], s["gpus"], s["nodes"])
     gpu = cluster.gpu if s["efficiency"] is None else cluster.gpu.with_efficiency(s["efficiency"])
-    par_kw = {k: s[k] for k in ("ep", "etp", "vpp", "mbs", "seq", "zero", "sp", "recompute", "recompute_modules",
-                                "schedule", "order", "first_stage_layers", "last_stage_layers", "balance_stages",
-                                "attention", "grad_dtype", "fp8", "overlap_grad_reduce",
-                                "overlap_moe_expert_parallel_comm", "overlap_p2p_comm", "tp_backward_overlap",
-                                "tp_comm_overlap", "moe_dispatcher")}
+    # every field of ParallelSpec is the setting of its name; the degrees and gbs are passed on their own
+    par_kw = {f.name: s[f.name] for f in fields(ParallelSpec) if f.name not in ("tp", "cp", "pp", "dp", "gbs")}
     if s["fp8"] and gpu.peak_fp8_flops is None:
         raise SpecError(f"--fp8: gpu {gpu.name} has no FP8 tensor cores (Hopper or later has)")
     calibration = read_calibration(s["calibration"]) if s["calibration"] else None

@@ -211,7 +211,7 @@ class Report(StepMetrics):
     #: the resolved settings, with the names of the model, topology and GPU
     config: dict[str, Any]
     #: layers of each pipeline chunk in chain order (one fewer on the end chunks where pp x vpp
-    #: does not divide the layers)
+    #: does not divide the layers, or where the embedding and the loss are accounted for)
     layers_per_chunk: list[int]
     #: distinct kernels timed from a calibration's measurements (measured), between them
     #: (interpolated) and by the kernel model (model)

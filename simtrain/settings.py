@@ -206,6 +206,12 @@ _TABLE = (
             default_text="even, or one fewer on the end chunks where the layers do not divide",
             rule=POSITIVE, metavar="N"),
     Setting("balance_stages", bool, False, "move layers off the first and last stages to equalise stage times"),
+    Setting("account_for_embedding_in_pipeline_split", bool, False, "count the embedding as one layer slot of "
+            "the first pipeline chunk; the layers plus the counted slots must divide by pp*vpp (Megatron-LM's "
+            "--account-for-embedding-in-pipeline-split)"),
+    Setting("account_for_loss_in_pipeline_split", bool, False, "count the LM head and loss as one layer slot of "
+            "the last pipeline chunk; the layers plus the counted slots must divide by pp*vpp (Megatron-LM's "
+            "--account-for-loss-in-pipeline-split)"),
     Setting("network", str, "analytic", "network model: analytic (NCCL's closed-form time per collective), flow "
             "(max-min fair flows on the topology graph) or none (free communication)", choices=NETWORKS,
             metavar="|".join(NETWORKS)),

@@ -12,8 +12,10 @@ from simtrain.metrics import BREAKDOWN, StepMetrics
 
 #: What makes each category differ, by direction (simulated above / below analytic).
 CAUSES = {
-    "compute": ("the simulation adds the memory-bound kernels (norms, activations, residual adds, loss), "
-                "the fused attention backward's extra products, the embedding and the optimizer step",
+    "compute": ("the simulation runs each GEMM at its shape's efficiency (whole waves, a short K such as a "
+                "weight gradient's tokens loses a tile's fixed time) and adds the memory-bound kernels "
+                "(norms, activations, residual adds, loss), the fused attention backward's extra products, "
+                "the embedding and the optimizer step",
                 "the closed form spreads the LM head over all stages' average; the simulation books "
                 "it on the last stage as imbalance"),
     "recompute": ("the simulation recomputes whole layers with their TP collectives",

@@ -29,8 +29,8 @@ What :mod:`simtrain.analytic.model` reads from the layout beyond the degrees and
   :func:`simtrain.costs.layer_activation_bytes`'s, the MoE layer's for an MoE model.
 * **Stage split**: the layers of each model chunk are the simulator's
   (:func:`simtrain.workload.stages.split_layers`: ``--first-stage-layers``,
-  ``--last-stage-layers``, ``--balance-stages``), gathered per pipeline rank by the schedule's
-  stage-to-rank map.
+  ``--last-stage-layers``, ``--balance-stages``, ``--account-for-embedding/loss-in-pipeline-split``),
+  gathered per pipeline rank by the schedule's stage-to-rank map.
 """
 
 from __future__ import annotations
@@ -131,9 +131,11 @@ class RankLayers:
 
 
 def split_requested(par: ParallelSpec) -> bool:
-    """Whether the layout asks for a stage split of its own (first/last chunk sizes, balance)."""
+    """Whether the layout asks for a stage split of its own (first/last chunk sizes, balance, the
+    embedding or the loss accounted for)."""
     return par.pp > 1 and (par.first_stage_layers is not None or par.last_stage_layers is not None
-                           or par.balance_stages)
+                           or par.balance_stages or par.account_for_embedding_in_pipeline_split
+                           or par.account_for_loss_in_pipeline_split)
 
 
 def rank_layers(model: ModelSpec, par: ParallelSpec, gpu: GpuSpec, schedule: str, vpp: int) -> RankLayers:

@@ -11,7 +11,9 @@ left out:
   ``--context-parallel-size``, ``--expert-model-parallel-size`` and
   ``--expert-tensor-parallel-size`` (MoE models), ``--num-layers-per-virtual-pipeline-stage`` or
   ``--num-virtual-stages-per-pipeline-rank`` (the interleaved schedule; 1F1B otherwise),
-  ``--decoder-first/last-pipeline-num-layers``, ``--use-tp-pp-dp-mapping`` (the rank order);
+  ``--decoder-first/last-pipeline-num-layers``, ``--account-for-embedding-in-pipeline-split`` and
+  ``--account-for-loss-in-pipeline-split`` (the embedding and the loss as a layer slot of the
+  end chunks), ``--use-tp-pp-dp-mapping`` (the rank order);
 * batch: ``--micro-batch-size``, ``--global-batch-size`` (default: micro-batch x DP),
   ``--seq-length``;
 * memory: ``--sequence-parallel`` (off unless given), ``--use-distributed-optimizer`` (ZeRO-1;
@@ -21,7 +23,9 @@ left out:
   layers), ``--recompute-activations`` (selective), ``--recompute-modules`` with selective (its
   space-separated names, ``nargs='*'``, as ``recompute_modules``; default core_attn);
 * kernels: ``--fp8-format`` (FP8 linear layers), ``--grad-reduce-in-bf16``, ``--attention-backend``
-  (unfused or local: the eager attention core);
+  (unfused or local: the eager attention core), ``--tp-comm-overlap`` (TransformerEngine's TP
+  communication overlapped with the GEMMs; with ``--sequence-parallel`` only, as Megatron-LM's
+  argument check requires);
 * model: ``--num-layers``, ``--hidden-size``, ``--num-attention-heads``, ``--group-query-attention``
   with ``--num-query-groups``, ``--ffn-hidden-size``, ``--swiglu``, ``--num-experts``,
   ``--moe-router-topk``, ``--moe-ffn-hidden-size`` pick the model preset they describe (a dense
@@ -34,8 +38,8 @@ Megatron-MoE model zoo's "1F1B overlap") is ``overlap_moe_expert_parallel_comm``
 off) is named unsupported. simtrain gathers ZeRO's parameters as
 ``--overlap-param-gather`` does, and models the all-to-all token dispatcher and point-to-point CP.
 Flags for logging, checkpoints, data, tokenizers, the learning rate and kernel fusions are
-ignored; flags that change the step in a way simtrain does not model (TP communication overlap,
-CPU offload, another token dispatcher, ...) and unknown flags are named in one error.
+ignored; flags that change the step in a way simtrain does not model (CPU offload, another token
+dispatcher, a hand-written layer layout, ...) and unknown flags are named in one error.
 """
 
 from __future__ import annotations
@@ -73,12 +77,15 @@ LIST_FLAGS = ("--recompute-modules",)
 SWITCHES = ("--sequence-parallel", "--use-distributed-optimizer", "--group-query-attention", "--swiglu",
             "--recompute-activations", "--use-tp-pp-dp-mapping", "--use-custom-fsdp", "--use-megatron-fsdp",
             "--use-torch-fsdp2", "--overlap-grad-reduce", "--overlap-param-gather", "--grad-reduce-in-bf16",
-            "--no-overlap-p2p-communication", "--overlap-moe-expert-parallel-comm")
+            "--no-overlap-p2p-communication", "--overlap-moe-expert-parallel-comm", "--tp-comm-overlap",
+            "--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split")
+#: Switches that turn one boolean setting on.
+SWITCH_SETTINGS = {"--tp-comm-overlap": "tp_comm_overlap",
+                   "--overlap-moe-expert-parallel-comm": "overlap_moe_expert_parallel_comm",
+                   "--account-for-embedding-in-pipeline-split": "account_for_embedding_in_pipeline_split",
+                   "--account-for-loss-in-pipeline-split": "account_for_loss_in_pipeline_split"}
 #: Flags that change the step in a way simtrain does not model, and how.
-UNSUPPORTED = {"--tp-comm-overlap": "TP communication overlapped with GEMMs",
-               "--cpu-offloading": "activation offload to the CPU",
-               "--account-for-embedding-in-pipeline-split": "the embedding counted as a layer of the split",
-               "--account-for-loss-in-pipeline-split": "the loss counted as a layer of the split",
+UNSUPPORTED = {"--cpu-offloading": "activation offload to the CPU",
                "--pipeline-model-parallel-layout": "a hand-written layer layout",
                "--hierarchical-context-parallel-sizes": "hierarchical CP",
                "--cp-comm-type": "CP communication other than point-to-point rings",
@@ -266,10 +273,12 @@ def _memory(job: _Launch) -> None:
     job.settings["grad_dtype"] = "bf16" if "--grad-reduce-in-bf16" in job.args else "fp32"
     job.settings["overlap_grad_reduce"] = "--overlap-grad-reduce" in job.args
     job.settings["overlap_p2p_comm"] = "--no-overlap-p2p-communication" not in job.args
-    if "--overlap-moe-expert-parallel-comm" in job.args:
-        job.settings["overlap_moe_expert_parallel_comm"] = True
     if "--fp8-format" in job.args:
         job.settings["fp8"] = True
+    job.settings.update({name: True for flag, name in SWITCH_SETTINGS.items() if flag in job.args})
+    if job.value("tp_comm_overlap") and job.value("tp") > 1 and not job.value("sp"):
+        # Megatron-LM's argument check (megatron/training/arguments.py) and simtrain's own
+        raise SpecError(f"{job.source}: --tp-comm-overlap needs sequence parallelism (add --sequence-parallel)")
     backend = job.text("--attention-backend", "auto")
     if backend in ("unfused", "local"):
         job.settings["attention"] = "eager"

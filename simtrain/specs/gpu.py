@@ -48,7 +48,7 @@ class GpuSpec:
 
     >>> gpu = get_gpu("h100-sxm")
     >>> round(gpu.effective_flops / TFLOPS, 1), round(gpu.usable_memory_bytes / GiB, 2)
-    (794.8, 79.65)
+    (651.5, 79.65)
     """
 
     name: str
@@ -107,9 +107,12 @@ class GpuSpec:
     @property
     def effective_flops(self) -> float:
         """Sustained BF16 FLOP/s of a large GEMM: the flat efficiency, or the architecture's
-        measured best (the closed-form model's ``P e``)."""
-        fraction = self.efficiency if self.efficiency is not None else get_arch(self.arch).mamf["bf16"][0]
-        return self.peak_bf16_flops * fraction
+        measured best at the clock it sustains in a training step (the closed-form model's
+        ``P e``)."""
+        if self.efficiency is not None:
+            return self.peak_bf16_flops * self.efficiency
+        arch = get_arch(self.arch)
+        return self.peak_bf16_flops * arch.mamf["bf16"][0] * arch.sustained_clock
 
     def with_efficiency(self, efficiency: float) -> "GpuSpec":
         return replace(self, efficiency=efficiency)

@@ -60,6 +60,10 @@ class ParallelSpec:
     first_stage_layers: int | None = None
     last_stage_layers: int | None = None  # layers of the last chunk of the chain; None = even split
     balance_stages: bool = False  # choose first/last chunk layers to equalise the chunks' times
+    # Megatron-LM's split: the embedding / the LM head and loss take one layer slot of the first /
+    # last chunk (simtrain.workload.stages.accounted_split)
+    account_for_embedding_in_pipeline_split: bool = False
+    account_for_loss_in_pipeline_split: bool = False
     attention: str = "flash"  # attention core: flash (fused kernel) or eager (unfused, s x s scores)
     grad_dtype: str = "fp32"  # gradient accumulation and data-parallel reduction: fp32 or bf16
     fp8: bool = False  # linear-layer GEMMs in FP8 (needs a GPU with FP8 tensor cores)
@@ -206,9 +210,15 @@ def validate_parallel(par: ParallelSpec, model: "ModelSpec", num_gpus: int | Non
         raise SpecError(f"tp={par.tp} does not divide the {model.kv_heads} KV heads of {model.name} "
                         f"(valid tp: divisors of {model.kv_heads})")
     uneven = par.first_stage_layers is not None or par.last_stage_layers is not None or par.balance_stages
-    if par.pp * par.vpp > model.layers:
+    accounted = par.account_for_embedding_in_pipeline_split or par.account_for_loss_in_pipeline_split
+    if accounted:
+        _check_accounted(par, model, uneven)
+    elif par.pp * par.vpp > model.layers:
         raise SpecError(f"pp*vpp={par.pp * par.vpp} (pp={par.pp}, vpp={par.vpp}) exceeds the "
-                        f"{model.layers} layers of {model.name}: every pipeline chunk needs a layer")
+                        f"{model.layers} layers of {model.name}: every pipeline chunk needs a layer"
+                        + ("; or count the embedding and the loss as layers (--account-for-embedding-in-pipeline-split "
+                           "--account-for-loss-in-pipeline-split)" if (model.layers + 2) % (par.pp * par.vpp) == 0
+                           else ""))
     if par.moe_dispatcher not in MOE_DISPATCHERS:
         raise SpecError(f"moe_dispatcher={par.moe_dispatcher!r}: must be one of {', '.join(MOE_DISPATCHERS)}")
     if par.attention not in ATTENTION_KERNELS:
@@ -223,6 +233,7 @@ def validate_parallel(par: ParallelSpec, model: "ModelSpec", num_gpus: int | Non
         if value is not None and (not isinstance(value, int) or value < 1):
             raise SpecError(f"{key}={value!r}: must be an integer >= 1")
     chunks = par.pp * par.vpp  # at least this many model chunks, each needing a layer
+    chunks -= par.account_for_embedding_in_pipeline_split + par.account_for_loss_in_pipeline_split
     for key in ("first_stage_layers", "last_stage_layers"):
         value = getattr(par, key)
         if value is not None and value > model.layers - (chunks - 1):
@@ -281,3 +292,26 @@ def check_combined_1f1b(par: ParallelSpec, model: "ModelSpec") -> None:
         raise SpecError(f"overlap_moe_expert_parallel_comm=True with schedule {par.schedule}: {applies}")
     if par.recompute == "full" or (par.recompute.isdigit() and int(par.recompute) > 0):
         raise SpecError(f"overlap_moe_expert_parallel_comm=True with recompute={par.recompute}: {applies}")
+
+
+
+def _check_accounted(par: ParallelSpec, model: "ModelSpec", uneven: bool) -> None:
+    """The embedding and/or the loss counted as a layer slot of the split: not with given end
+    chunk sizes (Megatron-LM's ``TransformerConfig`` refuses ``num_layers_in_first/last_pipeline_stage``
+    beside them, ``megatron/core/transformer/transformer_config.py``), and the slots must divide
+    evenly by pp x vpp (``get_num_layers_to_build``, ``megatron/core/transformer/transformer_block.py``)."""
+    counted = [what for what, on in (("embedding", par.account_for_embedding_in_pipeline_split),
+                                     ("loss", par.account_for_loss_in_pipeline_split)) if on]
+    flags = " and ".join(f"--account-for-{what}-in-pipeline-split" for what in counted)
+    if uneven:
+        given = [f"{k}={getattr(par, k)}" for k in ("first_stage_layers", "last_stage_layers")
+                 if getattr(par, k) is not None] + (["balance_stages=True"] if par.balance_stages else [])
+        raise SpecError(f"{', '.join(given)} with {flags}: both set the end chunks' layers; give one or the other")
+    slots = model.layers + len(counted)
+    chunks = par.pp * par.vpp
+    if slots % chunks:
+        vpps = [v for v in range(1, slots // par.pp + 1) if slots % (par.pp * v) == 0]
+        valid = f"with pp={par.pp} use vpp {', '.join(map(str, vpps))}" if vpps else f"pp={par.pp} does not divide them"
+        raise SpecError(f"pp*vpp={chunks} (pp={par.pp}, vpp={par.vpp}) does not divide the {slots} layer slots of "
+                        f"{model.name} ({model.layers} layers + {' + '.join(counted)}) with {flags} (each chunk "
+                        f"takes as many); {valid}")

@@ -13,6 +13,11 @@ optimisation). Data-parallel
 gathers and reductions come from :mod:`simtrain.workload.data_parallel`; after the last reduction
 the global gradient norm is all-reduced over every GPU, then the optimizer steps.
 
+An end chunk without decoder layers (Megatron-LM's split with the embedding and the loss
+accounted for, :func:`simtrain.workload.stages.accounted_split`) may emit no op in a pass: its
+send then waits for the transfer the pass received, and the embedding's weight gradient after an
+empty input-gradient pass waits for the gradient from the next stage.
+
 With folding (the default), one representative rank per pipeline rank is simulated, or under
 MoE routing skew one per pipeline rank and EP position (:mod:`simtrain.workload.fold`).
 """
@@ -163,14 +168,18 @@ class _Lowering:
         last = self.templates.emit((rank, a.kind, a.stage, receives), rank, a.mb, dp.settled(a.stage, layers),
                                    lambda: self._body(rank, a, layers, embed, head, receives))
         if a.kind == "F":
-            self._needs_from(start, (prev_stage, a.mb, "act") if prev_stage is not None else None, rank)
             if next_stage is not None:
                 self._send(rank, a.stage, next_stage, a.mb, "act", last)
+            self._needs_from(start, (prev_stage, a.mb, "act") if prev_stage is not None else None, rank)
         elif a.kind in ("B", "I"):
-            self._needs_from(start, (next_stage, a.mb, "grad") if next_stage is not None else None, rank)
-            if prev_stage is not None and last is not None:
+            if prev_stage is not None and (last is not None or not layers):
                 self._send(rank, a.stage, prev_stage, a.mb, "grad", last)
-        first = self._first_non_dp(start)
+            received = ((next_stage, a.mb, "grad") if next_stage is not None else
+                        (prev_stage, a.mb, "act") if len(self.prog.ops) > start and last is None else None)
+            self._needs_from(start, received, rank)
+        elif not layers and next_stage is not None:  # W of an empty first chunk: its I emitted nothing
+            self._needs_from(start, (next_stage, a.mb, "grad"), rank)
+        first = _first_non_dp(self.prog, start)
         if self.blocking_p2p and first is not None and previous_send is not None:
             self.prog.ops[first].deps.append(previous_send)
 
@@ -213,17 +222,12 @@ class _Lowering:
     def _needs_from(self, first_op: int, key: tuple | None, rank: int) -> None:
         """The action's first compute or TP op waits for the transfer ``key`` (none at the chain's
         ends) within ``rank``'s pipeline group; parameter gathers before it do not."""
-        first = self._first_non_dp(first_op) if key is not None else None
+        first = _first_non_dp(self.prog, first_op) if key is not None else None
         if first is not None:
             self.needs.append((first, (self._pipeline(rank), self.step, *key)))
 
     def _pipeline(self, rank: int) -> int:  # a transfer stays within one pipeline group
         return self.mesh.group_of("pp", rank)[0]
-
-    def _first_non_dp(self, first_op: int) -> int | None:
-        """The first op from ``first_op`` on that is not a data-parallel gather."""
-        dp = STREAM["dp"]
-        return next((i for i in range(first_op, len(self.prog.ops)) if self.prog.ops[i].stream != dp), None)
 
     def _send(self, rank: int, stage: int, to_stage: int, mb: int, what: str, after: int) -> None:
         """The PP transfer of ``what`` (act or grad) of micro-batch ``mb`` from schedule stage
@@ -240,6 +244,12 @@ class _Lowering:
                           comm="p2p", group_set=self.prog.group_set_id(pairs), peer=peer, peer_stage=to_stage)
         self.sends[(self._pipeline(rank), self.step, stage, mb, what)] = op.id
         self.last_send[rank] = op.id
+
+
+def _first_non_dp(prog: Program, first_op: int) -> int | None:
+    """The first op of ``prog`` from ``first_op`` on that is not a data-parallel gather."""
+    dp = STREAM["dp"]
+    return next((i for i in range(first_op, len(prog.ops)) if prog.ops[i].stream != dp), None)
 
 
 def lower(model: ModelSpec, par: ParallelSpec, gpu: GpuSpec, schedule: Schedule, mesh: DeviceMesh,

@@ -2,14 +2,19 @@
 
 Layers that divide evenly by the chunks split evenly. Otherwise they split the way torchtitan
 does (``torchtitan/distributed/pipeline_parallel.py``, ``generate_llm_fqn_per_model_part`` with
-``input_weight = output_weight = 1``; Megatron-LM's ``--account-for-embedding-in-pipeline-split``
-and ``--account-for-loss-in-pipeline-split`` count them the same way): the embedding and the LM
-head with its loss each count as one layer, the ``L + 2`` layer-equivalents are spread as evenly
+``input_weight = output_weight = 1``): the embedding and the LM head with its loss each count as
+one layer, the ``L + 2`` layer-equivalents are spread as evenly
 as possible (the first chunks take one more where they do not divide), so the end chunks carry
 one layer less. Llama 3 405B's 126 layers on 16 chunks become 7 + 14 x 8 + 7, as Llama 3 ran
 them (arXiv:2407.21783, section 3.3.2). Megatron-LM's ``--decoder-first-pipeline-num-layers`` /
 ``--decoder-last-pipeline-num-layers`` (``--first-stage-layers``/``--last-stage-layers``)
 override this, and ``--balance-stages`` picks the end chunks' sizes by their costs.
+
+With ``--account-for-embedding-in-pipeline-split`` and/or ``--account-for-loss-in-pipeline-split``
+the split is Megatron-LM's always, even where the layers divide (:func:`accounted_split`,
+after ``get_num_layers_to_build`` in ``megatron/core/transformer/transformer_block.py``): the
+embedding takes one layer slot of the first chunk, the LM head and loss one of the last, and
+every chunk gets ``(L + 2) / chunks`` slots, so an end chunk may hold no decoder layer at all.
 """
 
 from __future__ import annotations
@@ -46,6 +51,28 @@ def auto_split(layers: int, chunks: int) -> list[int]:
     return [per + (1 if i in plus else 0) for i in range(chunks)]
 
 
+def accounted_split(layers: int, chunks: int, embedding: bool, loss: bool) -> list[int]:
+    """Layers per chunk when the embedding (``embedding``) and the LM head with its loss
+    (``loss``) each count as one layer slot of the first and the last chunk: the slots must divide
+    evenly by the chunks, each chunk gets as many, the end chunks one layer fewer each
+    (Megatron-LM, ``megatron/core/transformer/transformer_block.py``, ``get_num_layers_to_build``).
+
+    >>> accounted_split(94, 32, True, True)[:2], accounted_split(94, 96, True, True)[:2]
+    ([2, 3], [0, 1])
+    """
+    slots = layers + embedding + loss
+    if slots % chunks:
+        counted = " + ".join(["layers"] + ["embedding"] * embedding + ["loss"] * loss)
+        valid = sorted(d for d in range(1, slots + 1) if slots % d == 0)
+        raise SpecError(f"account_for_embedding_in_pipeline_split={embedding}, account_for_loss_in_pipeline_split="
+                        f"{loss}: the {slots} layer slots ({counted}) do not divide by the {chunks} pipeline "
+                        f"chunks (pp*vpp); valid chunk counts: {', '.join(map(str, valid))}")
+    sizes = [slots // chunks] * chunks
+    sizes[0] -= embedding
+    sizes[-1] -= loss
+    return sizes
+
+
 def describe_split(sizes: list[int]) -> str:
     """Layers per chunk in words, runs of equal chunks folded: ``7 + 14 x 8 + 7``.
 
@@ -67,14 +94,17 @@ def _ranges(sizes: list[int]) -> list[range]:
     return out
 
 
-def chunk_layers(model: ModelSpec, chunks: int, first: int | None = None,
-                 last: int | None = None) -> list[range]:
+def chunk_layers(model: ModelSpec, chunks: int, first: int | None = None, last: int | None = None,
+                 embedding: bool = False, loss: bool = False) -> list[range]:
     """Layers of each model chunk: ``first`` and ``last`` layers on the end chunks when given,
     the rest split evenly (Megatron-LM's ``--decoder-first-pipeline-num-layers`` and
-    ``--decoder-last-pipeline-num-layers``); neither given: :func:`auto_split`."""
+    ``--decoder-last-pipeline-num-layers``); ``embedding`` or ``loss`` counted as a layer slot:
+    :func:`accounted_split`; none given: :func:`auto_split`."""
     L = model.layers
     if chunks == 1:
         return [range(L)]
+    if embedding or loss:
+        return _ranges(accounted_split(L, chunks, embedding, loss))
     if first is None and last is None:
         return _ranges(auto_split(L, chunks))
     middle_chunks = chunks - 2
@@ -175,11 +205,13 @@ def chunk_pass_times(model: ModelSpec, par: ParallelSpec, gpu: GpuSpec, chunks: 
 def split_layers(model: ModelSpec, par: ParallelSpec, gpu: GpuSpec, chunks: int,
                  opts: WorkloadOptions | None = None) -> list[range]:
     """The layers of each of ``chunks`` model chunks under ``par``: balanced when asked
-    (``balance_stages``), else the given first/last chunk sizes, else :func:`auto_split`."""
+    (``balance_stages``), else the given first/last chunk sizes, else Megatron-LM's split with the
+    embedding and the loss accounted for where asked, else :func:`auto_split`."""
     opts = opts or WorkloadOptions()
     if par.balance_stages and chunks > 1:
         per_layer = [f + i + w for f, i, w in layer_pass_times(model, par, gpu, opts)]
         emb, head = end_pass_times(model, par, gpu, opts)
         first, last = balanced_split(model, chunks, per_layer, sum(emb), sum(head))
         return chunk_layers(model, chunks, first, last)
-    return chunk_layers(model, chunks, par.first_stage_layers, par.last_stage_layers)
+    return chunk_layers(model, chunks, par.first_stage_layers, par.last_stage_layers,
+                        par.account_for_embedding_in_pipeline_split, par.account_for_loss_in_pipeline_split)

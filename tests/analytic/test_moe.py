@@ -134,16 +134,17 @@ def test_deepseek_fits_or_says_why(h100ib):
 def test_moe_step_close_to_the_simulation():
     """Uniform routing, EP within one node: the closed form's all-to-all is the simulated one
     within 2% (both move (ep-1)/ep of the routed tokens over NVLink), and the simulated step is
-    0 to 20% above the closed form's, the dense models' gap: the simulation adds the
-    memory-bound kernels (norms, activations, the token permutation, the router's top-k) and
-    runs the experts' grouped GEMMs at their shapes' efficiency, where the closed form counts
-    6 N_active FLOPs per token at the flat efficiency."""
+    0 to 30% above the closed form's, about twice the dense models' gap (Llama 3 70B on the
+    same cluster: 13.5%): the simulation adds the memory-bound kernels (norms, activations, the
+    token permutation, the router's top-k) and runs the experts' grouped GEMMs at their shapes'
+    efficiency (four at a time, a weight gradient's K the few tokens per expert), where the closed
+    form counts 6 N_active FLOPs per token at the large-GEMM rate."""
     sc = api.resolve({"model": "mixtral-8x7b", "topology": "h100-ib", "gpus": 64, **MIXTRAL},
                      recompute_rule="ledger")
     est = analytic_report(sc.model, sc.cluster, sc.parallel, gpu=sc.gpu)
     sim = api.simulate(sc).report
     assert sim["breakdown_s"]["ep"] == pytest.approx(est["breakdown_s"]["ep"], rel=0.02)
-    assert 1.0 < sim["step_time_s"] / est["step_time_s"] < 1.2
+    assert 1.0 < sim["step_time_s"] / est["step_time_s"] < 1.3
 
 
 def test_cp_ring_volume_by_hand():

@@ -88,10 +88,11 @@ def test_the_model_preset_and_expert_parallelism():
 
 def test_flags_that_cannot_be_simulated_are_named_together():
     with pytest.raises(SpecError) as err:
-        settings(LLAMA_8B + "--tp-comm-overlap --cpu-offloading --moe-token-dispatcher-type flex "
-                 "--frobnicate 3")
+        settings(LLAMA_8B + "--pipeline-model-parallel-layout E,t*8,L --cpu-offloading "
+                 "--moe-token-dispatcher-type flex --frobnicate 3")
     message = str(err.value)
-    for flag in ("--tp-comm-overlap", "--cpu-offloading", "--moe-token-dispatcher-type flex", "--frobnicate"):
+    for flag in ("--pipeline-model-parallel-layout", "--cpu-offloading", "--moe-token-dispatcher-type flex",
+                 "--frobnicate"):
         assert flag in message
     with pytest.raises(SpecError, match=r"--tensor-model-parallel-size '\$TP': expected a whole number; expand"):
         settings("--tensor-model-parallel-size $TP")
@@ -120,3 +121,20 @@ def test_recompute_modules():
     with pytest.raises(SpecError, match=r"--recompute-modules 'mlp': needs module names and "
                                         r"--recompute-granularity selective \(given: full\)"):
         settings(LLAMA_8B + "--recompute-granularity full --recompute-modules mlp")
+
+
+def test_the_embedding_and_the_loss_in_the_split_and_tp_comm_overlap():
+    """--account-for-embedding/loss-in-pipeline-split and --tp-comm-overlap map to the settings of
+    the same name; without them they stay off; --tp-comm-overlap needs --sequence-parallel, as
+    Megatron-LM's argument check requires."""
+    s = settings(LLAMA_8B + "--tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --sequence-parallel "
+                 "--account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split --tp-comm-overlap")
+    assert (s["account_for_embedding_in_pipeline_split"], s["account_for_loss_in_pipeline_split"],
+            s["tp_comm_overlap"], s["sp"]) == (True, True, True, True)
+    assert settings(LLAMA_8B + "--account-for-loss-in-pipeline-split")["account_for_loss_in_pipeline_split"]
+    plain = settings(LLAMA_8B)
+    assert not {"account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split",
+                "tp_comm_overlap"} & set(plain)
+    with pytest.raises(SpecError, match=r"--tp-comm-overlap needs sequence parallelism \(add --sequence-parallel\)"):
+        settings(LLAMA_8B + "--tensor-model-parallel-size 2 --tp-comm-overlap")
+    assert settings(LLAMA_8B + "--tensor-model-parallel-size 2 --tp-comm-overlap", {"sp": True})["tp_comm_overlap"]

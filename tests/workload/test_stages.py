@@ -1,11 +1,26 @@
 """Pipeline stages: balancing reduces the imbalance; uneven first and last chunks, given or
-automatic (torchtitan's split, as Llama 3 ran)."""
+automatic (torchtitan's split, as Llama 3 ran), or Megatron-LM's with the embedding and the loss
+accounted for, where the end chunks may hold no layer."""
 
 from __future__ import annotations
 
-from helpers import cli, simulate_settings
+import pytest
+
+from helpers import BARE, GPU, cli, simulate_settings, tiny_model
+from simtrain import api, costs, engine
+from simtrain.costs import Shape
+from simtrain.errors import SpecError
+from simtrain.network.fixed import FixedLatency
+from simtrain.schedules import generate
 from simtrain.specs.model import load_model
-from simtrain.workload.stages import auto_split, chunk_layers, describe_split
+from simtrain.specs.parallel import ParallelSpec
+from simtrain.topology.mesh import build_mesh
+from simtrain.workload.data_parallel import ParamLayout
+from simtrain.workload.lower import lower
+from simtrain.workload.memory import memory_plan
+from simtrain.workload.options import WorkloadOptions
+from simtrain.workload.program import STREAM
+from simtrain.workload.stages import accounted_split, auto_split, chunk_layers, describe_split, split_layers
 
 
 def test_balancing_reduces_imbalance_on_126_layers():
@@ -43,3 +58,84 @@ def test_llama3_405b_runs_on_pp16_without_layer_flags(tmp_path):
                          "--pp", 16, "--seq", 8192, "--gbs", 2048, "--out", tmp_path, "--no-plot")
     assert code == 0, err
     assert "layers per pipeline chunk: 7 + 14 x 8 + 7" in out
+
+
+def test_megatron_accounts_for_the_embedding_and_the_loss():
+    """Megatron-LM's --account-for-embedding/loss-in-pipeline-split: (L + 2) slots, as many per
+    chunk, the end chunks one layer fewer, even where the layers divide."""
+    assert accounted_split(94, 32, True, True) == [2] + [3] * 30 + [2]  # 96 slots / (pp=8 x vpp=4)
+    assert accounted_split(94, 96, True, True) == [0] + [1] * 94 + [0]  # pp=32 x vpp=3: the ends hold no layer
+    assert accounted_split(95, 32, True, False) == [2] + [3] * 31  # the embedding alone: 96 slots
+    assert accounted_split(6, 4, True, True) == [1, 2, 2, 1]
+    m = load_model("qwen3-235b-a22b")
+    assert [len(r) for r in chunk_layers(m, 96, embedding=True, loss=True)][:3] == [0, 1, 1]
+    with pytest.raises(SpecError, match="the 96 layer slots .* do not divide by the 20 pipeline chunks"):
+        accounted_split(94, 20, True, True)
+
+
+def test_accounted_split_is_checked_against_the_layout():
+    base = dict(model="qwen3-235b-a22b", topology="h100-ib", tp=2, ep=8, schedule="interleaved-1f1b", gbs=2048,
+                seq=4096, account_for_embedding_in_pipeline_split=True, account_for_loss_in_pipeline_split=True)
+    sc = api.resolve(dict(base, gpus=512, pp=32, vpp=3))  # refused without the flags: 96 chunks, 94 layers
+    assert sc.parallel.account_for_embedding_in_pipeline_split and sc.parallel.account_for_loss_in_pipeline_split
+    with pytest.raises(SpecError, match=r"pp\*vpp=40 \(pp=8, vpp=5\) does not divide the 96 layer slots .* "
+                                        r"with pp=8 use vpp 1, 2, 3, 4, 6, 12"):
+        api.resolve(dict(base, gpus=128, pp=8, vpp=5))
+    with pytest.raises(SpecError, match="first_stage_layers=2 with --account-for-embedding-in-pipeline-split"):
+        api.resolve(dict(base, gpus=512, pp=32, vpp=3, first_stage_layers=2))
+    with pytest.raises(SpecError, match=r"exceeds the 94 layers .*\(--account-for-embedding-in-pipeline-split"):
+        api.resolve(dict(base, gpus=512, pp=32, vpp=3, account_for_embedding_in_pipeline_split=False,
+                         account_for_loss_in_pipeline_split=False))
+
+
+def _lowered(schedule: str, pp: int, vpp: int, opts: WorkloadOptions = WorkloadOptions()):
+    """6 layers + embedding + loss = 8 slots on 8 chunks: the end chunks hold no layer."""
+    par = ParallelSpec(pp=pp, vpp=vpp, gbs=8, seq=1024, account_for_embedding_in_pipeline_split=True,
+                       account_for_loss_in_pipeline_split=True)
+    sched = generate(schedule, pp, par.num_microbatches, **({"vpp": vpp} if vpp > 1 else {}))
+    return par, sched, lower(tiny_model(layers=6), par, GPU, sched, build_mesh(1, 1, 1, pp), opts)
+
+
+@pytest.mark.parametrize("schedule, pp, vpp", [("1f1b", 8, 1), ("interleaved-1f1b", 4, 2), ("zb-v", 4, 1)])
+def test_empty_end_chunks_run(schedule, pp, vpp):
+    par, sched, prog = _lowered(schedule, pp, vpp)
+    assert prog.layers_per_chunk == [0, 1, 1, 1, 1, 1, 1, 0]
+    first = {op.name for op in prog.ops if op.stage >= 0 and sched.chunk_of_stage(op.stage) == 0
+             and op.stream == STREAM["compute"]}
+    last = {op.name for op in prog.ops if op.stage >= 0 and sched.chunk_of_stage(op.stage) == 7
+            and op.stream == STREAM["compute"]}
+    assert first <= {"embed.F", "embed.B", "embed.W"} and "embed.F" in first  # no layer op on chunk 0
+    assert last <= {"lm_head.F", "lm_head.B", "lm_head.I", "lm_head.W"} and "lm_head.F" in last
+    res = engine.run(prog, FixedLatency())
+    assert res.timeline.end_s > 0
+    if schedule == "zb-v":  # the embedding's W of the empty first chunk waits for the gradient it needs
+        by_id = {op.id: op for op in prog.ops}
+        w = next(op for op in prog.ops if op.name == "embed.W")
+        assert any(by_id[d].name == "pp.send.grad" for d in w.deps)
+
+
+def test_an_empty_chunk_holds_no_activations():
+    """1F1B on 8 chunks of 0, 1 x 6, 0 layers: pipeline rank 0 (the embedding alone) keeps nothing
+    beyond its static memory, rank 1 keeps one layer's activations for each of its 7 micro-batches
+    in flight (p - stage)."""
+    par, sched, _ = _lowered("1f1b", 8, 1)
+    model = tiny_model(layers=6)
+    opts = WorkloadOptions()
+    chunks = split_layers(model, par, GPU, 8, opts)
+    layout = ParamLayout(model, par, sched, chunks)
+    static = [layout.static_of_pipeline_rank(i)[0] + layout.reduce_buffer_bytes(i, opts) for i in range(8)]
+    plan = memory_plan(model, par, GPU, sched, 0, opts)
+    full = costs.layer_activation_bytes(model, Shape.of(par), full_recompute=False)
+    assert plan[0] == static[0]
+    assert plan[1] - static[1] == pytest.approx(7 * full)
+
+
+def test_empty_end_chunks_without_the_embedding_and_the_head_pass_through():
+    """With no embedding and no LM head the end chunks emit nothing but their sends, which wait for
+    what they received: the last chunk returns the gradient once the activation has arrived."""
+    _, sched, prog = _lowered("interleaved-1f1b", 4, 2, BARE)
+    by_id = {op.id: op for op in prog.ops}
+    sends = [op for op in prog.ops if op.name == "pp.send.grad" and op.stage == sched.chain_length - 1]
+    assert len(sends) == 8
+    assert all(by_id[d].name == "pp.send.act" for op in sends for d in op.deps)
+    engine.run(prog, FixedLatency())
