@@ -8,7 +8,7 @@ import pytest
 
 from simtrain import api
 from simtrain.errors import SpecError
-from simtrain.workload.program import KIND
+from simtrain.workload.program import KIND, STREAM
 
 from helpers import assert_close
 
@@ -19,17 +19,22 @@ def _step(settings: dict, **kw) -> api.SimResult:
     return api.simulate(api.resolve(settings), perturbation_costs=False, **kw)
 
 
-def _forward_s(result: api.SimResult, rank: int) -> float:
+def _compute_before_first_reduction_s(result: api.SimResult, rank: int) -> float:
+    """Compute seconds ``rank`` runs before its first gradient reduction starts: the forward and
+    the backward of the first gradient bucket."""
     tl = result.timeline
-    mask = (tl["rank"] == rank) & (tl["kind"] == KIND["F"])
-    return float(np.sum(tl["end_s"][mask] - tl["start_s"][mask]))
+    mine = tl["rank"] == rank
+    reduction = np.isin(tl["name"], [i for i, n in enumerate(tl.names) if n == "dp.reduce_scatter"])
+    first = float(np.min(tl["start_s"][mine & (tl["stream"] == STREAM["dp"]) & reduction]))
+    mask = mine & (tl["stream"] == STREAM["compute"]) & (tl["start_s"] < first)
+    return float(np.sum(np.minimum(tl["end_s"][mask], first) - tl["start_s"][mask]))
 
 
 def test_a_straggler_costs_a_tp_layout_its_compute_and_a_comm_bound_dp_layout_less():
     # TP 8 with blocking TP collectives: every layer waits for the slow GPU, so the step grows by
     # (1/0.8 - 1) of the compute. Pure DP bound by its gradient reductions (seq 256 on 200 Gb/s
     # NICs): the slow GPU's extra compute hides under the reductions that queue behind the first
-    # bucket, so it costs at most (1/0.8 - 1) of the forward pass, which precedes any reduction.
+    # bucket, so it costs at most (1/0.8 - 1) of the compute before the first reduction starts.
     quiet = dict(comm_interference=0.0)
     tp = dict(SMALL, gpus=8, tp=8, pp=1, tp_backward_overlap=False, **quiet)
     base, slow = _step(tp), _step(dict(tp, straggler="3:0.8"))
@@ -40,7 +45,7 @@ def test_a_straggler_costs_a_tp_layout_its_compute_and_a_comm_bound_dp_layout_le
     base, slow = _step(dp), _step(dict(dp, straggler="3:0.8"))
     assert base.report["exposed_comm_s"]["dp"] > base.report["breakdown_s"]["compute"]  # reduction-bound
     cost = slow.report["step_time_s"] - base.report["step_time_s"]
-    assert 0 < cost <= 0.25 * _forward_s(base, 0) * (1 + 1e-9)  # rank 0 stands for all 16
+    assert 0 < cost <= 0.25 * _compute_before_first_reduction_s(base, 0) * (1 + 1e-9)  # rank 0 stands for all 16
     assert cost < 0.5 * 0.25 * base.report["breakdown_s"]["compute"]
 
 
@@ -58,8 +63,17 @@ def test_folded_runs_with_perturbations_equal_unfolded_runs(layout, perturbation
     folded = _step({**layout, **perturbation})
     unfolded = _step({**layout, **perturbation, "fold": False})
     assert folded.report["simulated_ranks"] < unfolded.report["simulated_ranks"] == layout["gpus"]
-    assert_close(dict(folded.report), dict(unfolded.report), "report",
-                 skip={"simulated_ranks", "num_events", "config"}, ran_only={"links.top"})
+    if layout.get("network") == "flow":
+        # in the flow network a perturbed group's shifted timing changes which flows of the groups
+        # a representative stands for share a link with it, which folding cannot see: the step is
+        # the same, the split of its exposed communication into kinds within 1%
+        assert folded.report["step_time_s"] == pytest.approx(unfolded.report["step_time_s"], rel=1e-9)
+        for key in ("breakdown_s", "exposed_comm_s"):
+            for kind, value in unfolded.report[key].items():
+                assert folded.report[key][kind] == pytest.approx(value, rel=1e-2, abs=1e-9), (key, kind)
+    else:
+        assert_close(dict(folded.report), dict(unfolded.report), "report",
+                     skip={"simulated_ranks", "num_events", "config"}, ran_only={"links.top"})
     plain = _step(layout)
     assert folded.report["step_time_s"] > plain.report["step_time_s"]
 

@@ -23,10 +23,15 @@ every model and layout; none is fitted to a run.
   is the same die at the same board power). Blackwell: 1 (no measurement yet).
 * ``epilogue_overlap``: whether a tile's store of C overlaps the next tile's main loop. Ampere's
   cuBLAS kernels run one 256x128 tile per SM and store C after the main loop (NVIDIA, *Matrix
-  Multiplication Background User's Guide*, section 2.3); Hopper's and Blackwell's persistent
-  warp-specialised kernels overlap the epilogue with the next tile (CUTLASS
-  ``media/docs/efficient_gemm.md``, "warp-specialized persistent ping-pong"). Where it does not
-  overlap, the store of C at HBM bandwidth adds to the math: the smaller K, the larger its share.
+  Multiplication Background User's Guide*, section 2.3). Hopper's large tiles (256x128, 128x256)
+  are those of the warp-specialised persistent *cooperative* kernels, whose two consumer warp
+  groups share one output tile and run its epilogue after its main loop; only the *ping-pong*
+  kernels, one smaller tile per warp group, hide one group's epilogue under the other's math
+  (CUTLASS ``media/docs/efficient_gemm.md``; PyTorch blog, "Deep Dive on CUTLASS Ping-Pong GEMM
+  Kernel", 2024). Blackwell's accumulators live in tensor memory, read by separate epilogue
+  warps while the tensor cores start the next tile (CUTLASS's SM100 kernels). Where it does not
+  overlap, the store of C at HBM bandwidth adds to the math: the smaller K, the larger its share,
+  and a weight gradient accumulated into fp32 (8 bytes read and written per element) pays most.
 * ``tiles``: the output tiles cuBLAS chooses from for large GEMMs (NVIDIA's guide, section 2.3:
   256x128 and 128x256 are the most efficient, 128x128 next); the tile with the least padded work
   over whole waves of the SM count is taken (tile and wave quantisation, sections 3.1-3.2).
@@ -49,21 +54,20 @@ every model and layout; none is fitted to a run.
   ``torch.nn.LayerNorm`` 715 GB/s (``ecmwf/WeatherGenerator`` issue 1546); the value takes the
   upper end of that range for the larger tensors of a training step, and holds on every
   generation (the same kernels run there).
-* ``tile_k_overhead``: the time each output tile of a GEMM spends outside its main loop (filling
-  the operand pipeline, the tile scheduler, the epilogue where it does not hide), counted in the
-  K elements its main loop covers in that time, so that a GEMM over ``k`` reaches
-  ``k / (k + tile_k_overhead)`` of its full-wave rate. A GEMM with a short K (a weight gradient's
-  K is the tokens of a micro-batch; a row-parallel projection's K is ``h / tp``) loses most; the
-  MAMF shape's K (13,312 on Hopper) loses little, and :func:`~simtrain.costs.timing.calibrated_peak`
-  divides it out so that the model still reproduces the MAMF measurement there. The time is
+* ``tile_k_overhead``: the time each output tile of a GEMM spends outside its main loop and its
+  stored epilogue (filling the operand pipeline, the tile scheduler), counted in the K elements
+  its main loop covers in that time, so that a GEMM's math over ``k`` reaches
+  ``k / (k + tile_k_overhead)`` of its full-wave rate. A GEMM with a short K (a weight
+  gradient's K is the tokens of a micro-batch; a row-parallel projection's K is ``h / tp``)
+  loses most; at the MAMF shape's K (13,312 on Hopper) :func:`~simtrain.costs.timing.calibrated_peak`
+  divides it out, so that the model still reproduces the MAMF measurement there. The time is
   fixed, so an FP8 main loop, twice as fast, covers twice the K in it. No published measurement
-  gives it: it is the one kernel parameter fitted per architecture, by
-  ``tests/validation/fit_arch.py`` on the published runs whose step is almost all GEMM time
-  (Hopper: the dense NeMo runs of ``tests/validation/published_h100.json``, mean |error| 9.5% at
-  0, 2.6% at 1,024, 2.3% at 1,280, 3.3% at 1,536; Ampere: both A100 papers, mean of the two
-  papers' mean |error| 3.4% at 0, 3.05% at 128, 3.4% at 256, 4.1% at 384: 128, small because
-  Ampere's exposed epilogue already gives its GEMMs most of their K dependence). Blackwell takes
-  Hopper's value (the same kind of persistent kernels; no published Blackwell runs here).
+  gives it: it is fitted per architecture by ``tests/validation/fit_arch.py`` on the published
+  runs whose step is almost all GEMM time. Hopper, on the dense NeMo runs of
+  ``tests/validation/published_h100.json``: mean |error| 2.8% at 0, 2.4% at 128, 2.15% at 256,
+  2.9% at 384, 3.7% at 512. Ampere, on both A100 papers (mean of the two papers' mean |error|):
+  3.4% at 0, 3.05% at 128, 3.4% at 256, 4.1% at 384. Blackwell takes Hopper's value (no
+  published Blackwell runs here).
 * ``expert_gemm_host_s``: the host's time to issue one expert's GEMM of a grouped GEMM (with
   its share of the expert path's other launches). Megatron-LM's token dispatchers copy the
   tokens per expert to the host (``tensor.cpu()``, ``NVIDIA/Megatron-LM`` issue 1598; "the
@@ -72,9 +76,11 @@ every model and layout; none is fitted to a run.
   expert from that host list, so the GPU cannot run ahead of the host there: a round of expert
   GEMMs takes at least their issue time. It matters where many local experts get few tokens each
   (EP 8 over 128 experts at TP 4). No published measurement gives it: it is fitted by
-  ``tests/validation/fit_arch.py`` on the Megatron-Core MoE runs of
-  ``tests/validation/published_h100.json`` and, a property of the host and the framework rather
-  than of the GPU, holds for every architecture (no MoE run of the others is published here).
+  ``tests/validation/fit_arch.py`` on the MoE runs of ``tests/validation/published_h100.json``
+  (the Megatron-Core set's mean |error| 15.5% at 0, 12.0% at 40 us, 7.5% at 60, 5.1% at 70, 6.3%
+  at 80; the NeMo DeepSeek-V3 run, four experts per GPU with 4,096 rows each, does not move)
+  and, a property of the host and the framework rather than of the GPU, holds for every
+  architecture (no MoE run of the others is published here).
 * ``launch_s``: the gap one kernel launch adds on a busy stream: about 1 us (NVIDIA Developer
   Blog, "Getting Started with CUDA Graphs", 2019: a 2.9 us kernel launched back to back from a
   stream takes 3.8 us per kernel; CUDA Graphs bring it to 3.4 us).
@@ -106,7 +112,7 @@ class ArchProfile:
     elementwise_efficiency: float = 0.65
     launch_s: float = 1 * US
     tile_k_overhead: int = 0  # K elements of main-loop time an output tile spends outside the loop
-    expert_gemm_host_s: float = 60 * US  # host time to issue one expert's GEMM of a grouped GEMM, s
+    expert_gemm_host_s: float = 70 * US  # host time to issue one expert's GEMM of a grouped GEMM, s
 
 
 ARCHS: dict[str, ArchProfile] = {
@@ -115,12 +121,12 @@ ARCHS: dict[str, ArchProfile] = {
                           sustained_clock=1305 / 1410, tile_k_overhead=128),
     "hopper": ArchProfile("hopper", mamf={"bf16": (794.5 / 989, (2048, 2048, 13312)),
                                           "fp8": (1402.6 / 1979, (1024, 9216, 14336))},
-                          epilogue_overlap=True, attention_forward=0.75, attention_backward=0.55,
-                          sustained_clock=1500 / 1830, tile_k_overhead=1280),
+                          epilogue_overlap=False, attention_forward=0.75, attention_backward=0.55,
+                          sustained_clock=1500 / 1830, tile_k_overhead=256),
     "blackwell": ArchProfile("blackwell", mamf={"bf16": (1745 / 2250, (1792, 16128, 3072)),
                                                 "fp8": (3432.5 / 4500, (15360, 4096, 3072))},
                              epilogue_overlap=True, attention_forward=0.75, attention_backward=0.55,
-                             tile_k_overhead=1280),
+                             tile_k_overhead=256),
 }
 
 

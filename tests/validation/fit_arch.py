@@ -42,7 +42,7 @@ class Fit(NamedTuple):
 
 
 FITS = {
-    "hopper-tile": Fit("hopper", "tile_k_overhead", (0, 256, 512, 768, 1024, 1280, 1536), ("H100-nemo-dense",)),
+    "hopper-tile": Fit("hopper", "tile_k_overhead", (0, 128, 256, 384, 512), ("H100-nemo-dense",)),
     "ampere-tile": Fit("ampere", "tile_k_overhead", (0, 128, 256, 384), ("A100-korthikanti", "A100-megatron-sc21")),
     "hopper-host": Fit("hopper", "expert_gemm_host_s", tuple(x * US for x in (0, 20, 40, 50, 60, 70, 80)),
                        ("H100-nemo-moe", "H100-megatron-moe")),
