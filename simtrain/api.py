@@ -39,7 +39,7 @@ from simtrain.settings import OUTPUTS, SETTINGS, complete, defaults_note
 from simtrain.specs.strict import Table, read_toml
 from simtrain.finite import check_finite, check_timeline
 from simtrain.timeline import Timeline
-from simtrain.topology.cluster import Cluster, load_topology
+from simtrain.topology.cluster import Cluster, cluster_for
 from simtrain.topology.routes import Router
 from simtrain.workload.stages import chunk_pass_times, split_layers
 from simtrain.workload.lower import lower
@@ -168,29 +168,6 @@ def _resolve(s: dict[str, Any], recompute_rule: str) -> Scenario:
                     collective_algo=s["collective_algo"], fold=s["fold"], max_events=s["max_events"],
                     routing=routing, settings=s, calibration=calibration, perturbations=perturbations,
                     jitter=jitter_of(s["jitter"], s["seed"], s["slow_steps"]))
-
-
-def cluster_for(topology: str, gpus: int, nodes: int | None = None) -> Cluster:
-    """The cluster of a run: ``nodes`` nodes of ``topology``, or (None) the fewest nodes that hold
-    ``gpus``. An error names ``gpus`` and ``nodes`` as given.
-
-    >>> cluster_for("h100-ib", 100).num_nodes
-    13
-    """
-    if nodes is not None:
-        cluster = load_topology(topology, nodes=nodes)
-        if gpus > cluster.num_gpus:
-            raise SpecError(f"gpus={gpus} exceeds the {cluster.num_gpus} GPUs of topology {cluster.name} "
-                            f"with nodes={nodes}; raise --nodes or lower --gpus")
-        return cluster
-    probe = load_topology(topology)
-    need = -(-gpus // probe.gpus_per_node)
-    if need == probe.num_nodes:
-        return probe
-    try:
-        return load_topology(topology, nodes=need)
-    except SpecError as exc:
-        raise SpecError(f"gpus={gpus} needs {need} nodes of {probe.gpus_per_node} GPUs: {exc}") from None
 
 
 def auto_recompute(scenario: Scenario) -> int:

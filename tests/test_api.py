@@ -74,6 +74,22 @@ def test_the_cluster_has_the_fewest_nodes_that_hold_the_gpus(tmp_path):
                                                       "gpus=64", "--gpus"))
 
 
+def test_one_resolve_builds_the_graph_once(monkeypatch):
+    """The node count comes from the topology's spec, not from a graph built at its default size:
+    at 131,072 GPUs a second graph costs seconds and gigabytes."""
+    from simtrain.topology import cluster as cluster_module
+
+    builds = []
+    real = cluster_module.build_graph
+    monkeypatch.setattr(cluster_module, "build_graph", lambda spec: builds.append(spec.nodes) or real(spec))
+    for settings, nodes in (({"gbs": 64}, 8),  # the default topology at its own size
+                            ({"topology": "h100-ib", "gpus": 256, "tp": 8, "pp": 4, "gbs": 64}, 32),
+                            ({"topology": "h100-ib", "gpus": 64, "nodes": 16, "gbs": 64}, 16)):
+        builds.clear()
+        assert api.resolve(settings).cluster.num_nodes == nodes
+        assert builds == [nodes], settings
+
+
 def test_an_experiment_file_takes_output_keys(tmp_path):
     cfg = tmp_path / "exp.toml"
     cfg.write_text('pp = 2\ngbs = 16\nout = "runs/a"\nplot = false\n')

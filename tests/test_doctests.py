@@ -8,7 +8,8 @@ import importlib
 import pytest
 
 MODULES = ["simtrain.api", "simtrain.analytic.model", "simtrain.analytic.compare", "simtrain.search", "simtrain.specs.gpu",
-           "simtrain.specs.parallel", "simtrain.specs.model", "simtrain.specs.order", "simtrain.topology.mesh",
+           "simtrain.specs.parallel", "simtrain.specs.model", "simtrain.specs.order", "simtrain.topology.cluster",
+           "simtrain.topology.mesh",
            "simtrain.settings", "simtrain.cli.run", "simtrain.outputs.tables", "simtrain.imports.job",
            "simtrain.imports.megatron", "simtrain.imports.torchtitan", "simtrain.workload.stages"]
 

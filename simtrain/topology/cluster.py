@@ -151,12 +151,20 @@ def preset_table(name: str) -> dict[str, Any]:
     return parse_toml(_preset_dir().joinpath(f"{name}.toml").read_text(encoding="utf-8"), name)
 
 
+def topology_table(name_or_path: str) -> tuple[dict[str, Any], str]:
+    """(the parsed table, its source) of a preset by name or a ``.toml`` file, not yet checked:
+    :func:`build_topology` builds it, :func:`~simtrain.topology.spec.parse_spec` reads its
+    values without building a graph."""
+    if name_or_path.endswith(".toml") or "/" in name_or_path or "\\" in name_or_path:
+        return read_toml(name_or_path), str(name_or_path)
+    return preset_table(name_or_path), name_or_path
+
+
 def load_topology(name_or_path: str, nodes: int | None = None,
                   gpu: GpuSpec | None = None) -> Cluster:
     """A preset by name, or a ``.toml`` file; ``nodes`` and ``gpu`` override the file's."""
-    if name_or_path.endswith(".toml") or "/" in name_or_path or "\\" in name_or_path:
-        return build_topology(read_toml(name_or_path), str(name_or_path), nodes, gpu)
-    return build_topology(preset_table(name_or_path), name_or_path, nodes, gpu)
+    data, source = topology_table(name_or_path)
+    return build_topology(data, source, nodes, gpu)
 
 
 def build_topology(data: dict[str, Any], source: str, nodes: int | None = None,
@@ -169,6 +177,31 @@ def build_topology(data: dict[str, Any], source: str, nodes: int | None = None,
                    gpus_per_node=spec.node.gpus, graph=graph, fabric_kind=spec.fabric.kind,
                    tiers=spec.fabric.tiers, oversubscription=spec.fabric.oversubscription,
                    description=spec.description, spec=spec)
+
+
+def cluster_for(topology: str, gpus: int, nodes: int | None = None) -> Cluster:
+    """The cluster of a run: ``nodes`` nodes of ``topology``, or (None) the fewest nodes that hold
+    ``gpus``. An error names ``gpus`` and ``nodes`` as given. The graph is built once: the file's
+    node count and GPUs per node come from its spec, read without building one.
+
+    >>> cluster_for("h100-ib", 100).num_nodes
+    13
+    """
+    data, source = topology_table(topology)
+    if nodes is not None:
+        cluster = build_topology(data, source, nodes=nodes)
+        if gpus > cluster.num_gpus:
+            raise SpecError(f"gpus={gpus} exceeds the {cluster.num_gpus} GPUs of topology {cluster.name} "
+                            f"with nodes={nodes}; raise --nodes or lower --gpus")
+        return cluster
+    probe = parse_spec(data, source)
+    need = -(-gpus // probe.node.gpus)
+    if need == probe.nodes:
+        return build_topology(data, source)
+    try:
+        return build_topology(data, source, nodes=need)
+    except SpecError as exc:
+        raise SpecError(f"gpus={gpus} needs {need} nodes of {probe.node.gpus} GPUs: {exc}") from None
 
 
 def bisection_bandwidth(cluster: Cluster) -> float:
