@@ -21,13 +21,18 @@ Korthikanti's model FLOPs ``72 B s l h^2 (1 + s/6h + V/12lh)``, SC21's equation 
 from __future__ import annotations
 
 import json
+import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from simtrain import api
-from simtrain.errors import SpecError
+if str(Path(__file__).parent.parent) not in sys.path:  # pragma: no cover - run as a script
+    sys.path.insert(0, str(Path(__file__).parent.parent))
+
+from simtrain import api  # noqa: E402
+from simtrain.errors import SpecError  # noqa: E402
+from validation.shared_rows import group_errors  # noqa: E402
 
 HERE = Path(__file__).parent
 CASES = HERE / "published_a100.json"
@@ -107,13 +112,8 @@ def run_all(cases_path: Path = CASES) -> list[Row]:
 
 
 def paper_errors(rows: list[Row]) -> dict[str, tuple[float, float, int]]:
-    """Per paper: (mean |error| %, largest |error| %, pending rows)."""
-    out = {}
-    for paper in PAPERS:
-        done = [abs(r.error_pct) for r in rows if r.paper == paper and r.predicted_s is not None]
-        pending = sum(1 for r in rows if r.paper == paper and r.predicted_s is None)
-        out[paper] = (sum(done) / len(done) if done else float("nan"), max(done, default=0.0), pending)
-    return out
+    """Per paper: (mean |error| %, largest |error| %, rows that do not run)."""
+    return group_errors(rows, PAPERS, lambda r: r.paper)
 
 
 def table(rows: list[Row]) -> str:

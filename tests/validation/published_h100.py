@@ -25,11 +25,13 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).parent
-if str(HERE.parent.parent) not in sys.path:  # pragma: no cover - run as a script from a checkout
-    sys.path.insert(0, str(HERE.parent.parent))
+for _path in (HERE.parent, HERE.parent.parent):  # pragma: no cover - run as a script from a checkout
+    if str(_path) not in sys.path:
+        sys.path.insert(0, str(_path))
 
 from simtrain import api  # noqa: E402
 from simtrain.errors import SpecError  # noqa: E402
+from validation.shared_rows import group_errors  # noqa: E402
 
 CASES = HERE / "published_h100.json"
 TOPOLOGY = "h100-ib"
@@ -144,13 +146,8 @@ def run_all(cases_path: Path = CASES) -> list[Row]:
 
 
 def set_errors(rows: list[Row]) -> dict[str, tuple[float, float, int]]:
-    """Per source set: (mean |error| %, largest |error| %, cases that do not run)."""
-    out = {}
-    for key in SETS:
-        done = [abs(r.error_pct) for r in rows if r.set == key and r.predicted_s is not None]
-        pending = sum(1 for r in rows if r.set == key and r.predicted_s is None)
-        out[key] = (sum(done) / len(done) if done else float("nan"), max(done, default=0.0), pending)
-    return out
+    """Per source set: (mean |error| %, largest |error| %, rows that do not run)."""
+    return group_errors(rows, SETS, lambda r: r.set)
 
 
 def qwen_order(rows: list[Row]) -> list[str]:

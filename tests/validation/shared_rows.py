@@ -1,4 +1,5 @@
-"""One simulated row per published case per test session, shared by the parallel test workers.
+"""One simulated row per published case per test session, shared by the parallel test workers,
+and the per-set error summary of the published tables.
 
 A row is kept as JSON in a folder every worker of the session sees (the session's base folder
 under pytest-xdist); the first worker to need it simulates it under a lock file, the others wait
@@ -9,7 +10,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any, TypeVar
@@ -47,3 +48,15 @@ def cached_row(folder: Path, key: str, run: Callable[[], T], load: Callable[[dic
         finally:
             os.close(fd)
     return load(json.loads(done.read_text(encoding="utf-8")))
+
+
+def group_errors(rows: Iterable[Any], groups: Iterable[str], group_of: Callable[[Any], str]) -> dict[str, tuple[float, float, int]]:
+    """Per group: (mean |error| %, largest |error| %, rows that do not run) of ``rows``, each a
+    row with ``predicted_s`` (None: it does not run) and ``error_pct``."""
+    rows = list(rows)
+    out = {}
+    for key in groups:
+        done = [abs(r.error_pct) for r in rows if group_of(r) == key and r.predicted_s is not None]
+        pending = sum(1 for r in rows if group_of(r) == key and r.predicted_s is None)
+        out[key] = (sum(done) / len(done) if done else float("nan"), max(done, default=0.0), pending)
+    return out
