@@ -5,8 +5,12 @@ nothing."""
 
 from __future__ import annotations
 
+import pytest
+
 from helpers import assert_user_error
 from simtrain import api
+
+pytestmark = pytest.mark.quick
 
 
 def test_auto_recompute_is_the_fewest_layers_that_fit():

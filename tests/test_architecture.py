@@ -6,6 +6,7 @@ import ast
 from pathlib import Path
 
 import networkx as nx
+import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "simtrain"
 MAX_MODULE_LINES = 400
@@ -74,6 +75,7 @@ def test_modules_and_classes_stay_small():
     assert not too_long, too_long
 
 
+@pytest.mark.quick
 def test_engine_does_not_ask_what_kind_of_network_it_has():
     source = (PACKAGE / "engine.py").read_text(encoding="utf-8")
     for text in ("hasattr(", "isinstance(", "FlowNetwork", "AnalyticNetwork", "network.flow", "flows is None"):
@@ -124,6 +126,7 @@ def _test_module_of(module: Path) -> Path:
     return TESTS / rel.parent / f"test_{rel.name}"
 
 
+@pytest.mark.quick
 def test_every_module_has_its_test_module():
     """A reader finds the tests of what they change: tests/ mirrors simtrain/, one test module per
     module, or the module says above where it is exercised instead."""
@@ -137,6 +140,7 @@ def test_every_module_has_its_test_module():
     assert not gone, f"no such modules: {gone}"
 
 
+@pytest.mark.quick
 def test_every_test_module_names_its_module():
     """The other way round: tests/<package>/test_<name>.py tests simtrain/<package>/<name>.py; a
     top-level test module tests a top-level module or is one of the cross-cutting suites."""
@@ -147,3 +151,23 @@ def test_every_test_module_names_its_module():
         if not source.is_file() and not (len(rel.parts) == 1 and rel.name in CROSS_CUTTING) and rel.parts[0] not in SUITES:
             orphans.append(rel.as_posix())
     assert not orphans, f"test modules that name no module of simtrain/: {orphans}"
+
+
+def _marks_quick(tree: ast.Module) -> bool:
+    """``pytest.mark.quick`` anywhere in the module: ``pytestmark``, a decorator or a ``pytest.param``'s marks."""
+    return any(isinstance(node, ast.Attribute) and node.attr == "quick" and isinstance(node.value, ast.Attribute)
+               and node.value.attr == "mark" for node in ast.walk(tree))
+
+
+@pytest.mark.quick
+def test_every_test_module_has_a_quick_test():
+    """``pytest -m quick`` touches every test module's area: each module with tests marks at least one
+    of its fast tests ``quick`` (a new module chooses its own)."""
+    without = []
+    for test in sorted(TESTS.rglob("test_*.py")):
+        tree = ast.parse(test.read_text(encoding="utf-8"), str(test))
+        has_tests = any(isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name.startswith("test")
+                        for node in ast.walk(tree))
+        if has_tests and not _marks_quick(tree):
+            without.append(test.relative_to(TESTS).as_posix())
+    assert not without, f"test modules with no test marked pytest.mark.quick: {without}"

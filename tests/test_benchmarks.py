@@ -6,6 +6,8 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
+import pytest
+
 BENCH = Path(__file__).resolve().parent.parent / "benchmarks" / "bench_scale.py"
 
 
@@ -32,6 +34,7 @@ def test_quick_scale_benchmark_runs_every_scenario(capsys):
     assert by["S6"]["operations"] == by["S6-analytic"]["operations"]
 
 
+@pytest.mark.quick
 def test_bare_simpy_rate_counts_its_events():
     assert _bench().bare_simpy_rate(1000) > 0
 

@@ -18,6 +18,7 @@ from helpers import assert_user_error
 BIG = str(10**18)
 
 
+@pytest.mark.quick
 @pytest.mark.parametrize("name", list_topologies())
 def test_graph_size_counts_what_the_build_creates(name):
     for nodes in (1, 3, 37):  # 3 and 37 leave a leaf (and a pod) partly filled
@@ -25,6 +26,7 @@ def test_graph_size_counts_what_the_build_creates(name):
         assert graph_size(cluster.spec) == (cluster.graph.number_of_nodes(), cluster.graph.number_of_edges())
 
 
+@pytest.mark.quick
 def test_graph_size_of_a_million_h100_nodes_by_hand():
     # per node 8 GPUs + 1 NVSwitch + 8 NICs; 250,000 leaves of 4 nodes; 8 spines
     # links per node: 8 NVLink + 8 PCIe + 8 NIC-leaf; 8 per leaf to the spines; two directions
@@ -32,6 +34,7 @@ def test_graph_size_of_a_million_h100_nodes_by_hand():
     assert graph_size(spec) == (17 * 1_000_000 + 250_000 + 8, 2 * (24 * 1_000_000 + 8 * 250_000))
 
 
+@pytest.mark.quick
 def test_most_nodes_is_the_last_count_that_fits():
     # h100-ib: 4 nodes and their leaf = 4 x 17 + 1 vertices and 2 x (4 x 24 + 8) edges = 277
     # elements, plus the 8 spines: 277 * n / 4 + 8 <= 2,000,000 gives n = 28,880; node 28,881
@@ -41,12 +44,14 @@ def test_most_nodes_is_the_last_count_that_fits():
     assert most_nodes(spec) == 28_880
 
 
+@pytest.mark.quick
 def test_topology_beyond_the_graph_limit_is_refused_with_its_size():
     assert_user_error("topology", "h100-ib", "--nodes", "1000000",
                       contains=("nodes = 1,000,000", "17,250,008 vertices", "52,000,000 directed links",
                                 "at most 28,880 nodes"))
 
 
+@pytest.mark.quick
 def test_a_billion_spines_is_refused_before_building(tmp_path):
     path = tmp_path / "spines.toml"
     path.write_text('name = "many"\ngpu = "h100-sxm"\nnodes = 2\n[node]\ngpus = 8\nnic_gbps = 400\n'
@@ -56,22 +61,26 @@ def test_a_billion_spines_is_refused_before_building(tmp_path):
                                                        "4,000,000,096 directed links"))
 
 
+@pytest.mark.quick
 @pytest.mark.parametrize("flag", ["--gpus", "--nodes"])
 def test_run_with_10_to_the_18_gpus_or_nodes_is_refused(flag, tmp_path):
     assert_user_error("run", flag, BIG, "--out", str(tmp_path), contains=("cluster graph would have",))
     assert not any(tmp_path.iterdir())
 
 
+@pytest.mark.quick
 def test_mesh_beyond_the_rank_limit_is_refused():
     assert_user_error("mesh", "--gpus", "100000000", "--tp", "8",
                       contains=("gpus=100000000", "100,000,000 ranks", "2,097,152", "fewer GPUs"))
 
 
+@pytest.mark.quick
 def test_collective_with_more_groups_than_gpus_is_refused_at_once():
     assert_user_error("collective", "all-reduce", "--size", "1M", "--gpus", "8", "--topology", "h100-ib",
                       "--concurrent-groups", BIG, contains=("--concurrent-groups", "do not fit in 64 GPUs"))
 
 
+@pytest.mark.quick
 @pytest.mark.parametrize("argv, cells", [
     (["interleaved-1f1b", "--pp", "4", "--microbatches", "8", "--vpp", BIG], 32 * 10**18),
     (["1f1b", "--pp", BIG, "--microbatches", "8"], 8 * 10**18),
@@ -81,6 +90,7 @@ def test_schedule_beyond_the_cell_limit_is_refused(argv, cells):
     assert_user_error("schedule", *argv, contains=(f"{cells:,} cells", "fewer micro-batches"))
 
 
+@pytest.mark.quick
 def test_generate_checks_cells_before_building(monkeypatch):
     from simtrain import budget
 
@@ -91,6 +101,7 @@ def test_generate_checks_cells_before_building(monkeypatch):
         generate("1f1b", 2, 51)
 
 
+@pytest.mark.quick
 def test_run_past_max_events_is_refused_before_the_schedule(tmp_path):
     # llama3-8b (32 layers), TP8: 4 + 4 operations per layer and micro-batch at least;
     # gbs 100000 at mbs 1 and dp 1 is 100,000 micro-batches: 100,000 x 32 x 8 = 25,600,000
@@ -100,6 +111,7 @@ def test_run_past_max_events_is_refused_before_the_schedule(tmp_path):
                                 "raise --max-events"))
 
 
+@pytest.mark.quick
 @pytest.mark.parametrize("settings", [
     dict(gpus=8, tp=8, pp=1, gbs=4),
     dict(gpus=16, tp=1, pp=4, gbs=16, schedule="interleaved-1f1b", vpp=2),
@@ -113,6 +125,7 @@ def test_operations_lower_bound_holds(settings):
     assert bound <= api.simulate(sc, perturbation_costs=False).report["num_events"]
 
 
+@pytest.mark.quick
 def test_steps_and_unfolded_pipelines_name_their_settings(tmp_path):
     # llama3-8b on 16 GPUs TP2 PP2 DP4, gbs 16: 4 micro-batches; unfolded: 16 / 2 = 8 pipelines,
     # 4 x 32 x (4 + 4) x 8 = 8,192 operations; with 3 steps 24,576
@@ -131,6 +144,7 @@ def test_drawing_a_large_cluster_is_refused_before_its_bisection(tmp_path):
     assert not png.exists()
 
 
+@pytest.mark.quick
 def test_a_run_that_cannot_fit_in_memory_is_refused_before_the_schedule(tmp_path, monkeypatch):
     """25,600,000 operations at 800 bytes each at least: 19.1 GiB, against 4 GiB available."""
     from simtrain import budget
@@ -145,6 +159,7 @@ def test_a_run_that_cannot_fit_in_memory_is_refused_before_the_schedule(tmp_path
     budget.check_operations(32, 100, pipelines=1, tp=8, steps=1, max_events=10**6)
 
 
+@pytest.mark.quick
 def test_available_memory_is_read_where_the_system_says():
     from pathlib import Path
 

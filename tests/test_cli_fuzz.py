@@ -319,6 +319,7 @@ def _out_dir(argv: list[str]) -> str | None:
     return None
 
 
+@pytest.mark.quick
 def test_enough_invocations():
     assert sum(EXAMPLES.values()) + CONFIG_EXAMPLES >= 2000
     assert set(EXAMPLES) == set(PARSERS)  # a new command needs its base invocation and its share
@@ -383,6 +384,7 @@ SMALL = ("--model", "llama3-8b", "--topology", "h100-ib", "--gpus", "8", "--tp",
          "--seq", "512", "--no-plot")
 
 
+@pytest.mark.quick
 def test_numbers_beyond_float_arithmetic_are_refused(tmp_path):
     from helpers import assert_user_error
 
@@ -403,6 +405,7 @@ def test_numbers_beyond_float_arithmetic_are_refused(tmp_path):
     assert_user_error("run", *SMALL, "--jitter", "1e308", contains="--jitter: 1e+308 must be from 0 to 100")
 
 
+@pytest.mark.quick
 def test_topology_keys_beyond_their_range(tmp_path):
     from helpers import assert_user_error
 
@@ -418,6 +421,7 @@ def test_topology_keys_beyond_their_range(tmp_path):
     assert_user_error("run", "--config", seed, contains="routing_seed = -3: must be >= 0")
 
 
+@pytest.mark.quick
 def test_output_paths_are_checked_before_the_run(tmp_path):
     from helpers import assert_user_error
 
@@ -439,6 +443,7 @@ def test_output_paths_are_checked_before_the_run(tmp_path):
     assert not any(p.name.startswith(".simtrain-probe") for p in tmp_path.rglob("*"))
 
 
+@pytest.mark.quick
 def test_a_read_only_folder_is_refused(tmp_path):
     from helpers import assert_user_error
     from simtrain.cli.types import check_output_folder
@@ -461,6 +466,7 @@ def test_a_read_only_folder_is_refused(tmp_path):
         folder.chmod(0o755)
 
 
+@pytest.mark.quick
 def test_matplotlib_cache_goes_to_a_private_temporary_folder(tmp_path, monkeypatch):
     import stat as stat_
 
@@ -477,6 +483,7 @@ def test_matplotlib_cache_goes_to_a_private_temporary_folder(tmp_path, monkeypat
     assert other != folder and stat_.S_IMODE(os.stat(other).st_mode) == 0o700
 
 
+@pytest.mark.quick
 def test_error_lines_are_bounded():
     from helpers import assert_user_error
     from simtrain.cli.main import MAX_LINE, bounded

@@ -16,6 +16,7 @@ README = (ROOT / "README.md").read_text(encoding="utf-8")
 sys.path.insert(0, str(ROOT / "docs"))
 
 
+@pytest.mark.quick
 def test_readme_starts_with_the_two_commands():
     first = re.search(r"```bash\n(.*?)```", README, re.S).group(1).strip().splitlines()
     assert README.startswith("# simtrain\n\n```bash\n")
@@ -63,6 +64,7 @@ def test_module_map_lists_every_module_in_data_flow_order():
     assert "[`simtrain/engine.py`](simtrain/engine.py): " in text  # with its docstring's summary
 
 
+@pytest.mark.quick
 def test_every_report_key_is_documented():
     """Each key of report.json and of the closed form's report has its own line in the README."""
     from typing import get_type_hints
@@ -76,6 +78,7 @@ def test_every_report_key_is_documented():
         assert any(f"`{key}`" in line.split(": ", 1)[0] for line in lines), f"report key {key} is undocumented"
 
 
+@pytest.mark.quick
 def test_every_flag_is_documented():
     import argparse
 
@@ -110,10 +113,12 @@ def test_readme_examples_run(tmp_path, monkeypatch):
         assert code == 0, f"{cmd}: {err}"
 
 
+@pytest.mark.quick
 def test_readme_examples_found():
     assert len(readme_examples()) >= 3
 
 
+@pytest.mark.quick
 @pytest.mark.parametrize("name", ["timeline.png", "zb-h1.png", "dualpipev-pair.png"])
 def test_tour_pictures(name):
     data = (ROOT / "docs" / "img" / name).read_bytes()

@@ -14,7 +14,11 @@ MODULES = ["simtrain.api", "simtrain.analytic.model", "simtrain.analytic.compare
            "simtrain.imports.megatron", "simtrain.imports.torchtitan", "simtrain.workload.stages"]
 
 
-@pytest.mark.parametrize("name", MODULES)
+SLOW = {"simtrain.api", "simtrain.search"}  # their examples run simulations and searches
+
+
+@pytest.mark.parametrize("name", [name if name in SLOW else pytest.param(name, marks=pytest.mark.quick)
+                                  for name in MODULES])
 def test_docstring_examples(name):
     module = importlib.import_module(name)
     result = doctest.testmod(module, verbose=False, optionflags=doctest.NORMALIZE_WHITESPACE)

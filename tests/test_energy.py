@@ -30,6 +30,7 @@ def _two_rank_report(draw: PowerDraw):
                       links={}, config={}, power=draw)
 
 
+@pytest.mark.quick
 def test_energy_of_a_two_rank_timeline_is_the_formula():
     # rank 0 computes F 0-1.5 and 2-3.5 ms and B 8.4-11 ms: 5.6 ms; only communicates 1.5-2.0
     # (its send 1.8-2.2 runs under the second F from 2.0), 3.5-4.2 and 8.0-8.4 ms: 1.6 ms; idles
@@ -46,6 +47,7 @@ def test_energy_of_a_two_rank_timeline_is_the_formula():
     assert rep["tokens_per_kwh"] == pytest.approx(2048 / (31.41 / 3.6e6))
 
 
+@pytest.mark.quick
 def test_tokens_per_kwh_and_per_usd_follow():
     draw = PowerDraw(700.0, 300.0, 100.0, rest_w=0.0, num_gpus=4, gpu_hour_usd=2.0, electricity_usd_per_kwh=0.1,
                      train_tokens=10_001)
@@ -63,12 +65,14 @@ def test_tokens_per_kwh_and_per_usd_follow():
     assert out["cost_to_train_usd"] == pytest.approx(11 * cost)
 
 
+@pytest.mark.quick
 def test_keys_without_their_inputs_are_none():
     out = energy_metrics([RankSeconds(1.0, 0.0, 0.0)], step_s=1.0, tokens=10,
                          draw=PowerDraw(None, None, None, 500.0, num_gpus=1))
     assert set(out) == set(ENERGY_KEYS) and all(v is None for v in out.values())
 
 
+@pytest.mark.quick
 def test_power_draw_counts_hosts_nics_switches_and_unused_gpus():
     cluster = make_cluster(nodes=8)  # 8 nodes of 8 GPUs and 8 NICs, 2 leaves of 4 nodes, 4 spines
     draw = power_draw(cluster, GPU, 60, {})
@@ -95,6 +99,7 @@ def _topology(**tables):
     return build_topology(data, "c.toml")
 
 
+@pytest.mark.quick
 def test_the_topology_file_and_the_flag_set_power_and_price(tmp_path):
     cluster = _topology(power={"host_w": 1000, "nic_w": 10, "switch_w": 100, "pue": 1.2},
                         cost={"purchase_usd": 350_640, "depreciation_years": 5, "electricity_usd_per_kwh": 0.1})
@@ -118,6 +123,7 @@ def test_the_topology_file_and_the_flag_set_power_and_price(tmp_path):
     assert flag["cost_to_train_usd"] == pytest.approx(flag["train_steps"] * flag["cost_per_step_usd"])
 
 
+@pytest.mark.quick
 @pytest.mark.parametrize("tables, words", [
     ({"power": {"nic_w": -1}}, "[power]: nic_w = -1.0: must be >= 0.0"),
     ({"power": {"pue": 0.9}}, "[power]: pue = 0.9: must be >= 1.0"),
@@ -134,6 +140,7 @@ def test_bad_power_and_price_are_one_line_errors(tables, words):
     assert words in str(err.value) and "\n" not in str(err.value)
 
 
+@pytest.mark.quick
 @pytest.mark.parametrize("value", ["0", "nan", "-2"])
 def test_a_bad_price_flag_is_a_one_line_error(value):
     assert_user_error("run", "--price-per-gpu-hour", value, contains="must be a finite number > 0")
@@ -142,6 +149,7 @@ def test_a_bad_price_flag_is_a_one_line_error(value):
         api.resolve({"price_per_gpu_hour_usd": float(value)})
 
 
+@pytest.mark.quick
 def test_a_gpu_of_unknown_power_gives_no_energy_but_its_cost():
     cluster = _topology(gpu={"base": "h100-sxm", "name": "x"})
     assert cluster.gpu.tdp_w == 700  # the base's power
@@ -154,6 +162,7 @@ def test_a_gpu_of_unknown_power_gives_no_energy_but_its_cost():
     assert tdp_only.gpu.idle_power_w == pytest.approx(100.0)  # IDLE_FRACTION of the new board power
 
 
+@pytest.mark.quick
 def test_docstring_examples():
     import doctest
 

@@ -32,6 +32,7 @@ def layer_times(model, par):
     return f, b
 
 
+@pytest.mark.quick
 @pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])
 def test_two_stages_two_microbatches(schedule):
     model = tiny_model(layers=2)
@@ -46,6 +47,7 @@ def test_two_stages_two_microbatches(schedule):
     assert stage1_first == pytest.approx(f, rel=1e-9)
 
 
+@pytest.mark.quick
 def test_pure_dp_allreduce_fully_exposed():
     model = tiny_model(layers=2)
     cluster = two_node_cluster()
@@ -64,6 +66,7 @@ def test_pure_dp_allreduce_fully_exposed():
     assert rep["breakdown_s"]["dp"] == pytest.approx(expected, rel=1e-9)
 
 
+@pytest.mark.quick
 def test_pure_tp_one_node():
     model = tiny_model(layers=2)
     data = {"gpu": "h100-sxm", "nodes": 1, "node": {"gpus": 8, "nvlink_GBps": 450}}
@@ -139,6 +142,7 @@ class TokenAfter:
         return {}, {}
 
 
+@pytest.mark.quick
 @pytest.mark.parametrize("network, send", [(PricedTwoSeconds(), (1.0, 1.0)), (TokenAfter(2.0), (1.0, 3.0))],
                          ids=["priced", "tokens"])
 def test_engine_collective_waits_for_all_members(network, send):
@@ -159,6 +163,7 @@ def test_engine_collective_waits_for_all_members(network, send):
     assert [(s.start_s, s.end_s) for s in tl.spans(tl.mask(stream="pp_send"))] == [send]
 
 
+@pytest.mark.quick
 def test_engine_deadlock_reports_blocked_ops():
     prog = Program()
     prog.rank_weight = {0: 1, 1: 1}
@@ -168,6 +173,7 @@ def test_engine_deadlock_reports_blocked_ops():
         engine.run(prog, FixedLatency())
 
 
+@pytest.mark.quick
 def test_engine_event_budget():
     model = tiny_model(layers=2)
     par = ParallelSpec(pp=2, gbs=8, seq=256)
@@ -177,6 +183,7 @@ def test_engine_event_budget():
         engine.run(prog, FixedLatency(), max_events=10)
 
 
+@pytest.mark.quick
 def test_engine_knows_the_network_only_by_its_protocol():
     """The engine imports nothing of the network package but the protocol, so it cannot ask
     which network it drives."""
@@ -199,6 +206,7 @@ class PricedHalfSecond(FixedLatency):
         return 0.5
 
 
+@pytest.mark.quick
 @pytest.mark.parametrize("interference, end, slowdown", [(0.25, 1.1, 0.1), (0.0, 1.0, 0.0)])
 def test_communication_slows_the_compute_it_overlaps(interference, end, slowdown):
     """Rank 0 computes 1 s; a collective runs beside it from 0.2 s to 0.7 s. At 1/1.25 of full
@@ -221,6 +229,7 @@ def test_communication_slows_the_compute_it_overlaps(interference, end, slowdown
     assert res.slowdown_s == {0: pytest.approx(slowdown, abs=1e-12), 1: 0.0}
 
 
+@pytest.mark.quick
 def test_a_transfer_slows_the_compute_of_sender_and_receiver():
     """A 0.5 s transfer from rank 0 to rank 1 runs beside 1 s of compute on each: those 0.5 s at
     1/1.5 of full speed do 1/3 s of work, so both computes end at 0.5 + 2/3 s."""
@@ -246,6 +255,7 @@ def _busy(spans) -> float:
     return total
 
 
+@pytest.mark.quick
 def test_slowed_compute_keeps_the_breakdown_and_the_exposure_whole():
     """With communication slowing compute, the breakdown still sums to the step and each kind's
     exposed plus overlapped time is its busy time; the report names the SMs and the slowdown."""
@@ -312,6 +322,7 @@ def _send(prog, rank, peer, deps=(), name="send"):
                        group_set=0, peer=peer, peer_stage=1, deps=list(deps)))
 
 
+@pytest.mark.quick
 def test_an_op_awaited_by_two_streams_releases_both():
     """A compute op that a TP collective and a transfer both wait for starts both when it ends."""
     prog = Program()
@@ -326,6 +337,7 @@ def test_an_op_awaited_by_two_streams_releases_both():
         [("tp", 1.0, 1.5), ("pp_send", 1.0, 1.5)]
 
 
+@pytest.mark.quick
 def test_transfers_to_one_receiver_run_one_at_a_time_in_the_order_they_were_ready():
     """Ranks 1, 0 and 3 are ready to send to rank 2 at 0.5, 0.7 and 0.8 s; each transfer takes
     0.5 s, so they run 0.5-1.0, 1.0-1.5 and 1.5-2.0 s, and the flow arrows number them by end."""
@@ -343,6 +355,7 @@ def test_transfers_to_one_receiver_run_one_at_a_time_in_the_order_they_were_read
     assert sends == {1: (0.5, 1.0, 0), 0: (1.0, 1.5, 1), 3: (1.5, 2.0, 2)}
 
 
+@pytest.mark.quick
 def test_transfers_that_end_together_are_numbered_in_program_order():
     """Rank 1's transfer comes first in the program, rank 0's second; both end at 0.5 s."""
     prog = Program()
@@ -355,6 +368,7 @@ def test_transfers_that_end_together_are_numbered_in_program_order():
     assert arrows == {(1, "pp_send"): 0, (3, "pp_recv"): 0, (0, "pp_send"): 1, (2, "pp_recv"): 1}
 
 
+@pytest.mark.quick
 def test_a_long_chain_of_instant_ops_across_ranks_runs():
     """3000 ranks whose op each waits for the next rank's, all taking no time: every wake-up is
     queued behind the one running, so the chain does not nest calls 3000 deep."""

@@ -20,6 +20,7 @@ def square(x: int) -> int:
     return x * x
 
 
+@pytest.mark.quick
 def test_local_serial_and_pool_give_every_result():
     items = list(range(7))
     assert sorted(run_unordered(square, items, jobs=1)) == [(x, x * x) for x in items]
@@ -27,6 +28,7 @@ def test_local_serial_and_pool_give_every_result():
     assert list(run_unordered(square, [], jobs=2)) == []
 
 
+@pytest.mark.quick
 def test_errors_name_the_flag_and_the_fix(monkeypatch):
     with pytest.raises(SpecError, match=r"--executor mpi: unknown executor; valid: local, dask"):
         check_executor("mpi", None)
@@ -37,6 +39,7 @@ def test_errors_name_the_flag_and_the_fix(monkeypatch):
         check_executor("dask", None)
 
 
+@pytest.mark.quick
 def test_search_with_stray_scheduler_is_one_line():
     assert_user_error(*SEARCH, "--scheduler", "tcp://h:8786", contains="--scheduler tcp://h:8786")
 

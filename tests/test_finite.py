@@ -11,6 +11,8 @@ from simtrain.errors import SimulationError
 from simtrain.finite import check_finite, check_timeline, first_non_finite
 from simtrain.timeline import TimelineBuilder
 
+pytestmark = pytest.mark.quick
+
 
 def test_first_non_finite_names_the_path():
     report = {"step_time_s": 1.5, "breakdown_s": {"compute": 1.0, "tp": math.nan},

@@ -105,6 +105,7 @@ def test_experiment_settings(data):
     only_our_errors(resolve, settings_)
 
 
+@pytest.mark.quick
 @FUZZ
 @given(st.text(max_size=200))
 def test_toml_text(text):
@@ -183,6 +184,7 @@ def _write(tmp_path, name, content):
     return str(path)
 
 
+@pytest.mark.quick
 @pytest.mark.skipif(not os.path.exists("/dev/zero"), reason="needs /dev/zero")
 def test_a_link_to_dev_zero_is_refused_after_the_cap(tmp_path):
     link = tmp_path / "zero.toml"
@@ -195,6 +197,7 @@ def test_a_link_to_dev_zero_is_refused_after_the_cap(tmp_path):
     assert len(line) < 200
 
 
+@pytest.mark.quick
 def test_the_cap_is_exact(tmp_path):
     """A file of exactly the cap is read; one byte more is refused."""
     path = _write(tmp_path, "a.txt", "x" * 1000)
@@ -203,6 +206,7 @@ def test_the_cap_is_exact(tmp_path):
         read_text(path, max_bytes=999)
 
 
+@pytest.mark.quick
 def test_binary_input_is_one_line(tmp_path):
     path = _write(tmp_path, "b.toml", b"name = \"x\"\n\xff\xfe\x00")
     with pytest.raises(SpecError, match=r"b.toml: not UTF-8 text \(byte 0xff at offset 11\)"):
@@ -216,6 +220,7 @@ def test_binary_input_is_one_line(tmp_path):
     assert_user_error("schedule", csv_path, "--pp", 1, "--microbatches", 1, contains="not UTF-8 text")
 
 
+@pytest.mark.quick
 def test_deep_nesting_and_huge_integers_are_one_line(tmp_path):
     for text in ("a = " + "[" * 100_000, "a = " + "{b=" * 100_000):
         with pytest.raises(SpecError, match="nested too deeply"):
@@ -235,6 +240,7 @@ def test_deep_nesting_and_huge_integers_are_one_line(tmp_path):
     assert_user_error("run", "--model", hf, contains="nested too deeply")
 
 
+@pytest.mark.quick
 def test_integers_beyond_int64_are_refused_with_a_short_line():
     with pytest.raises(SpecError, match=r"out of range \(at most 9,223,372,036,854,775,807 in size\)"):
         check_value("gpus", MAX_INT + 1, int)
@@ -246,6 +252,7 @@ def test_integers_beyond_int64_are_refused_with_a_short_line():
         check_value("x", 11.0, float, max_value=10)
 
 
+@pytest.mark.quick
 def test_shown_cuts_long_values():
     assert shown("ab") == "'ab'"
     assert shown("x" * 200) == "'" + "x" * 76 + "..."
@@ -254,6 +261,7 @@ def test_shown_cuts_long_values():
     assert text == "<an integer of about 6021 digits>"
 
 
+@pytest.mark.quick
 def test_a_huge_stage_number_is_refused_before_building(tmp_path):
     """``99999999F0`` would need a hundred million stages: refused at once with a short line."""
     path = _write(tmp_path, "s.csv", "99999999F0,99999999B0\n")
@@ -273,6 +281,7 @@ def test_a_huge_stage_number_is_refused_before_building(tmp_path):
         schedule_from_csv("0F0,0B0\n", "x.csv", num_microbatches=10_000)
 
 
+@pytest.mark.quick
 def test_missing_stages_are_listed_briefly():
     with pytest.raises(SimtrainError) as info:
         schedule_from_csv("0F0,0B0,900F0,900B0\n", "x.csv")
@@ -280,6 +289,7 @@ def test_missing_stages_are_listed_briefly():
     assert "stages 1, 2, 3, 4, 5, 6, 7, 8, ... (899 in all) appear in no cell" in msg
 
 
+@pytest.mark.quick
 def test_calibration_file_bounds(tmp_path):
     head = "kind,shape,dtype,time_us\n"
     huge = _write(tmp_path, "c.csv", head + "gemm,1x" + "9" * 20 + "x8x8,bf16,1.0\n")
@@ -294,6 +304,7 @@ def test_calibration_file_bounds(tmp_path):
     assert len(str(info.value)) < 300
 
 
+@pytest.mark.quick
 def test_hf_config_json_is_read_through_the_guarded_reader(tmp_path):
     path = _write(tmp_path, "config.json", '{"model_type": "llama", "hidden_size": ' + "9" * 5000 + "}")
     with pytest.raises(SpecError, match="config.json: malformed JSON: an integer of more than"):

@@ -20,6 +20,7 @@ def test_report_is_byte_identical(name, tmp_path):
     assert got == want, f"report.json of golden scenario {name} changed"
 
 
+@pytest.mark.quick
 def test_scenarios_cover_the_extension_points():
     flags = [" ".join(v) for v in SCENARIOS.values()]
     joined = " ".join(flags)

@@ -190,6 +190,7 @@ def _line(row):
     return json.dumps(row, sort_keys=True) + "\n"
 
 
+@pytest.mark.quick
 def test_resume_cuts_off_a_torn_last_line_and_says_which_candidate(tmp_path):
     path = tmp_path / "r.jsonl"
     other = {**ROW, "key": KEY.replace('"tp": 1', '"tp": 2')}
@@ -208,6 +209,7 @@ def test_resume_cuts_off_a_torn_last_line_and_says_which_candidate(tmp_path):
     assert len(notes) == 3
 
 
+@pytest.mark.quick
 @pytest.mark.parametrize("text, problem", [
     (b"\x7fELF\x02\x01\x00\x00\n\xff\xfe\n", "line 1: not a JSON object"),
     (_line({"key": KEY}).encode(), 'line 1: its "report" is missing'),
@@ -228,6 +230,7 @@ def test_a_results_line_search_did_not_write_is_one_line(tmp_path, text, problem
     assert path.read_bytes() == text  # left as it was
 
 
+@pytest.mark.quick
 def test_a_bad_results_file_or_path_stops_search_before_any_candidate(tmp_path):
     bad = tmp_path / "bad.jsonl"
     bad.write_bytes(b"\x00\x01binary\n")

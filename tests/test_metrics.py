@@ -11,6 +11,7 @@ from simtrain.topology.routes import Router
 from simtrain.workload.options import WorkloadOptions
 
 
+@pytest.mark.quick
 def test_breakdown_sums_to_step():
     model = tiny_model(layers=4)
     cluster = two_node_cluster(gpus_per_node=8)

@@ -28,11 +28,13 @@ def _ids(path: Path) -> str:
     return path.name
 
 
+@pytest.mark.quick
 def test_expected_notebooks_exist():
     missing = [name for name in EXPECTED if not (NOTEBOOK_DIR / name).is_file()]
     assert not missing, f"missing notebooks in {NOTEBOOK_DIR}: {missing}"
 
 
+@pytest.mark.quick
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=_ids)
 def test_notebook_committed_without_outputs(path: Path):
     """Outputs, execution counts and widget state stay out of git (strip them before committing)."""

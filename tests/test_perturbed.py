@@ -111,6 +111,7 @@ def test_failed_spine_links_reroute_and_slow_cross_leaf_reductions_in_flow_mode(
     assert all("spine" not in link["link"] or "spine0" in link["link"] for link in busy if "leaf0" in link["link"])
 
 
+@pytest.mark.quick
 def test_a_failure_that_disconnects_a_group_names_the_group():
     layout = dict(SMALL, gpus=64, tp=8, pp=1)
     with pytest.raises(SpecError, match=r"^--fail-link node1/nic3-leaf0: disconnects the dp group of GPUs "

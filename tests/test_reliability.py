@@ -29,6 +29,7 @@ from simtrain.workload.lower import lower
 from simtrain.workload.options import WorkloadOptions
 
 
+@pytest.mark.quick
 def test_a_collective_a_member_never_reaches_is_a_deadlock():
     prog = Program()
     prog.rank_weight = {0: 1, 1: 1}
@@ -97,6 +98,7 @@ def test_more_bandwidth_or_flops_is_never_slower(layout, m, faster):
     assert more_flops <= base * (1 + 1e-12)
 
 
+@pytest.mark.quick
 @PROP
 @given(layout=layouts, m=st.integers(1, 6))
 def test_step_bounds_breakdown_and_memory(layout, m):

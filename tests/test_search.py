@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
+
 from helpers import cli_json
 
 
+@pytest.mark.quick
 def test_search_resume_gives_the_same_ranking(tmp_path):
     results = tmp_path / "r.jsonl"
     argv = ("search", "--model", "llama3-8b", "--topology", "seed-h100", "--gpus", 8, "--seq", 8192,

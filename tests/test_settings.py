@@ -81,6 +81,7 @@ def test_a_flag_and_a_config_key_are_refused_in_the_same_words(name, tmp_path):
     assert setting.cli_flags[0] in flag_error and f"{name} = " in config_error
 
 
+@pytest.mark.quick
 def test_choices_are_checked_for_a_flag_a_config_key_and_a_python_value(tmp_path):
     cfg = tmp_path / "exp.toml"
     cfg.write_text('network = "flo"\n')
@@ -89,6 +90,7 @@ def test_choices_are_checked_for_a_flag_a_config_key_and_a_python_value(tmp_path
         assert "network = 'flo': must be one of analytic, flow, none; did you mean 'flow'?" in message
 
 
+@pytest.mark.quick
 def test_every_setting_replaces_one_value_of_the_default_scenario():
     assert {k: complete({})[k] for k in DEFAULT_SCENARIO} == dict(DEFAULT_SCENARIO)
     for name, value in (("gbs", 64), ("seq", 4096), ("pp", 1), ("gpus", 128), ("model", "llama3-8b")):
@@ -105,6 +107,7 @@ def test_every_setting_replaces_one_value_of_the_default_scenario():
         complete({"ppp": 2})
 
 
+@pytest.mark.quick
 def test_errors_name_the_defaults_they_clash_with():
     assert defaults_note("gpus=100 is not divisible by tp*cp*pp=32 (tp=8, cp=1, pp=4)", {"gpus"}) == \
         "; defaults in use: tp=8, pp=4 (override with --tp, --pp)"
@@ -128,21 +131,25 @@ def test_vpp_with_a_schedule_without_virtual_stages_is_an_error(command, schedul
                                 "only interleaved-1f1b takes --vpp"))
 
 
+@pytest.mark.quick
 def test_vpp_with_a_schedule_file_is_an_error():
     assert_user_error("analytic", "--schedule", "hand-4x4", "--vpp", 2, "--gbs", 8,
                       contains=("--vpp 2: schedule hand-4x4 is a schedule file",))
 
 
+@pytest.mark.quick
 def test_vpp_one_is_accepted_with_any_schedule():
     assert cli_json("analytic", "--schedule", "zb-h1", "--vpp", 1)["vpp"] == 1
 
 
+@pytest.mark.quick
 def test_stage_layers_beyond_the_model_are_one_line():
     assert_user_error("analytic", "--first-stage-layers", 10 ** 18,
                       contains=(f"first_stage_layers={10 ** 18}", "at most 77 with pp*vpp=4"))
     assert_user_error("analytic", "--last-stage-layers", 78, contains=("last_stage_layers=78", "at most 77"))
 
 
+@pytest.mark.quick
 def test_analytic_honours_zero_and_stage_split():
     z0, z3 = (cli_json("analytic", "--zero", z, "--recompute", "none") for z in (0, 3))
     psi = load_model("llama3-70b").params_total / 32  # TP8 x PP4
@@ -151,6 +158,7 @@ def test_analytic_honours_zero_and_stage_split():
     assert split["compute_s_per_stage"][1] / even["compute_s_per_stage"][1] == pytest.approx(21 / 20)
 
 
+@pytest.mark.quick
 def test_analytic_names_the_settings_it_does_not_model():
     code, out, err = cli("analytic", "--no-overlap-grad-reduce", "--jitter", 0.1)
     assert code == 0, err
@@ -160,6 +168,7 @@ def test_analytic_names_the_settings_it_does_not_model():
     assert cli_json("analytic")["not_modelled"] == ""
 
 
+@pytest.mark.quick
 @pytest.mark.parametrize("flag, value, words", [
     ("--zero", "9", "9 must be a ZeRO stage: 0, 1, 2 or 3"),
     ("--zero", "1,4", "4 must be a ZeRO stage: 0, 1, 2 or 3"),
@@ -173,6 +182,7 @@ def test_search_checks_its_values_before_searching(flag, value, words):
                       "--gbs", 16, flag, value, contains=(words,))
 
 
+@pytest.mark.quick
 def test_config_keys_and_flags_share_the_checks(tmp_path):
     cfg = tmp_path / "exp.toml"
     cfg.write_text('zero = 9\n')
@@ -182,6 +192,7 @@ def test_config_keys_and_flags_share_the_checks(tmp_path):
     assert_user_error("run", "--config", cfg, contains=("recompute = 'bogus'",))
 
 
+@pytest.mark.quick
 @pytest.mark.parametrize("argv", [("--costs", "-1,1,1"), ("--costs=-1,1,1",)])
 def test_negative_values_reach_their_check(argv):
     assert_user_error("schedule", "1f1b", "--pp", 4, "--microbatches", 8, *argv,
@@ -214,6 +225,7 @@ SMALL = ("--model", "llama3-8b", "--topology", "h100-ib", "--gpus", 16, "--tp", 
          "--seq", 2048, "--no-plot")
 
 
+@pytest.mark.quick
 def test_a_forced_collective_algorithm_changes_the_prices_where_it_applies(tmp_path):
     """Without sequence parallelism TP all-reduces inside a node, where NCCL's tuner does not offer
     its tree: forcing it there is slower; with sequence parallelism the run has no all-reduce but
@@ -223,6 +235,7 @@ def test_a_forced_collective_algorithm_changes_the_prices_where_it_applies(tmp_p
     assert tree["breakdown_s"]["tp"] > 2 * tuned["breakdown_s"]["tp"]
 
 
+@pytest.mark.quick
 def test_a_forced_collective_algorithm_that_runs_nowhere_is_refused_as_collective_refuses_it():
     words = "algorithm 'nvls' is off: topology seed-h100 has no NVLink SHARP"
     assert_user_error("collective", "all-reduce", "--size", "1G", "--gpus", 8, "--topology", "seed-h100",
@@ -236,6 +249,7 @@ def test_a_forced_collective_algorithm_that_runs_nowhere_is_refused_as_collectiv
                       contains=("--collective-algo ring: --network none makes communication free",))
 
 
+@pytest.mark.quick
 def test_recompute_modules_are_refused_in_one_line():
     assert_user_error("run", "--recompute-modules", "mlp", contains="recompute_modules='mlp' with recompute='none'")
     assert_user_error("run", "--recompute", "selective", "--recompute-modules", "mlp,attn",

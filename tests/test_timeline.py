@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from helpers import simulate, tiny_model
 from simtrain.specs.parallel import ParallelSpec
 from simtrain.timeline import Timeline
+
+pytestmark = pytest.mark.quick
 
 
 def test_timeline_json_round_trip():

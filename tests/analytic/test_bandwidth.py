@@ -3,8 +3,12 @@ a rank order, and the members a group has per node."""
 
 from __future__ import annotations
 
+import pytest
+
 from simtrain.analytic.bandwidth import group_bandwidth, group_spans, per_node
 from simtrain.specs.parallel import ParallelSpec
+
+pytestmark = pytest.mark.quick
 
 
 def test_span_within_a_node_uses_nvlink(seed64):

@@ -58,6 +58,7 @@ def test_uniform_1f1b_agrees_with_the_closed_form(tp, pp, m):
     assert step < 0.99 * (m + pp - 1) * t_mb
 
 
+@pytest.mark.quick
 def test_compare_names_largest_differences():
     code, text, err = cli("compare", "--model", "llama3-70b", "--topology", "seed-h100", "--gpus", 64,
                           "--tp", 8, "--pp", 4, "--seq", 8192, "--gbs", 32)

@@ -11,6 +11,8 @@ from simtrain.analytic.model import estimate
 from simtrain.specs.parallel import ParallelSpec
 from simtrain.units import GiB
 
+pytestmark = pytest.mark.quick
+
 # the default scenario's layout: llama3-70b, TP8 PP4 DP2 on seed-h100, 16 micro-batches of 8K tokens
 DEFAULT = dict(tp=8, pp=4, dp=2, seq=8192, gbs=32, recompute="none")
 

@@ -18,6 +18,8 @@ from simtrain.specs.model import load_model
 from simtrain.specs.parallel import ParallelSpec
 from simtrain.topology.cluster import load_topology
 
+pytestmark = pytest.mark.quick
+
 
 # ---- the specs drive the script's constants ------------------------------------------------------
 

@@ -18,6 +18,8 @@ from simtrain.topology.cluster import load_topology
 from simtrain.units import GiB
 from simtrain.workload.moe_routing import Routing, load_factors
 
+pytestmark = pytest.mark.quick
+
 #: Mixtral 8x7B on 64 GPUs with EP 8 and PP 4. TP must be 1 (or 2 with expert TP 2): EP is folded
 #: from the DP x CP ranks of one pipeline position, so etp*ep*pp must divide the 64 GPUs, and with
 #: TP 8 (expert TP 8 by default) it is 256.

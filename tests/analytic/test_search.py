@@ -9,6 +9,8 @@ from helpers import N_70B, N_8B
 from simtrain.analytic.search import closed_form_search, format_plan, rank_of
 from simtrain.metrics import BREAKDOWN
 
+pytestmark = pytest.mark.quick
+
 
 # (tp, cp, pp, dp, MFU as printed, GiB per GPU as printed, "rc/layers" or None, printed shares)
 BLOCKS = {

@@ -32,6 +32,7 @@ def test_compare_seed_best_configurations(tp, cp, pp, tmp_path):
     assert "analytic" in text and "simulated" in text and "MFU" in text
 
 
+@pytest.mark.quick
 def test_analytic_command_reproduces_the_notes():
     rep = cli_json("analytic", "--model", "llama3-70b", "--topology", "seed-h100", "--gpus", 64,
                    "--tp", 8, "--cp", 4, "--pp", 2, "--seq", 131072, "--gbs", 32)
@@ -56,6 +57,7 @@ def test_search_lists_both_rankings(tmp_path):
     assert -1 <= out["spearman"] <= 1
 
 
+@pytest.mark.quick
 def test_analysis_errors():
     assert_user_error("search", "--model", "llama3-405b", "--topology", "seed-h100", "--gpus", 8,
                       "--seq", 131072, "--gbs", 8, contains=("no configuration fits",))
@@ -71,6 +73,7 @@ def test_analysis_errors():
                       "--seq", 8192, "--gbs", 64, "--schedules", "1f1b,zb-hx", contains=("zb-hx",))
 
 
+@pytest.mark.quick
 def test_analytic_without_flags_estimates_the_default_scenario():
     from simtrain.settings import DEFAULT_SCENARIO
 

@@ -5,9 +5,13 @@ from __future__ import annotations
 
 import sys
 
+import pytest
+
 from helpers import assert_user_error, cli
 from simtrain.cli.calibrate import calibrate
 from simtrain.costs.calibration import read_calibration
+
+pytestmark = pytest.mark.quick
 
 FLAGS = ("--model", "llama3-8b", "--topology", "h100-ib", "--gpus", "8", "--tp", "2", "--seq", "2048")
 

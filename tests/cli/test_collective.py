@@ -13,6 +13,8 @@ from simtrain.errors import SimtrainError, SpecError
 from simtrain.network.algorithms import bandwidths, bus_factor
 from simtrain.topology.cluster import load_topology
 
+pytestmark = pytest.mark.quick
+
 
 def test_busbw_of_an_uncontended_ring_approaches_the_achievable_link_bandwidth():
     c = nvlink_node(bw_GBps=450, latency_us=0.0)

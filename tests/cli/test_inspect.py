@@ -9,6 +9,7 @@ import pytest
 from helpers import assert_user_error, cli, cli_json
 
 
+@pytest.mark.quick
 def test_mesh_text_output():
     code, out, _ = cli("mesh", "--gpus", 16, "--tp", 2, "--cp", 2, "--dp", 2, "--pp", 2, "--rank", 13)
     assert code == 0
@@ -16,6 +17,7 @@ def test_mesh_text_output():
     assert "across nodes" in out
 
 
+@pytest.mark.quick
 def test_topology_json_keys_and_oversubscription():
     full = cli_json("topology", "h100-ib")
     half = cli_json("topology", "h100-ib-2to1")
@@ -47,6 +49,7 @@ def test_topology_draw_coloured_by_a_flow_report(tmp_path):
                       tmp_path / "report.json", contains=("is not in topology",))
 
 
+@pytest.mark.quick
 @pytest.mark.parametrize("what", ["models", "gpus", "topologies", "schedules"])
 def test_list_prints_a_table_and_json(what):
     rows = cli_json("list", what)
@@ -58,6 +61,7 @@ def test_list_prints_a_table_and_json(what):
     assert all(any(line.startswith(r["name"]) for line in lines[2:]) for r in rows)
 
 
+@pytest.mark.quick
 def test_list_key_figures():
     gpus = {r["name"]: r for r in cli_json("list", "gpus")}
     assert {"a100-80g", "h100-sxm", "h200", "b200", "seed-h100"} <= set(gpus)
@@ -84,6 +88,7 @@ def test_list_key_figures():
     assert "BF16 TFLOP/s" in text and "h100-sxm" in text and "1,979" in text
 
 
+@pytest.mark.quick
 def test_mesh_without_flags_is_the_default_scenario():
     info = cli_json("mesh")
     assert [len(info["groups"][d]) for d in ("tp", "pp", "dp")] == [8, 16, 32]  # TP8 x PP4 x DP2 of 64
@@ -104,6 +109,7 @@ spines = 2
 """
 
 
+@pytest.mark.quick
 def test_bad_inputs_one_line(tmp_path):
     assert_user_error("topology", "h100-i", contains=("unknown topology 'h100-i'", "did you mean 'h100-ib'"))
     assert_user_error("run", "--model", "llama3-7b", contains=("unknown model", "llama3-70b"))

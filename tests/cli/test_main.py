@@ -150,6 +150,7 @@ def test_bad_input(argv, needles):
     assert_user_error(*argv, contains=needles)
 
 
+@pytest.mark.quick
 @pytest.mark.parametrize("argv, needles", FILE_CASES)
 def test_bad_file(tmp_path, argv, needles):
     for name, text in FILES.items():
@@ -176,5 +177,6 @@ def assert_user_error_first_line(*argv):
     return first
 
 
+@pytest.mark.quick
 def test_at_least_forty_cases():
     assert len(CASES) + len(FILE_CASES) >= 40

@@ -83,6 +83,7 @@ def test_config_file_output_keys(tmp_path):
     assert code == 0 and (tmp_path / "b" / "report.json").is_file()
 
 
+@pytest.mark.quick
 def test_config_file_and_flag_override(tmp_path):
     cfg = tmp_path / "exp.toml"
     cfg.write_text('model = "llama3-8b"\ntopology = "h100-ib"\ngpus = 16\ntp = 2\npp = 2\n'
@@ -100,6 +101,7 @@ def test_seed_70b_command(tmp_path):
     assert rep["num_microbatches"] == 256
 
 
+@pytest.mark.quick
 def test_user_errors(tmp_path):
     assert_user_error("run", "--tp", 3, "--gpus", 8, contains=("tp=3",))
     assert_user_error("run", "--gpus", 64, "--tp", 8, "--pp", 4, "--schedule", "1f1c",
@@ -117,6 +119,7 @@ def test_user_errors(tmp_path):
     assert_user_error("run", "--config", wrong, contains=("tp", "'eight'", "int"))
 
 
+@pytest.mark.quick
 def test_bad_5d_inputs():
     assert_user_error("run", "--model", "mixtral-8x7b", "--gpus", 64, "--ep", 3,
                       contains=("ep=3",))
@@ -131,6 +134,7 @@ def test_bad_5d_inputs():
                       contains=("first_stage_layers=70",))
 
 
+@pytest.mark.quick
 def test_csv_schedule_in_run(tmp_path):
     csv = tmp_path / "mine.csv"
     cli("schedule", "zb-h1", "--pp", 2, "--microbatches", 4)  # warm import

@@ -7,6 +7,8 @@ import pytest
 
 from helpers import cli, cli_json
 
+pytestmark = pytest.mark.quick
+
 
 def test_schedule_command_gantt(tmp_path):
     png = tmp_path / "z.png"

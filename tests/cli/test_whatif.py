@@ -44,6 +44,7 @@ def test_more_nic_bandwidth_is_never_slower(tmp_path):
     assert open(out["plots"]["sweep"], "rb").read(4) == b"\x89PNG"
 
 
+@pytest.mark.quick
 @pytest.mark.parametrize("argv, words", [
     (("--topologies", "h100-ibb"), "unknown topology 'h100-ibb'"),
     (("--topologies", "h100-ib", "--sweep", "nic_speed=1,2"), "--sweep nic_speed=1,2: expected KEY=v1,v2,..."),
@@ -56,12 +57,14 @@ def test_bad_input_is_one_line(tmp_path, argv, words):
     assert_user_error(*BASE, *argv, "--out", tmp_path, contains=words)
 
 
+@pytest.mark.quick
 def test_no_layout_that_fits_is_one_line(tmp_path):
     assert_user_error("whatif", "--model", "llama3-70b", "--topologies", "h100-ib", "--gpus", 1, "--seq", 8192,
                       "--gbs", 8, "--train-tokens", TOKENS, "--jobs", 1, "--out", tmp_path,
                       contains=("topology h100-ib:", "no configuration fits"))
 
 
+@pytest.mark.quick
 def test_sweep_and_prices_parse():
     assert parse_sweep("nic_gbps=100,400,100") == ("nic_gbps", (100.0, 400.0))
     assert parse_sweep("spines=2,4") == ("spines", (2, 4))
@@ -70,6 +73,7 @@ def test_sweep_and_prices_parse():
         parse_sweep("nic_gbps")
 
 
+@pytest.mark.quick
 def test_an_override_changes_the_key_where_the_file_sets_it():
     data = {"gpu": "h100-sxm", "node": {"gpus": 8, "nic_gbps": 400}, "fabric": {"kind": "none"}}
     assert overridden(data, "nic_gbps", 100.0)["node"] == {"gpus": 8, "nic_gbps": 100.0}

@@ -12,6 +12,8 @@ from simtrain.costs.kernels import Attention, Gemm
 from simtrain.costs.shape import Shape
 from simtrain.specs.model import load_model
 
+pytestmark = pytest.mark.quick
+
 N = 1024
 SH = Shape(tokens=N, seq=N, tp=1, sp=False)
 EAGER = Shape(tokens=N, seq=N, tp=1, sp=False, attention="eager")

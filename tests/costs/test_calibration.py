@@ -13,6 +13,8 @@ from simtrain.costs.kernels import Attention, Elementwise, Gemm
 from simtrain.errors import SpecError
 from simtrain.specs.gpu import get_gpu
 
+pytestmark = pytest.mark.quick
+
 TIMER = KernelTimer(get_gpu("h100-sxm"))
 
 

@@ -30,6 +30,7 @@ def _sampled_hit(model, block: int, tokens: int = 40_000, seed: int = 0) -> floa
     return hits / tokens
 
 
+@pytest.mark.quick
 def test_without_a_group_limit_a_block_is_hit_as_the_hypergeometric_says():
     mixtral = load_model("mixtral-8x7b")  # 8 experts, top 2
     assert dispatch.hit_probability(mixtral, 1) == pytest.approx(1 - comb(7, 2) / comb(8, 2)) == 0.25
@@ -49,6 +50,7 @@ def test_group_limited_hits_match_sampling(block):
     assert dispatch.hit_probability(DSV3, block) == pytest.approx(_sampled_hit(DSV3, block, 20_000), abs=0.012)
 
 
+@pytest.mark.quick
 def test_deepep_sends_one_copy_per_remote_node():
     """EP 64 over 8 nodes: the buffer's share to other nodes is (N - 1) P(node) rows per token,
     against top_k x 56/64 = 7 for Megatron-LM's dispatcher."""
@@ -60,6 +62,7 @@ def test_deepep_sends_one_copy_per_remote_node():
     assert inside * 7 / 8 == pytest.approx(7 * dispatch.hit_probability(DSV3, 32))
 
 
+@pytest.mark.quick
 def test_fp8_only_towards_the_experts_and_only_with_deepep():
     assert dispatch.a2a_value_bytes("deepep", True, True) == pytest.approx(1 + 1 / 32)
     assert dispatch.a2a_value_bytes("deepep", True, False) == 2
@@ -67,6 +70,7 @@ def test_fp8_only_towards_the_experts_and_only_with_deepep():
     assert dispatch.a2a_value_bytes("alltoall", True, True) == 2
 
 
+@pytest.mark.quick
 def test_buffer_bytes():
     par = ParallelSpec(tp=1, ep=8, dp=8, seq=4096, gbs=8)
     shape = Shape.of(par)

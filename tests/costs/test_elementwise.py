@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import pytest
+
 from helpers import tiny_model
 from simtrain.costs.elementwise import activation, bias_grads, norm, residual, rotary
 from simtrain.costs.shape import Shape
 from simtrain.specs.model import load_model
+
+pytestmark = pytest.mark.quick
 
 SH = Shape(tokens=1024, seq=1024, tp=4, sp=True)
 

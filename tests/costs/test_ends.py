@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import pytest
+
 from helpers import tiny_model
 from simtrain.costs.ends import embedding_cost, lm_head_cost, logits_bytes, optimizer_cost
 from simtrain.costs.shape import Shape
+
+pytestmark = pytest.mark.quick
 
 SH = Shape(tokens=1024, seq=1024, tp=2, sp=True)
 

@@ -6,6 +6,8 @@ import pytest
 
 from simtrain.costs.kernels import Attention, Elementwise, Gemm, OpCost, cost
 
+pytestmark = pytest.mark.quick
+
 
 def test_gemm_flops_and_least_traffic():
     g = Gemm("x", m=128, n=64, k=32, batch=3)

@@ -12,6 +12,8 @@ from simtrain.errors import SimtrainError
 from simtrain.specs.model import load_model
 from simtrain.specs.parallel import ParallelSpec
 
+pytestmark = pytest.mark.quick
+
 
 def test_layout_kernels_are_distinct_and_cover_every_kind():
     kernels = layout_kernels(load_model("llama3-8b"), ParallelSpec(tp=2, seq=2048, gbs=1))

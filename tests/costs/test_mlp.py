@@ -13,6 +13,8 @@ from simtrain.costs.mlp import mlp_cost, mlp_parts, moe_cost, moe_costs, moe_etp
 from simtrain.costs.shape import Shape
 from simtrain.specs.model import load_model
 
+pytestmark = pytest.mark.quick
+
 
 def test_dense_mlp_hand_flops():
     m = tiny_model(layers=2)  # h = 1024, f = 4096, two matrices

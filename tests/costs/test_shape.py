@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import pytest
+
 from simtrain.costs.kernels import Elementwise, Gemm
 from simtrain.costs.shape import Shape, linear
 from simtrain.specs.parallel import ParallelSpec
+
+pytestmark = pytest.mark.quick
 
 
 def test_shape_of_a_layout():

@@ -8,6 +8,8 @@ from helpers import tiny_model
 from simtrain.costs.shape import Shape
 from simtrain.costs.sizes import layer_activation_bytes, pp_activation_bytes, static_bytes, tp_collective_bytes
 
+pytestmark = pytest.mark.quick
+
 
 def test_static_bytes_with_fp32_gradients():
     assert static_bytes(1e9, zero=1, dp_shard=4) == 1e9 * (2 + 4 + 3)  # fp32 grads, Adam sharded

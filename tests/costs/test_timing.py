@@ -14,6 +14,8 @@ from simtrain.specs.gpu import get_gpu
 from simtrain.specs.model import load_model
 from simtrain.units import US
 
+pytestmark = pytest.mark.quick
+
 H100, A100 = get_gpu("h100-sxm"), get_gpu("a100-80g")
 
 

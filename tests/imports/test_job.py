@@ -8,6 +8,8 @@ import pytest
 from simtrain.errors import SpecError
 from simtrain.imports.job import JobReader, match_model, stage_split
 
+pytestmark = pytest.mark.quick
+
 
 def test_unsupported_keys_are_named_in_one_error_unless_flags_decide_them():
     job = JobReader("torchtitan", "job.toml", {})

@@ -10,6 +10,8 @@ import pytest
 from simtrain.errors import SpecError
 from simtrain.imports.megatron import from_megatron, launch_tokens
 
+pytestmark = pytest.mark.quick
+
 SCRIPT = Path(__file__).resolve().parents[1] / "data" / "jobs" / "megatron_llama3_70b.sh"
 LLAMA_8B = ("--num-layers 32 --hidden-size 4096 --num-attention-heads 32 --group-query-attention "
             "--num-query-groups 8 --ffn-hidden-size 14336 --swiglu --seq-length 4096 ")

@@ -12,6 +12,8 @@ import pytest
 from simtrain.errors import SpecError
 from simtrain.imports.torchtitan import from_torchtitan
 
+pytestmark = pytest.mark.quick
+
 JOB = Path(__file__).resolve().parents[1] / "data" / "jobs" / "torchtitan_llama3_70b.toml"
 
 

@@ -16,6 +16,8 @@ from simtrain.network.protocols import GroupShape, latency_s
 from simtrain.topology.cluster import load_topology
 from simtrain.topology.routes import Router
 
+pytestmark = pytest.mark.quick
+
 
 def test_ring_price_is_nccl_latency_plus_the_busiest_link():
     c = load_topology("h100-ib", nodes=1)

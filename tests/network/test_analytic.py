@@ -46,6 +46,7 @@ def test_run_prices_a_collective_as_the_collective_command_does(case):
     assert rep["time_s"] == rep["uncontended_time_s"] == t
 
 
+@pytest.mark.quick
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(collectives())
 def test_flow_agrees_with_analytic_within_2_percent_when_uncontended(case):
@@ -56,6 +57,7 @@ def test_flow_agrees_with_analytic_within_2_percent_when_uncontended(case):
     assert flow["time_s"] == pytest.approx(analytic["time_s"], rel=0.02)
 
 
+@pytest.mark.quick
 def test_forced_algorithm_applies_to_the_analytic_network():
     c = load_topology("h100-ib")
     tree = AnalyticNetwork(c, algo="tree").collective_time("all_reduce", tuple(range(16)), 2**30)

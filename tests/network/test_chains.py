@@ -10,6 +10,8 @@ from simtrain.network.algorithms import phases, price, uncontended_time
 from simtrain.network.chains import run_chains
 from simtrain.topology.routes import Router
 
+pytestmark = pytest.mark.quick
+
 
 def test_oversubscription_doubles_concurrent_dp_all_reduce_in_flow_mode_only():
     """TP8 x DP8 on 8 nodes: the 8 DP groups (one per local GPU index) all-reduce at once across a

@@ -27,6 +27,7 @@ def _nic_shares(hops, router):
     return out, into
 
 
+@pytest.mark.quick
 def test_a_ring_across_nodes_uses_every_nic_once_each_way():
     c = load_topology("h100-ib", nodes=4)
     r = Router(c)
@@ -41,6 +42,7 @@ def test_a_ring_across_nodes_uses_every_nic_once_each_way():
     assert len(intra) == 32 and all(s == pytest.approx(7 / 8) for s in intra)
 
 
+@pytest.mark.quick
 def test_channels_stay_on_their_rail_except_the_closing_hop():
     c = load_topology("h100-ib", nodes=3)
     r = Router(c)
@@ -50,6 +52,7 @@ def test_channels_stay_on_their_rail_except_the_closing_hop():
     assert len(forward) == 16 and all(nic_index(r, a) == nic_index(r, b) for a, b in forward)
 
 
+@pytest.mark.quick
 def test_channels_follow_the_nics_a_group_uses():
     c = load_topology("h100-ib", nodes=2)
     r = Router(c)
@@ -69,11 +72,13 @@ def test_channels_follow_the_nics_a_group_uses():
     assert sorted(out.values()) == pytest.approx([1 / 4] * 8)
 
 
+@pytest.mark.quick
 def test_heads_are_the_same_positions_on_every_node():
     assert heads([8, 9, 10, 11, 12, 13, 14, 15], 4) == [8, 10, 12, 14]
     assert heads([0, 2, 4, 6], 4) == [0, 2, 4, 6]
 
 
+@pytest.mark.quick
 def test_pxn_relays_cross_rail_sends_on_rail_fabrics_only():
     rail = load_topology("h100-rail", nodes=2)
     r = Router(rail)

@@ -34,6 +34,7 @@ def one_op_program(comm, groups, nbytes, peer=-1):
     return prog
 
 
+@pytest.mark.quick
 @pytest.mark.parametrize("comm, groups", [
     ("all_reduce", (tuple(range(8)),)),  # one node: NVLink ring
     ("all_reduce", ((0, 8),)),  # across two nodes
@@ -64,6 +65,7 @@ def test_default_scenario_agrees_across_fidelities(tmp_path):
     assert "memory" in names and any(n.startswith("link ") for n in names)
 
 
+@pytest.mark.quick
 def test_pp_and_dp_share_a_nic():
     """A PP send and a DP all-reduce leaving through the same NIC take longer together than
     alone in flow mode; the analytic model does not see it."""
@@ -95,6 +97,7 @@ def test_pp_and_dp_share_a_nic():
     assert analytic.spans(analytic.mask(stream="pp_send"))[0].duration_s == pytest.approx(pp_alone, rel=0.01)
 
 
+@pytest.mark.quick
 def test_oversubscription_slows_concurrent_dp_in_flow_mode_only(tmp_path):
     """8 nodes, one per leaf: the DP groups' ring hops cross the spine links."""
     out = {}
@@ -128,6 +131,7 @@ def test_private_links_shortcut_changes_nothing(settings, monkeypatch):
     assert fast["breakdown_s"] == pytest.approx(slow["breakdown_s"], rel=1e-9, abs=1e-12)
 
 
+@pytest.mark.quick
 def test_link_utilisation_covers_the_groups_a_folded_op_stands_for():
     """Two TP groups in two nodes: only the first runs as flows (the second shares no link), yet
     the report's utilisation lists the second's NVLink links too, loaded alike."""

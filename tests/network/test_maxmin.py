@@ -7,6 +7,8 @@ import pytest
 
 from simtrain.network.maxmin import MaxMinMemo, max_min_rates
 
+pytestmark = pytest.mark.quick
+
 
 def test_progressive_filling_by_hand():
     # links A (1 B/s) and B (2 B/s); flow 0 crosses both, flow 1 only A, flow 2 only B.

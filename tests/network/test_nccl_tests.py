@@ -12,6 +12,8 @@ from simtrain.errors import SpecError
 from simtrain.network.nccl_tests import cluster_of, load_measurements, main, markdown, reproduce
 from simtrain.units import GB
 
+pytestmark = pytest.mark.quick
+
 TABLE = Path(__file__).resolve().parents[1] / "validation" / "nccl_tests.csv"
 MEASUREMENTS = load_measurements(TABLE)
 

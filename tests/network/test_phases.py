@@ -10,6 +10,8 @@ from simtrain.network.phases import (Phase, direct_phases, group_shape, hierarch
 from simtrain.topology.cluster import load_topology
 from simtrain.topology.routes import Router
 
+pytestmark = pytest.mark.quick
+
 S = 8e6
 
 

@@ -20,6 +20,7 @@ from simtrain.topology.cluster import build_topology, list_topologies, load_topo
 from simtrain.topology.routes import Router
 
 
+@pytest.mark.quick
 def test_plan_launches_all_folded_groups_together():
     c = fat_tree(2.0)
     net = Planner(c, algo="ring")
@@ -34,6 +35,7 @@ def test_plan_launches_all_folded_groups_together():
     assert len(p2p) == 1 and len(p2p[0].flows) == 2
 
 
+@pytest.mark.quick
 def test_nvls_follows_the_topology_unless_told():
     h100, a100 = load_topology("h100-ib"), load_topology("a100-hdr")
     assert Planner(h100).nvls and not Planner(a100).nvls
@@ -44,6 +46,7 @@ def test_nvls_follows_the_topology_unless_told():
     assert Planner(a100).algorithm("all_reduce", node, 2**30) == "ring"
 
 
+@pytest.mark.quick
 def test_price_names_protocol_and_channels():
     net = Planner(load_topology("h100-ib"), nvls=False)
     cost = net.price("all_gather", tuple(range(32)), 2**30)
@@ -141,6 +144,7 @@ def test_many_sends_at_once_are_priced_as_one_by_one(name):
         Planner(cluster).p2p_max_time(pairs + [(0, n)], 1.0)
 
 
+@pytest.mark.quick
 def test_the_ring_over_everyone_is_skipped_only_when_it_cannot_win():
     """4 bytes over 36 nodes: the ring's latency (2(n-1) steps) exceeds the tree's whole price, so
     it is never priced; at 1 GiB the ring is priced (and weighed), from its hops: its phases are
@@ -175,6 +179,7 @@ def test_prices_inside_a_node_are_reused_only_where_exact(name):
         assert planner._node_prices  # reused, not only built
 
 
+@pytest.mark.quick
 def test_a_tied_node_is_never_reused():
     """NVLink as wide as a NIC two GPUs share: their routes tie and ECMP picks by global numbers,
     so a pair's price inside one node is built on every node."""

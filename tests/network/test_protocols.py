@@ -7,6 +7,8 @@ import pytest
 
 from simtrain.network.protocols import GroupShape, bandwidth_factor, latency_s, protocols, tree_cap_Bps
 
+pytestmark = pytest.mark.quick
+
 US = 1e-6
 NODE = GroupShape(ranks=8, nodes=1)
 TWO_NODES = GroupShape(ranks=16, nodes=2, net_latency_s=0.5 * US, channels=8)

@@ -14,6 +14,8 @@ from simtrain.network.solver import FlowModel, max_min_rates
 from simtrain.topology.cluster import build_topology, load_topology
 from simtrain.topology.routes import Router
 
+pytestmark = pytest.mark.quick
+
 
 def nvlink_node():
     """One node of 8 GPUs on an NVSwitch, 100 GB/s links that reach their line rate."""

@@ -13,6 +13,7 @@ from simtrain.topology.routes import Router
 S = 2**30
 
 
+@pytest.mark.quick
 def test_double_binary_tree_matches_nccl():
     first, second = dtree_parents(8)
     assert first == [-1, 2, 4, 2, 0, 6, 4, 6]  # 0 -> 4 -> {2, 6} -> {1, 3}, {5, 7}
@@ -21,6 +22,7 @@ def test_double_binary_tree_matches_nccl():
     assert second[1] == -1 and sum(p < 0 for p in second) == 1  # shifted: root 1
 
 
+@pytest.mark.quick
 def test_tree_chains_inside_nodes_and_trees_across():
     c = load_topology("h100-ib", nodes=4)
     r = Router(c)
@@ -38,6 +40,7 @@ def test_tree_chains_inside_nodes_and_trees_across():
     assert all(b == pytest.approx(S / 2) for _, b in one_per_node.flows)  # no chain; both trees S/2
 
 
+@pytest.mark.quick
 def test_nvls_moves_n_plus_1_over_n_at_the_nvls_rate():
     c = load_topology("h100-ib", nodes=1)
     r = Router(c)
@@ -49,6 +52,7 @@ def test_nvls_moves_n_plus_1_over_n_at_the_nvls_rate():
     assert nvls_phases("all_reduce", (3,), S, r) == []
 
 
+@pytest.mark.quick
 def test_nvls_tree_reduces_in_the_switch_and_crosses_nodes_per_channel():
     c = load_topology("h100-ib", nodes=2)
     r = Router(c)

@@ -12,6 +12,8 @@ from simtrain.outputs.colors import (CHUNK_LIGHTEN, KIND_COLOURS, KIND_HATCHES, 
                                      text_colour)
 from simtrain.workload.program import COMM_KINDS, COMPUTE_KINDS, KINDS
 
+pytestmark = pytest.mark.quick
+
 # Colour-vision deficiency simulation at full severity, in linear RGB: Machado, Oliveira and
 # Fernandes, "A Physiologically-based Model for Simulation of Color Vision Deficiency", IEEE TVCG
 # 15(6), 2009 (their table, severity 1.0).

@@ -15,6 +15,8 @@ from simtrain.errors import SpecError
 from simtrain.outputs import files
 from simtrain.outputs.files import LOCK_NAME, STALE_AFTER_S, UNLOCKED_STAGE_S, atomic_open, output_set, remove_stale
 
+pytestmark = pytest.mark.quick
+
 
 def _write_set(folder, tag, names=("report.json", "trace.json")):
     for name in names:

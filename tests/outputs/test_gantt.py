@@ -61,6 +61,7 @@ def test_textbook_height_matches_one_row_per_rank(tmp_path):
     assert png_size(textbook)[1] == png_size(compute_only)[1]
 
 
+@pytest.mark.quick
 def test_svg_output_is_reproducible(tmp_path):
     a, b = tmp_path / "a.svg", tmp_path / "b.svg"
     draw_gantt(two_rank_timeline(), a, textbook=True)
@@ -78,12 +79,14 @@ def test_subset_is_drawn_and_capped(tmp_path):
     assert "showing 4 of 100 ranks" in heading and "8 of 200 rows" in heading
 
 
+@pytest.mark.quick
 def test_unknown_suffix_raises(tmp_path):
     with pytest.raises(ValueError, match="suffix"):
         draw_gantt(two_rank_timeline(), tmp_path / "g.jpg")
     assert not list(tmp_path.iterdir())
 
 
+@pytest.mark.quick
 def test_empty_timeline_draws(tmp_path):
     path = tmp_path / "empty.png"
     draw_gantt(TimelineBuilder().build(), path)
@@ -110,6 +113,7 @@ def test_legends_sit_outside_every_data_area(default_run):
     assert not any(_overlaps(title, b) for b in [*axes, *(leg.get_window_extent(renderer) for leg in fig.legends)])
 
 
+@pytest.mark.quick
 def test_communication_is_hatched_and_compute_is_not():
     from matplotlib.collections import LineCollection
 
@@ -132,6 +136,7 @@ def _boxes(fig) -> int:
                for c in fig.axes[0].collections if isinstance(c, (PolyCollection, PathCollection)))
 
 
+@pytest.mark.quick
 def test_window_limits_the_axis_and_the_boxes():
     tl = two_rank_timeline()  # 11 ms: the axis is in microseconds
     whole = gantt_figure(tl)
@@ -144,6 +149,7 @@ def test_window_limits_the_axis_and_the_boxes():
     assert "window micro-batch 1" in mb._suptitle.get_text()
 
 
+@pytest.mark.quick
 def test_ranks_and_streams_choose_the_rows():
     fig = gantt_figure(two_rank_timeline(), ranks=[1], streams=["compute", "pp_recv"],
                        rank_labels={1: "stage 1"})
@@ -177,6 +183,7 @@ def test_two_hundred_thousand_spans_draw(tmp_path):
     assert png_size(path)[0] == 1600
 
 
+@pytest.mark.quick
 def test_schedule_gantt_takes_a_window_and_ranks(tmp_path):
     path = tmp_path / "zb.svg"
     code, out, err = cli("schedule", "zb-h1", "--pp", "4", "--microbatches", "8", "--gantt", path,
@@ -191,12 +198,14 @@ def test_schedule_gantt_takes_a_window_and_ranks(tmp_path):
                       contains=("--ranks 4", "ranks 0, 1, 2, 3"))
 
 
+@pytest.mark.quick
 def test_counts_of_one_are_singular():
     code, out, err = cli("schedule", "1f1b", "--pp", "1", "--microbatches", "1")
     assert code == 0, err
     assert out.startswith("1f1b: 1 rank, 1 micro-batch, 1 stage;")
 
 
+@pytest.mark.quick
 def test_boxes_less_than_a_pixel_apart_merge_per_row():
     x0 = np.array([0.0, 1.05, 3.0, 0.5, 2.0, 2.2])
     x1 = np.array([1.0, 2.0, 4.0, 1.5, 2.1, 2.3])
@@ -279,6 +288,7 @@ def test_compound_paths_draw_the_pixels_of_one_path_per_box():
     assert np.array_equal(a, b), int((a != b).any(axis=2).sum())
 
 
+@pytest.mark.quick
 def test_compound_paths_hold_every_box_once():
     a, b, row = np.array([0.0, 2.0, 5.0]), np.array([1.0, 3.0, 6.0]), np.array([0.0, 0.0, 1.0])
     paths = _compound(a, b, row)  # boxes 0.8 of a row high
@@ -301,6 +311,7 @@ def test_a_large_chart_draws_few_paths(tmp_path):
     assert len(boxes) == 4 and all(len(c.get_paths()) == 2 for c in boxes)
 
 
+@pytest.mark.quick
 def test_chunks_are_those_of_the_view():
     """The one-pass chunk count equals :func:`chunk_index` (ranks holding stages 0 and 3, spans of
     no stage, and ranks numbered too sparsely for a table)."""

@@ -59,6 +59,7 @@ def test_the_page_is_one_file_that_needs_no_network(report_page):
     assert page.count("<script") == 3  # the description, the data, the script: all inline
 
 
+@pytest.mark.quick
 def test_the_data_decodes_to_the_timeline_sorted_by_row_then_start():
     tl = two_rank_timeline()
     meta, cols = _page_parts(render_html_report(tl, title="t", report=_report_of(tl)))
@@ -82,6 +83,7 @@ def test_the_data_decodes_to_the_timeline_sorted_by_row_then_start():
     assert [k["hatch"] != "" for k in meta["kinds"]] == [k in ("tp", "cp", "ep", "pp", "dp") for k in KINDS]
 
 
+@pytest.mark.quick
 def test_columns_are_packed_aligned_for_their_typed_arrays():
     specs, blob = pack_columns([("a", np.arange(3, dtype=np.uint8)), ("b", np.arange(2, dtype=np.int32)),
                                 ("c", np.arange(1, dtype=np.float64))])
@@ -90,6 +92,7 @@ def test_columns_are_packed_aligned_for_their_typed_arrays():
     assert len(blob) == 19
 
 
+@pytest.mark.quick
 def test_tables_and_the_comparison_are_in_the_page(default_run):
     side = SideBySide(["", "analytic", "simulated", "difference"], [["step time", "4.655 s", "4.640 s", "-0.3%"]],
                       ["bubble: simulated 63.76 ms lower: <fill & drain>"])
@@ -103,6 +106,7 @@ def test_tables_and_the_comparison_are_in_the_page(default_run):
                                                                          report=default_run.report)
 
 
+@pytest.mark.quick
 def test_empty_timeline_gives_a_page():
     tl = Timeline.from_json({"streams": list(STREAMS), "kinds": list(KINDS), "names": [],
                              "columns": {c: [] for c in two_rank_timeline().cols}})

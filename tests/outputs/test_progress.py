@@ -5,7 +5,11 @@ from __future__ import annotations
 
 import io
 
+import pytest
+
 from simtrain.outputs.progress import Progress, format_duration, progress_line, wanted
+
+pytestmark = pytest.mark.quick
 
 
 class FakeTty(io.StringIO):

@@ -1,5 +1,7 @@
 """The step-time chart: written for a run of several steps, with the slow steps it was given."""
 
+import pytest
+
 from simtrain.metrics import step_time_stats
 from simtrain.outputs.step_times import draw_step_times
 
@@ -13,6 +15,7 @@ def test_the_chart_is_a_png(tmp_path):
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.quick
 def test_one_step_is_its_own_distribution():
     stats = step_time_stats([0.25], {})
     assert stats["steps"] == 1 and stats["mean_s"] == stats["p99_s"] == 0.25

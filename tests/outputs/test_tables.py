@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from helpers import cli
 from simtrain.outputs.tables import EXPOSED_NOTE, IDLE_NOTE, table
 
@@ -17,6 +19,7 @@ def test_a_run_that_does_not_fit_says_where_and_by_how_much(tmp_path):
     assert "DOES NOT FIT" in out and "stage 0 exceeds the capacity by" in out
 
 
+@pytest.mark.quick
 def test_one_node_and_one_micro_batch_read_in_the_singular(tmp_path):
     code, out, err = cli("run", "--model", "llama3-8b", "--topology", "h100-ib", "--gpus", 8, "--pp", 1,
                          "--gbs", 1, "--seq", 2048, "--no-plot", "--out", tmp_path)
@@ -39,6 +42,7 @@ def test_the_tables_say_how_they_read_against_each_other(tmp_path):
     assert report["exposed_comm_s"]["dp"] >= br["dp"]  # exposed counts what another kind also covered
 
 
+@pytest.mark.quick
 def test_columns_align_as_asked():
     assert table([["a", "1"], ["bb", "22"]], ["x", "y"]).splitlines() == ["x    y", "--  --", "a    1", "bb  22"]
     assert table([["a", "1"]], ["name", "n"], align="ll").splitlines()[2] == "a     1"

@@ -11,6 +11,7 @@ from simtrain.topology.cluster import load_topology
 from simtrain.topology.routes import Router
 
 
+@pytest.mark.quick
 def test_draw_topology_png(tmp_path):
     c = make_cluster()
     r = Router(c)

@@ -13,6 +13,8 @@ from simtrain.outputs.trace import _each, _each_int, _each_run, counter_events, 
 from simtrain.timeline import TimelineBuilder
 from simtrain.workload.program import STREAMS
 
+pytestmark = pytest.mark.quick
+
 
 def test_trace_events_complete_events_and_metadata():
     tl = two_rank_timeline()

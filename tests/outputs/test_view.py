@@ -29,6 +29,7 @@ def many_rank_timeline(n_ranks: int, streams=("compute", "tp")):
 # ---------------------------------------------------------------- rows
 
 
+@pytest.mark.quick
 def test_rows_ordered_by_rank_then_stream_order():
     tl = two_rank_timeline()
     assert gantt_rows(tl, False, None, None, 64) == [
@@ -37,6 +38,7 @@ def test_rows_ordered_by_rank_then_stream_order():
     ]
 
 
+@pytest.mark.quick
 def test_rows_textbook_one_per_rank_and_filters():
     tl = two_rank_timeline()
     assert gantt_rows(tl, True, None, None, 64) == [(0, "compute"), (1, "compute")]
@@ -48,6 +50,7 @@ def test_rows_textbook_one_per_rank_and_filters():
         gantt_rows(tl, False, None, ["nvlink"], 64)
 
 
+@pytest.mark.quick
 def test_row_of_spans_maps_each_span_to_its_row():
     tl = two_rank_timeline()
     rows = [(1, "compute"), (0, "tp")]
@@ -58,11 +61,13 @@ def test_row_of_spans_maps_each_span_to_its_row():
     assert (row_of_spans(tl, []) == -1).all()
 
 
+@pytest.mark.quick
 def test_a_rank_the_timeline_does_not_hold_is_refused_naming_the_ones_it_does():
     with pytest.raises(SimtrainError, match=r"--ranks 1,5: rank\(s\) 5 not in the timeline; it holds ranks 0, 1"):
         plan_rows(two_rank_timeline(), ranks=[5, 1])
 
 
+@pytest.mark.quick
 def test_representative_subset_when_rows_exceed_max():
     tl = many_rank_timeline(100)  # 200 rows
     plan = plan_rows(tl, False, None, None, 20)
@@ -93,6 +98,7 @@ def test_gantt_rows_cover_every_simulated_rank():
 # ---------------------------------------------------------------- windows
 
 
+@pytest.mark.quick
 def test_parse_window_seconds_and_micro_batches():
     assert parse_window("0.5:1.25") == Window("s", 0.5, 1.25, "0.5:1.25")
     assert parse_window("mb:2:4") == Window("mb", 2.0, 4.0, "mb:2:4")
@@ -105,6 +111,7 @@ def test_parse_window_seconds_and_micro_batches():
             parse_window(bad)
 
 
+@pytest.mark.quick
 def test_window_bounds_on_a_timeline():
     tl = two_rank_timeline()
     assert window_bounds(tl, parse_window("0.001:0.002")) == (0.001, 0.002)
@@ -119,6 +126,7 @@ def test_window_bounds_on_a_timeline():
         window_bounds(tl, parse_window("1:2"))
 
 
+@pytest.mark.quick
 def test_chart_options_check_what_the_user_gave():
     assert chart_options() == ChartOptions()
     opts = chart_options("0, 16", "tp,compute", "mb:0:2")
@@ -140,6 +148,7 @@ def test_bad_chart_flags_fail_before_simulating_in_one_line(tmp_path):
 # ---------------------------------------------------------------- chunks
 
 
+@pytest.mark.quick
 def test_chunk_index_counts_a_ranks_stages_from_its_lowest():
     b = TimelineBuilder()
     for rank, stages in ((0, (0, 3, 4, 7, 8)), (1, (1, 2))):

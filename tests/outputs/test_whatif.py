@@ -3,11 +3,14 @@ loads; the ranking and sweep plots are PNG files."""
 
 from __future__ import annotations
 
+import pytest
+
 from simtrain.outputs.whatif import draw_ranking, draw_sweep, topology_toml, write_topology
 from simtrain.specs.strict import parse_toml
 from simtrain.topology.cluster import load_topology, preset_table
 
 
+@pytest.mark.quick
 def test_a_topology_table_round_trips_and_loads(tmp_path):
     data = preset_table("h100-ib")
     data["node"]["nic_gbps"] = 100.0
@@ -17,6 +20,7 @@ def test_a_topology_table_round_trips_and_loads(tmp_path):
     assert cluster.spec.node.nic_Bps == 100e9 / 8 and cluster.spec.power.host_w == 4400
 
 
+@pytest.mark.quick
 def test_strings_with_quotes_survive():
     data = {"name": 'a "quoted" \\ name', "nodes": 1, "node": {"nvswitch": False}}
     assert parse_toml(topology_toml(data), "t") == data
@@ -31,6 +35,7 @@ def test_plots_are_png(tmp_path):
         assert open(path, "rb").read(8) == b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.quick
 def test_docstring_examples():
     import doctest
 

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
+
 from simtrain.outputs.words import counted
+
+pytestmark = pytest.mark.quick
 
 
 def test_singular_for_exactly_one():

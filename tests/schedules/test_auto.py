@@ -37,6 +37,7 @@ def test_zb_auto_respects_memory_limit(p, m, limit, seed):
     assert max(replay(s, costs).peak_inflight_chunks) <= limit
 
 
+@pytest.mark.quick
 def test_zb_auto_bad_params():
     with pytest.raises(ScheduleError, match="mem_limit"):
         generate("zb-auto", 4, 8, mem_limit=0)

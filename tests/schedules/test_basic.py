@@ -8,6 +8,8 @@ import pytest
 from helpers import makespan
 from simtrain.schedules import REGISTRY, generate
 
+pytestmark = pytest.mark.quick
+
 
 @pytest.mark.parametrize("p", range(1, 9))
 def test_gpipe_1f1b_closed_form(p):

@@ -9,6 +9,8 @@ from simtrain.errors import ScheduleError
 from simtrain.schedules import generate, load_schedule, validate
 from simtrain.schedules.combined import combine_1f1b
 
+pytestmark = pytest.mark.quick
+
 
 def test_no_pipelining_pairs_each_forward_with_the_previous_backward():
     """combined_1f1b_schedule_for_no_pipelining: F0, then F(i+1) with B(i), then the last B."""

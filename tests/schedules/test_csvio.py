@@ -31,6 +31,7 @@ def test_csv_round_trip(name, data):
     assert schedule_to_csv(back) == text
 
 
+@pytest.mark.quick
 def test_csv_dualpipe_header_and_pytorch_pair_spelling():
     s = generate("dualpipe", 4, 8)
     text = schedule_to_csv(s)
@@ -43,6 +44,7 @@ def test_csv_dualpipe_header_and_pytorch_pair_spelling():
 CSV_OK = "0F0,0F1,0I0,0W0,0I1,0W1\n1F0,1I0,1F1,1I1,1W0,1W1,,\n"
 
 
+@pytest.mark.quick
 @pytest.mark.parametrize("text, pattern", [
     ("0F0,0F1,0I0,0W0,0I1\n1F0,1I0,1F1,1I1,1W0,1W1\n",
      r"x\.csv: rank 0 \(line 1\), cell 5: missing action 0W1"),
@@ -69,6 +71,7 @@ def test_csv_errors_name_rank_and_cell(text, pattern):
         assert "[" in str(e.value).split("\n", 1)[1]  # the grid with the marked cell
 
 
+@pytest.mark.quick
 def test_csv_loads_with_trailing_empty_cells_and_overrides():
     s = schedule_from_csv(CSV_OK, "ok.csv")
     assert s.name == "ok" and s.num_microbatches == 2 and s.stage_to_rank == (0, 1)
@@ -78,6 +81,7 @@ def test_csv_loads_with_trailing_empty_cells_and_overrides():
         schedule_from_csv(CSV_OK, "ok.csv", stage_to_rank=(1, 0))
 
 
+@pytest.mark.quick
 def test_load_schedule_name_or_csv(tmp_path):
     assert load_schedule("zb-v", 4, 8) == generate("zb-v", 4, 8)
     f = tmp_path / "mine.csv"
@@ -94,6 +98,7 @@ def test_load_schedule_name_or_csv(tmp_path):
 # ---- shipped examples ------------------------------------------------------------------------
 
 
+@pytest.mark.quick
 @pytest.mark.parametrize("fname, pp, m", [("hand-4x4.csv", 4, 4), ("zb-h1-4x8.csv", 4, 8),
                                           ("interleaved-4x8-v2.csv", 4, 8)])
 def test_example_schedules(fname, pp, m):
@@ -139,12 +144,14 @@ def _ours_for(cls: str, p: int, m: int, v: int) -> Schedule | None:
     return None
 
 
+@pytest.mark.quick
 def test_torch_fixtures_present():
     classes = {f.name.split("-")[0] for f in TORCH_FILES}
     assert classes == {"ScheduleGPipe", "Schedule1F1B", "ScheduleInterleaved1F1B",
                        "ScheduleInterleavedZeroBubble", "ScheduleZBVZeroBubble", "ScheduleDualPipeV"}
 
 
+@pytest.mark.quick
 @pytest.mark.parametrize("path", TORCH_FILES, ids=lambda p: p.stem)
 def test_torch_orders_never_faster_than_ours(path):
     cls, p, m, v = re.match(r"(\w+)-p(\d+)-m(\d+)-v(\d+)$", path.stem).groups()

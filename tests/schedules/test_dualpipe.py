@@ -11,6 +11,7 @@ from simtrain.schedules.ir import Action, Schedule
 from simtrain.schedules.validate import validate
 
 
+@pytest.mark.quick
 @pytest.mark.parametrize("p", range(2, 11, 2))
 def test_dualpipe_closed_forms(p):
     for m in range(2 * p, 4 * p + 1, 2):
@@ -93,6 +94,7 @@ def torch_dualpipev(p: int, m: int) -> Schedule:
                     tuple(rows))
 
 
+@pytest.mark.quick
 def test_torch_reference_by_hand():
     """The reference reproduces p = 2, m = 4 worked by hand from PyTorch's source."""
     s = torch_dualpipev(2, 4)
@@ -123,6 +125,7 @@ def test_dualpipev_is_pytorchs_order(p):
             assert makespan(ours, *costs) <= makespan(ref, *costs)
 
 
+@pytest.mark.quick
 @pytest.mark.parametrize("p", range(1, 9))
 def test_dualpipev_peak_in_flight(p):
     """DualPipe's PP + 1 chunk activations with PP = 2p half-stage chunks: p + 1/2 stages, within

@@ -22,6 +22,7 @@ def test_interleaved_closed_form(p):
         assert REGISTRY.makespan("interleaved-1f1b", p, p + 1, 1, 1, 1, vpp=2) is None
 
 
+@pytest.mark.quick
 @pytest.mark.parametrize("kw", [{}, {"vpp": 1}])
 def test_interleaved_needs_two_chunks(kw):
     """Without vpp, or with vpp 1 (plain 1F1B), the schedule is refused with a valid vpp named,
@@ -31,6 +32,7 @@ def test_interleaved_needs_two_chunks(kw):
     assert REGISTRY.makespan("interleaved-1f1b", 4, 8, 1, 1, 1, vpp=1) is None
 
 
+@pytest.mark.quick
 def test_search_lists_no_single_chunk_interleaved_copy_of_1f1b():
     """A configuration search drops interleaved-1f1b at vpp 1 (its closed form does not cover it)
     and keeps it at vpp 2."""

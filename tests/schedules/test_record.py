@@ -8,6 +8,8 @@ import pytest
 from helpers import BUILTIN_SCHEDULES
 from simtrain.schedules import REGISTRY
 
+pytestmark = pytest.mark.quick
+
 
 @pytest.mark.parametrize("name", BUILTIN_SCHEDULES)
 def test_bubble_is_makespan_minus_work(name):

@@ -12,6 +12,8 @@ from simtrain.schedules import REGISTRY, generate, replay, scaled_costs, validat
 from simtrain.schedules.ir import Action, Schedule
 from simtrain.schedules.record import ClosedForm, Costs, ScheduleRecord
 
+pytestmark = pytest.mark.quick
+
 
 def test_registry_names():
     assert list(REGISTRY) == BUILTIN_SCHEDULES

@@ -10,6 +10,8 @@ from simtrain.schedules import generate, replay
 from simtrain.schedules.ir import Action, Schedule
 from simtrain.schedules.replay import DeadlockError
 
+pytestmark = pytest.mark.quick
+
 
 @pytest.mark.parametrize("p", range(1, 9))
 def test_peak_inflight(p):

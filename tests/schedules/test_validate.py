@@ -58,6 +58,7 @@ def _zb(p=2, m=4) -> list[list[Action]]:
     return [list(row) for row in generate("zb-h1", p, m).actions]
 
 
+@pytest.mark.quick
 def test_validate_marks_cell():
     rows = _zb()
     rows[1][3] = Action(1, "W", 3)  # W before its I
@@ -68,6 +69,7 @@ def test_validate_marks_cell():
     assert "[1W3]" in grid[1] and grid[1].startswith("rank 1 |")
 
 
+@pytest.mark.quick
 @pytest.mark.parametrize("mutate, pattern", [
     (lambda rows: rows[0].pop(), r"rank 0, cell 11: missing action 0W3"),
     (lambda rows: rows[0].insert(2, Action(0, "F", 1)), r"rank 0, cell 2: duplicate action 0F1"),
@@ -83,6 +85,7 @@ def test_validate_errors(mutate, pattern):
         validate(Schedule("t", 2, 4, (0, 1), tuple(map(tuple, rows))))
 
 
+@pytest.mark.quick
 def test_validate_deadlock_and_layout():
     # rank 1 wants micro-batch 1 first; rank 0 sends it only after micro-batch 0's backward
     rows = (tuple(map(_a, "0F0 0I0 0W0 0F1 0I1 0W1".split())),
@@ -94,6 +97,7 @@ def test_validate_deadlock_and_layout():
         validate(Schedule("t", 2, 4, (0, 5), generate("zb-h1", 2, 4).actions))
 
 
+@pytest.mark.quick
 def test_format_grid_window():
     s = generate("1f1b", 2, 40)
     text = format_grid(s, {1: 50})

@@ -51,6 +51,7 @@ def period(name: str, p: int, m: int, F=1.0, I=1.0, W=1.0) -> float:  # noqa: E7
     return replay(repeat(s, 3), (F, I, W)).makespan - replay(repeat(s, 2), (F, I, W)).makespan
 
 
+@pytest.mark.quick
 @pytest.mark.parametrize("p", range(1, 9))
 def test_zb_h2_is_a_parallelogram(p):
     """With F = I = W, rank r works without a gap from r to r + 3m (Qi et al. 2024, figure 3),
@@ -83,6 +84,7 @@ def test_zb_h2_steady_step(p):
     assert makespan(generate("zb-h2", p, m)) == makespan(generate("zb-h1", p, m)) == 3 * m + p - 1
 
 
+@pytest.mark.quick
 @pytest.mark.parametrize("p", range(1, 7))
 def test_zb_h2_in_flight_matches_its_record(p):
     """2p - 1 micro-batches on every rank (at most m), in the replay and in the record."""
@@ -92,6 +94,7 @@ def test_zb_h2_in_flight_matches_its_record(p):
         assert [REGISTRY["zb-h2"].in_flight(p, s, m) for s in range(p)] == list(peaks)
 
 
+@pytest.mark.quick
 def test_zb_h2_closed_form_holds_for_input_grads_up_to_twice_the_forward():
     """The record's makespan ``m(F+I+W) + (p-1) max(F, F+I-2W)`` is the replay's for I <= 2F."""
     for p in range(1, 7):

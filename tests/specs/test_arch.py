@@ -9,6 +9,8 @@ from simtrain.specs.arch import ARCHS, get_arch
 from simtrain.specs.gpu import GPU_PRESETS, get_gpu
 from simtrain.units import GiB
 
+pytestmark = pytest.mark.quick
+
 
 def test_efficiencies_are_fractions():
     for arch in ARCHS.values():

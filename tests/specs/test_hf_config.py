@@ -11,6 +11,8 @@ from simtrain.errors import SpecError
 from simtrain.specs.hf_config import HF_FAMILIES
 from simtrain.specs.model import ModelSpec, load_model, model_from_hf_config
 
+pytestmark = pytest.mark.quick
+
 
 LLAMA3_8B = {
     "architectures": ["LlamaForCausalLM"], "attention_bias": False, "attention_dropout": 0.0,

@@ -7,6 +7,8 @@ import pytest
 from simtrain.errors import SpecError
 from simtrain.specs.model import ModelSpec, list_models, load_model
 
+pytestmark = pytest.mark.quick
+
 
 # Published totals (and active counts for MoE models): model cards, papers and announcements.
 PUBLISHED = {

@@ -7,6 +7,8 @@ import pytest
 from simtrain.errors import SpecError
 from simtrain.specs.order import DEFAULT_ORDER, parse_order
 
+pytestmark = pytest.mark.quick
+
 
 def test_rank_order_is_innermost_first():
     assert parse_order("pp-dp-ep-cp-tp") == ("pp", "dp", "ep", "cp", "tp")

@@ -10,6 +10,8 @@ from simtrain.errors import SpecError
 from simtrain.specs.model import load_model
 from simtrain.specs.parallel import resolve_parallel, validate_parallel
 
+pytestmark = pytest.mark.quick
+
 
 L70 = load_model("llama3-70b")
 

@@ -6,6 +6,8 @@ from simtrain.errors import SpecError
 from simtrain.specs import perturbation as pt
 from simtrain.specs.perturbation import DEFAULT_FACTOR, Perturbations
 
+pytestmark = pytest.mark.quick
+
 
 def test_indexed_items_with_and_without_a_factor():
     assert pt.parse_indexed("--straggler", "5:0.5, 17", "GPU rank") == ((5, 0.5), (17, DEFAULT_FACTOR))

@@ -9,6 +9,8 @@ from simtrain.specs.power import (DEFAULT_HOST_W_PER_GPU, CostSpec, PowerSpec, c
                                   power_from_table)
 from simtrain.specs.strict import Table
 
+pytestmark = pytest.mark.quick
+
 
 def test_the_default_host_power_is_the_dgx_h100_share_per_gpu():
     # DGX H100: 10,200 W max - 8 x 700 W GPUs - 8 x 25 W NICs = 4,400 W for 8 GPUs

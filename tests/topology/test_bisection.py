@@ -9,6 +9,8 @@ import pytest
 from simtrain.topology.bisection import SINK, SOURCE, bisection_flow, reduced_flow_graph
 from simtrain.topology.cluster import bisection_bandwidth, load_topology
 
+pytestmark = pytest.mark.quick
+
 
 def _unreduced(graph: nx.DiGraph, n: int) -> float:
     """The maximum flow on the whole graph, GPUs joined to the terminals by unbounded edges."""

@@ -13,6 +13,8 @@ from simtrain.specs.gpu import get_gpu
 from simtrain.topology.cluster import build_topology, load_topology, summary
 from simtrain.topology.routes import Router
 
+pytestmark = pytest.mark.quick
+
 
 def test_graph_attributes_and_gpu_ids():
     c = make_cluster()

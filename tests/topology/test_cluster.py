@@ -17,6 +17,7 @@ from simtrain.topology.cluster import bisection_bandwidth, list_topologies, load
 from simtrain.topology.routes import Router
 
 
+@pytest.mark.quick
 def test_small_fat_tree_counts():
     c = make_cluster()  # 8 nodes, 2 leaves, 4 spines
     assert (c.num_nodes, c.gpus_per_node, c.num_gpus) == (8, 8, 64)
@@ -33,6 +34,7 @@ def test_small_fat_tree_counts():
     json.dumps(s)
 
 
+@pytest.mark.quick
 def test_oversubscription_halves_bisection():
     full, half = make_cluster(), make_cluster(oversubscription=2.0)
     # halves = nodes 0-3 (leaf 0) and 4-7 (leaf 1): cut = leaf 0 uplinks = 32 x 50 GB/s
@@ -40,6 +42,7 @@ def test_oversubscription_halves_bisection():
     assert bisection_bandwidth(half) == pytest.approx(bisection_bandwidth(full) / 2)
 
 
+@pytest.mark.quick
 def test_bisection_single_node_is_nvlink_plus_nic_paths():
     c = make_cluster(nodes=1)
     # 4 GPUs x 450 GB/s through the NVSwitch + 4 x 50 GB/s through NIC -> leaf -> NIC
@@ -49,6 +52,7 @@ def test_bisection_single_node_is_nvlink_plus_nic_paths():
 # --- presets -------------------------------------------------------------------------------------
 
 
+@pytest.mark.quick
 def test_presets_listed():
     names = list_topologies()
     for name in ("a100-hdr", "h100-ib", "h200-ib", "b200-ib", "h100-rail", "h100-3tier",
@@ -56,6 +60,7 @@ def test_presets_listed():
         assert name in names
 
 
+@pytest.mark.quick
 @pytest.mark.parametrize("name", list_topologies())
 def test_every_preset_loads_with_nodes_override(name):
     c = load_topology(name)
@@ -70,6 +75,7 @@ def test_every_preset_loads_with_nodes_override(name):
     json.dumps(summary(c))
 
 
+@pytest.mark.quick
 def test_seed_h100_numbers():
     c = load_topology("seed-h100")
     r = Router(c)
@@ -78,6 +84,7 @@ def test_seed_h100_numbers():
     assert c.oversubscription == 1.0
 
 
+@pytest.mark.quick
 def test_gb200_nvl72_domain():
     c = load_topology("gb200-nvl72")
     r = Router(c)
@@ -86,6 +93,7 @@ def test_gb200_nvl72_domain():
     assert node_kinds(c, r.route(0, 72))[1] == "nic"
 
 
+@pytest.mark.quick
 def test_load_from_path(tmp_path):
     path = tmp_path / "mine.toml"
     path.write_text('gpu = "h100-sxm"\nnodes = 1\n[node]\ngpus = 4\n')
@@ -96,11 +104,13 @@ def test_load_from_path(tmp_path):
 # --- errors --------------------------------------------------------------------------------------
 
 
+@pytest.mark.quick
 def test_unknown_preset_suggests_close_match():
     with pytest.raises(SpecError, match="h100-ib"):
         load_topology("h100-i")
 
 
+@pytest.mark.quick
 def test_malformed_toml_names_line(tmp_path):
     path = tmp_path / "bad.toml"
     path.write_text('gpu = "h100-sxm"\nnodes = 2\n[node\ngpus = 8\n')
@@ -135,6 +145,7 @@ def test_megatrons_a100_runs_fit_the_a100_cluster(tmp_path):
     assert len(program.ranks) == 35 and program.group_sets
 
 
+@pytest.mark.quick
 def test_link_capacities_are_the_graphs():
     cluster = load_topology("h100-ib-2to1", nodes=4)
     capacity = cluster.capacity_Bps

@@ -7,6 +7,8 @@ from simtrain.topology.cluster import load_topology
 from simtrain.topology.faults import perturb_links
 from simtrain.topology.routes import Router
 
+pytestmark = pytest.mark.quick
+
 
 def test_a_degraded_link_keeps_its_fraction_both_ways():
     cluster = load_topology("h100-ib", nodes=8)

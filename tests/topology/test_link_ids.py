@@ -60,6 +60,7 @@ def test_routes_are_the_routers_on_every_preset(name):
     assert (router.link_ids()._fabric_table() is None) == (cluster.fabric_kind == "none")
 
 
+@pytest.mark.quick
 def test_routes_on_a_degraded_fabric_and_after_a_failed_link():
     """A spine link at 1% of its speed (below a NIC's) makes its leaf's and pod's middles unequal:
     the router's own choice there (the widest), the tables elsewhere; a failed link makes the router
@@ -75,6 +76,7 @@ def test_routes_on_a_degraded_fabric_and_after_a_failed_link():
     _check_routes(cut, Router(cut, structural=False), seed=7)
 
 
+@pytest.mark.quick
 def test_the_busiest_link_of_many_flows_is_the_phases():
     """Flows with different bytes that share links: the loads add in flow order, as the phase's."""
     cluster = load_topology("h100-rail", nodes=24)

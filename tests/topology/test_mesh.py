@@ -3,7 +3,11 @@
 
 from __future__ import annotations
 
+import pytest
+
 from helpers import cli_json
+
+pytestmark = pytest.mark.quick
 
 
 def test_seed_mesh_example():

@@ -37,6 +37,7 @@ def _node(nvlink_GBps, nics, nvswitch=True, nvlink_efficiency=0.822):
         "fabric": {"kind": "fat-tree", "tiers": 2, "nodes_per_leaf": 2, "spines": 2}}, "t")
 
 
+@pytest.mark.quick
 def test_an_nvswitch_route_is_learned_and_renamed():
     cluster = _node(450, 8)
     router = _same_as_search(cluster, range(6))
@@ -45,6 +46,7 @@ def test_an_nvswitch_route_is_learned_and_renamed():
     assert set(router.node_routes._learned.values()) == {"nvswitch"}
 
 
+@pytest.mark.quick
 def test_tied_switches_are_left_to_ecmp():
     """NVLink as wide as the PCIe link to a NIC two GPUs share: both one-switch routes tie, ECMP
     by the global GPU numbers picks one, so neither is reused (the search decides every pair)."""
@@ -56,6 +58,7 @@ def test_tied_switches_are_left_to_ecmp():
     assert "nvswitch" in picked and len(picked) > 1  # ECMP spreads the ties over both kinds
 
 
+@pytest.mark.quick
 def test_without_nvswitch_only_a_shared_nic_is_reused():
     cluster = _node(450, 4, nvswitch=False)
     router = _same_as_search(cluster, range(6))

@@ -11,6 +11,8 @@ from simtrain.errors import SpecError
 from simtrain.topology.cluster import list_topologies, load_topology
 from simtrain.topology.routes import Router
 
+pytestmark = pytest.mark.quick
+
 
 def _pairs(n: int, count: int, seed: int) -> list[tuple[int, int]]:
     rng = random.Random(seed)

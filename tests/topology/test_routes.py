@@ -109,6 +109,8 @@ def test_rail_optimized_same_rail_one_leaf():
 # Routes from the fabric's structure equal the graph search's, on every preset topology.
 from simtrain.topology.cluster import list_topologies, load_topology  # noqa: E402
 
+pytestmark = pytest.mark.quick
+
 # node counts that give several leaves (several pods, several rail groups) on each preset
 _STRUCTURE_NODES = {"h100-3tier": 40, "h100-rail": 40, "h800-rail": 33, "gb200-nvl72": 3}
 

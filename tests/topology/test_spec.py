@@ -12,6 +12,8 @@ from simtrain.errors import SpecError
 from simtrain.topology.cluster import build_topology, load_topology
 from simtrain.topology.spec import DEFAULT_NIC_EFFICIENCY, DEFAULT_NVLINK_EFFICIENCY, parse_spec
 
+pytestmark = pytest.mark.quick
+
 
 def test_efficiencies_and_nvls():
     spec = parse_spec(copy.deepcopy(TOPOLOGY), "t.toml")

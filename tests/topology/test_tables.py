@@ -4,9 +4,13 @@ a NIC shared by four GPUs serves each of them."""
 
 from __future__ import annotations
 
+import pytest
+
 from simtrain.topology.build import plain_adjacency
 from simtrain.topology.cluster import build_topology, load_topology
 from simtrain.topology.tables import first_nic, nic_port, static_tables
+
+pytestmark = pytest.mark.quick
 
 
 def test_every_gpu_leaves_by_its_own_nic_under_its_leaf():

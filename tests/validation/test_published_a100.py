@@ -25,6 +25,7 @@ def _row(shared, i: int) -> Row:
     return cached_row(shared, f"row{i}", lambda: run_case(CASES[i]), lambda d: Row(**d))
 
 
+@pytest.mark.quick  # the data's shape; the rows' simulations are minutes
 def test_eighteen_cases():
     assert len(CASES) == 18
 

@@ -22,6 +22,7 @@ def _row(shared, i: int) -> Row:
     return cached_row(shared, f"row{i}", lambda: run_case(CASES[i]), lambda d: Row(**d))
 
 
+@pytest.mark.quick  # the data's shape; the rows' simulations are minutes
 def test_twelve_cases_in_three_sets():
     assert len(CASES) == 12 and {c["set"] for c in CASES} == set(SETS) == set(LIMITS)
 

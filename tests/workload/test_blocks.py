@@ -14,6 +14,7 @@ from simtrain.specs.model import load_model
 from simtrain.workload.moe_routing import Routing, load_factors
 
 
+@pytest.mark.quick
 def test_cp_ring_exposed_with_short_chunks_hidden_with_long():
     # TP=8 fills a node, so the CP ring crosses nodes at 50 GB/s
     short = simulate_settings(model="llama3-8b", topology="h100-ib", gpus=64, tp=8, cp=8, pp=1, seq=8192, gbs=1)
@@ -54,6 +55,7 @@ def test_moe_layer_time_follows_the_busiest_expert():
     assert len(uniform.timeline.spans(uniform.timeline.mask(stream="ep"))) > 0
 
 
+@pytest.mark.quick
 @pytest.mark.parametrize("model", ["mixtral-8x7b", "mixtral-8x22b", "qwen3-235b-a22b", "deepseek-v3"])
 def test_moe_presets_run(model):
     res = simulate_settings(model=model, topology="h100-ib", gpus=64, tp=1, pp=4, ep=8, seq=2048, gbs=64,
@@ -70,6 +72,7 @@ def test_deepseek_v3_pp16_ep64_on_a_rail_cluster():
     assert res.report["exposed_comm_s"]["ep"] > 0
 
 
+@pytest.mark.quick
 def test_recompute_runs_just_before_its_backward():
     res = simulate_settings(**{**SEED_70B, "tp": 8, "pp": 2, "gbs": 8, "recompute": "2"})
     tl = res.timeline
@@ -92,6 +95,7 @@ def _tp_beside(tp_spans, span):
     return [s for s in tp_spans if span.start_s <= s.start_s < span.end_s]
 
 
+@pytest.mark.quick
 def test_backward_regathers_the_input_and_overlaps_both_tp_collectives():
     res = simulate_settings(**SMALL_TP)
     tl = res.timeline
@@ -111,6 +115,7 @@ def test_backward_regathers_the_input_and_overlaps_both_tp_collectives():
     assert moved == pytest.approx(10 * layers * one)
 
 
+@pytest.mark.quick
 def test_zero_bubble_weight_pass_regathers_beside_the_row_parallel_weight_gradient():
     res = simulate_settings(**SMALL_TP, schedule="zb-h1")
     tl = res.timeline
@@ -160,6 +165,7 @@ def test_tp_comm_overlap_lowers_exposed_tp_time_of_the_default_scenario():
     assert beside[0].bytes == pytest.approx(7 * _span(tp, "tp.all_gather", 0).bytes)
 
 
+@pytest.mark.quick
 def test_tp_comm_overlap_needs_sequence_parallelism():
     with pytest.raises(SpecError, match="sequence parallelism"):
         simulate_settings(**SMALL_TP, sp=False, tp_comm_overlap=True)

@@ -16,6 +16,7 @@ from simtrain.workload.data_parallel import bucket_size
 from simtrain.workload.options import WorkloadOptions
 
 
+@pytest.mark.quick
 def test_zero3_gathers_hidden_on_fast_network_exposed_on_slow():
     fast_topo = {"gpu": "h100-sxm", "nodes": 1, "node": {"gpus": 8, "nvlink_GBps": 450}}
     slow_topo = {"gpu": "h100-sxm", "nodes": 8, "node": {"gpus": 1, "nic_gbps": 25},
@@ -37,6 +38,7 @@ def _dp_spans(res):
     return tl.spans(tl.mask(rank=0, stream="dp"))
 
 
+@pytest.mark.quick
 def test_gradients_reduce_in_fp32_unless_bf16_and_after_the_backward_without_overlap():
     base = dict(model="llama3-8b", topology="h100-ib", gpus=16, tp=1, pp=1, seq=2048, gbs=16, zero=0)
     fp32 = api.simulate(api.resolve(base))
@@ -69,6 +71,7 @@ def test_zero2_reduces_every_micro_batch_and_is_never_faster_than_zero1(tp, pp, 
     assert two.report["step_time_s"] >= one.report["step_time_s"] * (1 - 1e-12)
 
 
+@pytest.mark.quick
 def test_zero3_reduces_and_gathers_every_micro_batch_behind_the_backward():
     """ZeRO-3: each micro-batch's buckets are reduce-scattered while later micro-batches still
     compute, and every layer is gathered before each pass of each micro-batch."""
@@ -85,6 +88,7 @@ def test_zero3_reduces_and_gathers_every_micro_batch_behind_the_backward():
     assert sum(s.start_s < backward_end for s in scatters) >= len(scatters) // m  # the first micro-batch's at least
 
 
+@pytest.mark.quick
 def test_zero2_static_memory_is_the_gradient_shard_plus_two_buckets():
     """ZeRO-2 holds the sharded gradients plus two buckets of unsharded fp32 gradients (one
     reducing while the next fills; one without overlap); ZeRO-1 the whole gradient."""

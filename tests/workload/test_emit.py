@@ -12,6 +12,8 @@ from simtrain.specs.parallel import ParallelSpec
 from simtrain.topology.mesh import build_mesh
 from simtrain.workload.emit import Emitter
 
+pytestmark = pytest.mark.quick
+
 
 def brute_force(mesh, dim, pp_groups, pp_index):
     """Every member's group, duplicates removed, sorted."""

@@ -21,6 +21,7 @@ def spans(run, stream: str) -> list[tuple]:
     return sorted(rows, key=lambda row: (row[0], row[4], row[5]))
 
 
+@pytest.mark.quick
 def test_two_stages_two_microbatches():
     """1F1B, p = 2, m = 2, F = I = W = 1 (B = 2), by hand: rank 0 runs F0 [0,1] F1 [1,2], waits for
     rank 1's B0 [2,4], runs B0 [4,6], waits for B1 [5,7], runs B1 [7,9]; rank 1 F0 [1,2] B0 [2,4]
@@ -39,6 +40,7 @@ def test_two_stages_two_microbatches():
     assert times.tolist() == [0, 0, 1, 6, 9] and level.tolist() == [0, 1, 2, 1, 0]
 
 
+@pytest.mark.quick
 def test_two_stages_with_latency():
     """The same with a p2p latency of 0.5: each transfer adds 0.5 (F0 reaches rank 1 at 1.5, its
     B0 ends at 4.5 and reaches rank 0 at 5, B1 ends at 7.5 and reaches rank 0 at 8)."""
@@ -55,6 +57,7 @@ def test_two_stages_with_latency():
     assert spans(run, "pp_recv") == sorted(recvs, key=lambda row: (row[0], row[4]))
 
 
+@pytest.mark.quick
 def test_overlapped_pair_is_two_spans_back_to_back():
     """One rank holding both stages of a chain (chunks of half a stage: F = I = W = 0.5); the
     pair 0F1&1B0 runs its forward half, then its backward half."""
@@ -87,6 +90,7 @@ def test_runs_match_closed_forms(name):
                 assert run.peak_inflight == pytest.approx(list(ref.peak_inflight)), (p, m, v)
 
 
+@pytest.mark.quick
 def test_closed_form_uses_the_schedules_own_vpp():
     sched = generate("interleaved-1f1b", 4, 8, vpp=2)
     assert run_schedule(sched).closed_form == 28.5 == run_schedule(sched).makespan

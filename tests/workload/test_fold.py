@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
+
 from simtrain.topology.mesh import build_mesh
 from simtrain.workload.fold import fold_classes, reached
+
+pytestmark = pytest.mark.quick
 
 
 def test_three_levels_of_folding():

@@ -15,6 +15,7 @@ from simtrain.workload.jitter import Jitter, _slowest_members, expected_max_norm
 SMALL = dict(model="llama3-8b", topology="h100-ib", seq=1024, gbs=32)
 
 
+@pytest.mark.quick
 def test_expected_maximum_of_normals_matches_closed_forms_and_sampling():
     assert expected_max_normal(1) == 0.0
     assert expected_max_normal(2) == pytest.approx(1 / math.sqrt(math.pi), abs=1e-6)  # E max(Z1, Z2)
@@ -23,6 +24,7 @@ def test_expected_maximum_of_normals_matches_closed_forms_and_sampling():
     assert expected_max_normal(64) == pytest.approx(draws.mean(), abs=0.01)
 
 
+@pytest.mark.quick
 def test_one_gpu_draws_lognormal_factors_with_mean_one_and_the_given_cv():
     rng = np.random.default_rng(1)
     base = np.full(200_000, 2.0)
@@ -34,6 +36,7 @@ def test_one_gpu_draws_lognormal_factors_with_mean_one_and_the_given_cv():
     assert times.min() > 0
 
 
+@pytest.mark.quick
 def test_a_block_takes_the_slowest_members_sum():
     # two ops in one segment, four members: the block's time is the largest member's noisy sum
     rng = np.random.default_rng(2)
@@ -46,6 +49,7 @@ def test_a_block_takes_the_slowest_members_sum():
     assert np.mean(blocks) > 4.0 * 1.1  # well above the mean of one member
 
 
+@pytest.mark.quick
 def test_slow_steps_setting():
     assert jitter_of(0.0, 1, "0.25:0.4") == Jitter(cv=0.0, seed=1, slow_step_prob=0.25, slow_step_factor=0.4)
     assert jitter_of(0.1, 0, None) == Jitter(cv=0.1)
@@ -57,6 +61,7 @@ def _mean_step(**settings) -> float:
     return api.simulate(api.resolve(settings)).report["step_time_stats"]["mean_s"]
 
 
+@pytest.mark.quick
 def test_jitter_costs_more_with_more_data_parallel_replicas():
     # the same work per GPU (one micro-batch of 1,024 tokens per replica), 4 or 64 replicas, with
     # free communication so that only the waiting for the slowest replica differs

@@ -14,6 +14,7 @@ from simtrain.topology.routes import Router
 from simtrain.workload.options import WorkloadOptions
 
 
+@pytest.mark.quick
 def test_folded_equals_unfolded():
     model = tiny_model(layers=4)
     data = {"gpu": "h100-sxm", "nodes": 2, "node": {"gpus": 8, "nic_gbps": 400},
@@ -47,6 +48,7 @@ def test_every_schedule_runs_on_real_costs(tmp_path, schedule, extra):
     assert sum(rep["breakdown_s"].values()) == pytest.approx(rep["step_time_s"], rel=1e-9)
 
 
+@pytest.mark.quick
 def test_blocking_sends_and_the_scatter_gather_of_received_activations():
     """Without sequence parallelism each TP rank sends its slice and the receiving stage
     all-gathers them; without --overlap-p2p-comm a rank's next action waits for its send."""
@@ -70,6 +72,7 @@ def test_folded_equals_unfolded_with_blocking_sends_and_late_reductions():
     assert folded["step_time_s"] == pytest.approx(unfolded["step_time_s"], rel=1e-12)
 
 
+@pytest.mark.quick
 @pytest.mark.parametrize("fold", [True, False])
 def test_the_optimizer_waits_for_the_global_gradient_norm(fold):
     """Every simulated rank joins one all-reduce of one fp32 over every GPU after its reductions,
@@ -93,6 +96,7 @@ def test_the_optimizer_waits_for_the_global_gradient_norm(fold):
     assert len(starts) == 1
 
 
+@pytest.mark.quick
 def test_without_data_parallelism_the_norm_still_waits_for_the_last_gradient():
     """With no reduction to wait for, the norm follows the rank's last compute op: every
     optimizer starts after the slowest rank's last backward."""
@@ -113,11 +117,13 @@ def test_without_data_parallelism_the_norm_still_waits_for_the_last_gradient():
     assert all(s.start_s >= last_backward for s in tl.spans(tl.mask(kind="opt")))
 
 
+@pytest.mark.quick
 def test_no_optimizer_no_gradient_norm():
     prog, _, _ = simulate(tiny_model(layers=2), ParallelSpec(pp=2, gbs=2, seq=256))
     assert not any(op.key == ("grad_norm", 0) for op in prog.ops)
 
 
+@pytest.mark.quick
 @pytest.mark.parametrize("sync", ["grad-norm", "post-validation"])
 def test_consecutive_steps_follow_the_optimizer(sync):
     """Each step ends in its optimizer step (after the global norm, unless post-validated); the

@@ -51,6 +51,7 @@ def test_schedule_memory_ratios():
     assert act["interleaved-1f1b"] / act["1f1b"] == pytest.approx((p + (p - 1) / 2) / p, rel=0.01)
 
 
+@pytest.mark.quick
 def test_cp_cuts_activation_memory_at_128k():
     base = dict(model="llama3-8b", topology="h100-ib", gpus=32, tp=8, pp=1, seq=131072, gbs=4,
                 recompute="none")

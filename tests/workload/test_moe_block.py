@@ -19,6 +19,8 @@ from simtrain.workload.lower import lower
 from simtrain.workload.moe_routing import Routing, ep_loads
 from simtrain.workload.options import WorkloadOptions
 
+pytestmark = pytest.mark.quick
+
 GPU = get_gpu("h100-sxm")
 LAYERS_ONLY = dict(embedding=False, lm_head=False, optimizer=False, dp_comm=False)
 

@@ -7,6 +7,8 @@ import pytest
 
 from simtrain.workload.moe_routing import Routing, ep_loads, load_factors, rank_loads
 
+pytestmark = pytest.mark.quick
+
 
 def test_routing_loads_hand_computed():
     probs = np.array([0.4, 0.1, 0.1, 0.1, 0.1, 0.1, 0.05, 0.05])

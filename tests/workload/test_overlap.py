@@ -39,6 +39,7 @@ def _pair() -> tuple[Program, int]:
     return prog, mid
 
 
+@pytest.mark.quick
 def test_segments_alternate_and_communication_follows_its_producer():
     prog, mid = _pair()
     interleave(prog, 0, 1, mid, len(prog.ops))
@@ -47,6 +48,7 @@ def test_segments_alternate_and_communication_follows_its_producer():
     assert _names(prog, "ep") == ["B.combine", "F.dispatch", "B.dispatch", "F.combine"]
 
 
+@pytest.mark.quick
 def test_a_dependency_between_the_halves_keeps_the_plain_order():
     prog, mid = _pair()
     prog.ops[mid + 1].deps.append(mid - 1)  # B.experts waits for F.attn2: no interleaving possible
@@ -73,6 +75,7 @@ def _is_topological(prog: Program, lo: int) -> bool:
     return len(done) == len(prog.ops) and bool(pos)
 
 
+@pytest.mark.quick
 @pytest.mark.parametrize("seed", range(40))
 def test_random_pairs_stay_deadlock_free(seed):
     rnd = random.Random(seed)
@@ -95,6 +98,7 @@ def test_random_pairs_stay_deadlock_free(seed):
         assert sorted(ids) == sorted(set(ids))
 
 
+@pytest.mark.quick
 def test_dualpipev_hides_expert_all_to_alls_behind_the_other_half():
     base = dict(model="mixtral-8x7b", topology="h100-ib", gpus=64, tp=1, pp=2, ep=8, seq=2048, gbs=256)
     dual = simulate_settings(**base, schedule="dualpipev")
@@ -142,6 +146,7 @@ def test_1f1b_overlap_hides_expert_all_to_alls_under_the_other_micro_batch():
     assert plain["config"]["overlap_moe_expert_parallel_comm"] is False
 
 
+@pytest.mark.quick
 def test_1f1b_overlap_only_reorders_the_ops():
     """The same ops (name, stage, layer, micro-batch, stream, duration, bytes) on each rank; only
     their order on the streams changes."""

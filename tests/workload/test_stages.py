@@ -31,6 +31,7 @@ def test_balancing_reduces_imbalance_on_126_layers():
     assert balanced.report["breakdown_s"]["imbalance"] < naive.report["breakdown_s"]["imbalance"]
 
 
+@pytest.mark.quick
 def test_uneven_chunk_layers():
     m = load_model("llama3-405b")
     split = chunk_layers(m, 16, 7, 7)
@@ -38,6 +39,7 @@ def test_uneven_chunk_layers():
     assert split[-1].stop == 126
 
 
+@pytest.mark.quick
 def test_automatic_split_lightens_the_end_chunks():
     assert auto_split(126, 16) == [7] + [8] * 14 + [7]  # Llama 3 405B as Llama 3 ran it
     assert auto_split(80, 4) == [20] * 4  # even where the layers divide
@@ -60,6 +62,7 @@ def test_llama3_405b_runs_on_pp16_without_layer_flags(tmp_path):
     assert "layers per pipeline chunk: 7 + 14 x 8 + 7" in out
 
 
+@pytest.mark.quick
 def test_megatron_accounts_for_the_embedding_and_the_loss():
     """Megatron-LM's --account-for-embedding/loss-in-pipeline-split: (L + 2) slots, as many per
     chunk, the end chunks one layer fewer, even where the layers divide."""
@@ -73,6 +76,7 @@ def test_megatron_accounts_for_the_embedding_and_the_loss():
         accounted_split(94, 20, True, True)
 
 
+@pytest.mark.quick
 def test_accounted_split_is_checked_against_the_layout():
     base = dict(model="qwen3-235b-a22b", topology="h100-ib", tp=2, ep=8, schedule="interleaved-1f1b", gbs=2048,
                 seq=4096, account_for_embedding_in_pipeline_split=True, account_for_loss_in_pipeline_split=True)
@@ -96,6 +100,7 @@ def _lowered(schedule: str, pp: int, vpp: int, opts: WorkloadOptions = WorkloadO
     return par, sched, lower(tiny_model(layers=6), par, GPU, sched, build_mesh(1, 1, 1, pp), opts)
 
 
+@pytest.mark.quick
 @pytest.mark.parametrize("schedule, pp, vpp", [("1f1b", 8, 1), ("interleaved-1f1b", 4, 2), ("zb-v", 4, 1)])
 def test_empty_end_chunks_run(schedule, pp, vpp):
     par, sched, prog = _lowered(schedule, pp, vpp)
@@ -114,6 +119,7 @@ def test_empty_end_chunks_run(schedule, pp, vpp):
         assert any(by_id[d].name == "pp.send.grad" for d in w.deps)
 
 
+@pytest.mark.quick
 def test_an_empty_chunk_holds_no_activations():
     """1F1B on 8 chunks of 0, 1 x 6, 0 layers: pipeline rank 0 (the embedding alone) keeps nothing
     beyond its static memory, rank 1 keeps one layer's activations for each of its 7 micro-batches
@@ -130,6 +136,7 @@ def test_an_empty_chunk_holds_no_activations():
     assert plan[1] - static[1] == pytest.approx(7 * full)
 
 
+@pytest.mark.quick
 def test_empty_end_chunks_without_the_embedding_and_the_head_pass_through():
     """With no embedding and no LM head the end chunks emit nothing but their sends, which wait for
     what they received: the last chunk returns the gradient once the activation has arrived."""

@@ -44,6 +44,7 @@ def test_instantiated_actions_equal_emitted_ones(monkeypatch, settings):
     assert fast.order == full.order and fast.members == full.members and fast.group_sets == full.group_sets
 
 
+@pytest.mark.quick
 def test_first_forward_of_a_step_waits_for_its_gathers_and_is_not_captured(monkeypatch):
     captured = []
     real = templates._capture
