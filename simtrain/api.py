@@ -39,6 +39,7 @@ from simtrain.settings import OUTPUTS, SETTINGS, complete, defaults_note
 from simtrain.specs.strict import Table, read_toml
 from simtrain.finite import check_finite, check_timeline
 from simtrain.timeline import Timeline
+from simtrain.topology.build import paused_gc
 from simtrain.topology.cluster import Cluster, cluster_for
 from simtrain.topology.routes import Router
 from simtrain.workload.stages import chunk_pass_times, split_layers
@@ -234,7 +235,8 @@ def simulate(scenario: Scenario, options: WorkloadOptions | None = None, *,
     budget.check_operations(model.layers, par.num_microbatches, pipelines=1 if opts.fold else par.world // par.pp,
                             tp=par.tp if opts.tp_comm else 1, steps=opts.steps, max_events=scenario.max_events)
     schedule = build_schedule(scenario, opts)
-    program = lower(model, par, scenario.gpu, schedule, mesh, opts)
+    with paused_gc():  # hundreds of thousands of ops, none in a reference cycle
+        program = lower(model, par, scenario.gpu, schedule, mesh, opts)
     check_forced(scenario.collective_algo, program, cluster, scenario.network)  # as collective --algo
     router = _router(cluster, pert)
     perturbed.check_reachable(program, router, pert.failed_links)
@@ -252,7 +254,8 @@ def simulate(scenario: Scenario, options: WorkloadOptions | None = None, *,
     interference = scenario.settings.get("comm_interference")
     if interference is None:
         interference = scenario.gpu.comm_interference
-    result = engine.run(program, network, max_events=scenario.max_events, comm_interference=interference)
+    with paused_gc():  # the engine's events and spans: a collection would walk every op again
+        result = engine.run(program, network, max_events=scenario.max_events, comm_interference=interference)
     check_timeline(result.timeline)
     links, link_series = network.link_report(result.timeline.end_s)
     report = run_report(result.timeline, program, model=model, gpu=scenario.gpu, par=par,
