@@ -6,7 +6,8 @@ measured calibration.
   quantisation on the SM count, :func:`wave_utilisation`, so small M and N lose whole waves; each
   output tile's fixed time outside its main loop, :func:`k_utilisation`, so short K loses a
   share); a grouped GEMM of experts runs its per-expert GEMMs a few at a time on separate
-  streams (TransformerEngine's), so the waves quantise per round; where the architecture stores C
+  streams (TransformerEngine's), so the waves quantise per round, and a round takes at least the
+  host's time to issue its GEMMs; where the architecture stores C
   after the main loop the store adds ``m n out_bytes`` at the achievable HBM bandwidth, so the
   efficiency rises with K; the operands stream once at that bandwidth (roofline). FP8 GEMMs use
   the FP8 peak and its measured efficiency.
@@ -19,7 +20,7 @@ Tensor-core work runs at the clock the GPU sustains at its power limit
 (:attr:`~simtrain.specs.arch.ArchProfile.sustained_clock`).
 
 A GPU with a flat ``efficiency`` (the course notes' constant, or ``--efficiency``) runs every GEMM
-and attention core at that fraction of peak, shape ignored.
+and attention core at that fraction of peak, shape ignored (a grouped GEMM as one kernel).
 
 With a calibration (:class:`~simtrain.costs.calibration.Calibration`, ``--calibration``) a
 measured kernel takes its measured time and a kernel between measured shapes the model's time
@@ -158,7 +159,7 @@ class KernelTimer:
                 * k_utilisation(g.k, tile_overhead(self.arch, g.dtype)))
 
     def _gemm(self, g: Gemm) -> float:
-        if g.streams:  # rounds of ``streams`` concurrent GEMMs, then the rest, each issued by the host
+        if g.streams and self.gpu.efficiency is None:  # rounds of ``streams`` concurrent GEMMs, then the rest
             rounds, rest = divmod(g.batch, g.streams)
             t = rounds * self._expert_round(replace(g, batch=g.streams, streams=0))
             return t + (self._expert_round(replace(g, batch=rest, streams=0)) if rest else 0.0)
@@ -171,8 +172,7 @@ class KernelTimer:
         """``g.batch`` expert GEMMs side by side on their streams: the GPU's time, or the host's
         time to issue them one by one where that is longer (the host knows each expert's rows
         only after the dispatcher's device-to-host copy, so it cannot run ahead of them)."""
-        host = g.batch * self.arch.expert_gemm_host_s if self.gpu.efficiency is None else 0.0
-        return max(self._gemm(g), host)
+        return max(self._gemm(g), g.batch * self.arch.expert_gemm_host_s)
 
     def attention_efficiency(self, a: Attention) -> float:
         """Fraction of peak a fused attention kernel reaches (flat, or rising with the keys)."""
