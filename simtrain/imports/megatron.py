@@ -36,7 +36,8 @@ left out:
 Megatron-MoE model zoo's "1F1B overlap") is ``overlap_moe_expert_parallel_comm``; its companion
 ``--delay-wgrad-compute`` (weight gradients run later inside the combined step, not only split
 off) is named unsupported. simtrain gathers ZeRO's parameters as
-``--overlap-param-gather`` does, and models the all-to-all token dispatcher and point-to-point CP.
+``--overlap-param-gather`` does, and models the all-to-all token dispatcher, DeepEP's (``--moe-token-dispatcher-type flex``
+with ``--moe-enable-deepep`` or ``--moe-flex-dispatcher-backend deepep``: ``moe_dispatcher`` deepep) and point-to-point CP.
 Flags for logging, checkpoints, data, tokenizers, the learning rate and kernel fusions are
 ignored; flags that change the step in a way simtrain does not model (CPU offload, another token
 dispatcher, a hand-written layer layout, ...) and unknown flags are named in one error.
@@ -70,7 +71,7 @@ INT_FLAGS = ("--num-layers-per-virtual-pipeline-stage", "--num-virtual-stages-pe
              "--recompute-num-layers", "--nnodes", "--nproc_per_node", "--nproc-per-node")
 #: Flags with a text value.
 TEXT_FLAGS = ("--recompute-granularity", "--recompute-method", "--data-parallel-sharding-strategy",
-              "--moe-token-dispatcher-type", "--fp8-format", "--attention-backend")
+              "--moe-token-dispatcher-type", "--moe-flex-dispatcher-backend", "--fp8-format", "--attention-backend")
 #: Flags with a list of values (``nargs='*'``).
 LIST_FLAGS = ("--recompute-modules",)
 #: Flags without a value that the import reads.
@@ -78,6 +79,7 @@ SWITCHES = ("--sequence-parallel", "--use-distributed-optimizer", "--group-query
             "--recompute-activations", "--use-tp-pp-dp-mapping", "--use-custom-fsdp", "--use-megatron-fsdp",
             "--use-torch-fsdp2", "--overlap-grad-reduce", "--overlap-param-gather", "--grad-reduce-in-bf16",
             "--no-overlap-p2p-communication", "--overlap-moe-expert-parallel-comm", "--tp-comm-overlap",
+            "--moe-enable-deepep",
             "--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split")
 #: Switches that turn one boolean setting on.
 SWITCH_SETTINGS = {"--tp-comm-overlap": "tp_comm_overlap",
@@ -249,9 +251,23 @@ def _model_and_layout(job: _Launch) -> None:
         vpp = job.model().layers // job.value("pp") // per_chunk
     job.settings["vpp"] = vpp or 1
     job.settings["schedule"] = "interleaved-1f1b" if (vpp or 1) > 1 else "1f1b"
+    _dispatcher(job)
+
+
+def _dispatcher(job: _Launch) -> None:
+    """Megatron-LM's token dispatcher: ``alltoall``, or ``flex`` with DeepEP as its backend
+    (``--moe-enable-deepep``, or ``--moe-flex-dispatcher-backend deepep`` in later versions;
+    ``megatron/core/transformer/moe/token_dispatcher.py``, ``MoEFlexTokenDispatcher``), which is
+    simtrain's ``deepep``; any other is named unsupported."""
     dispatcher = job.text("--moe-token-dispatcher-type", "alltoall")
-    if dispatcher != "alltoall":
-        job.unsupported(f"--moe-token-dispatcher-type {dispatcher}", "simtrain dispatches tokens by all-to-all")
+    backend = job.text("--moe-flex-dispatcher-backend", "deepep" if "--moe-enable-deepep" in job.args else None)
+    if dispatcher == "flex" and backend == "deepep":
+        job.settings["moe_dispatcher"] = "deepep"
+    elif dispatcher != "alltoall":
+        given = f"--moe-token-dispatcher-type {dispatcher}" + (f" --moe-flex-dispatcher-backend {backend}"
+                                                               if backend else "")
+        job.unsupported(given, "simtrain dispatches tokens by all-to-all or by DeepEP (flex with "
+                               "--moe-enable-deepep)")
 
 
 #: Megatron FSDP's --data-parallel-sharding-strategy -> ZeRO stage.

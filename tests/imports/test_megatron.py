@@ -140,3 +140,37 @@ def test_the_embedding_and_the_loss_in_the_split_and_tp_comm_overlap():
     with pytest.raises(SpecError, match=r"--tp-comm-overlap needs sequence parallelism \(add --sequence-parallel\)"):
         settings(LLAMA_8B + "--tensor-model-parallel-size 2 --tp-comm-overlap")
     assert settings(LLAMA_8B + "--tensor-model-parallel-size 2 --tp-comm-overlap", {"sp": True})["tp_comm_overlap"]
+
+
+def test_deepep_is_the_flex_dispatcher_with_its_deepep_backend():
+    """Megatron-LM's DeepEP: ``--moe-token-dispatcher-type flex`` with ``--moe-enable-deepep``
+    (or, later, ``--moe-flex-dispatcher-backend deepep``); flex with another backend is named."""
+    moe = MIXTRAL + "--expert-model-parallel-size 8 "
+    assert settings(moe + "--moe-token-dispatcher-type flex --moe-enable-deepep")["moe_dispatcher"] == "deepep"
+    assert settings(moe + "--moe-token-dispatcher-type flex --moe-flex-dispatcher-backend deepep")[
+        "moe_dispatcher"] == "deepep"
+    assert "moe_dispatcher" not in settings(moe)
+    with pytest.raises(SpecError, match="--moe-token-dispatcher-type flex --moe-flex-dispatcher-backend hybridep"):
+        settings(moe + "--moe-token-dispatcher-type flex --moe-flex-dispatcher-backend hybridep")
+
+
+def test_a_published_h100_run_imports_as_the_validation_runs_it():
+    """The model zoo's Qwen3-235B H100 launch (TP2 PP8 VPP4 EP32, DeepEP, selective recompute of
+    the norms and the expert activation, embedding and loss counted in the split) gives the
+    settings the H100 validation runs it with."""
+    from validation.published_h100 import load_cases, settings_of
+
+    case = next(c for c in load_cases() if c["name"] == "qwen3-235b-deepep-tp2pp8vpp4ep32")
+    launch = ("torchrun --nnodes 32 --nproc_per_node 8 pretrain_gpt.py --tensor-model-parallel-size 2 "
+              "--pipeline-model-parallel-size 8 --num-virtual-stages-per-pipeline-rank 4 "
+              "--expert-model-parallel-size 32 --expert-tensor-parallel-size 1 --sequence-parallel "
+              "--use-distributed-optimizer --micro-batch-size 1 --global-batch-size 2048 --seq-length 4096 "
+              "--moe-token-dispatcher-type flex --moe-enable-deepep --recompute-granularity selective "
+              "--recompute-modules layernorm moe_act --account-for-embedding-in-pipeline-split "
+              "--account-for-loss-in-pipeline-split")
+    got = settings(launch, {"model": "qwen3-235b-a22b"})
+    want = settings_of(case)
+    for key in ("gpus", "tp", "pp", "vpp", "ep", "etp", "mbs", "gbs", "seq", "schedule", "sp", "zero", "recompute",
+                "moe_dispatcher", "account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split"):
+        assert got[key] == want[key], key
+    assert set(got["recompute_modules"].split(",")) == set(want["recompute_modules"].split(","))
