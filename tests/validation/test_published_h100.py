@@ -55,3 +55,19 @@ def test_the_slowest_qwen3_layouts_in_the_measured_order(shared):
     rows = {CASES[i]["name"]: _row(shared, i) for i in range(len(CASES)) if CASES[i]["name"] in QWEN_ORDER}
     times = [rows[n].predicted_s for n in QWEN_ORDER]
     assert max(times[:2]) < times[2] < times[3]
+
+
+@pytest.mark.quick
+def test_the_fitted_parameters_are_grid_points_of_their_fit():
+    """``fit_arch.py`` names real profile fields and source sets, and each value in
+    ``simtrain/specs/arch.py`` is a point of its fit's grid (so rerunning the fit can reproduce it)."""
+    from dataclasses import fields
+
+    from simtrain.specs.arch import ARCHS, ArchProfile
+    from validation.fit_arch import FITS
+    from validation.published_a100 import PAPERS
+
+    names = {f.name for f in fields(ArchProfile)}
+    for fit in FITS.values():
+        assert fit.field in names and set(fit.sets) <= set(SETS) | set(PAPERS)
+        assert any(abs(getattr(ARCHS[fit.arch], fit.field) - v) <= 1e-12 for v in fit.grid), fit
