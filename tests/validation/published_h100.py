@@ -12,8 +12,8 @@ Qwen3-235B-A22B, Mixtral 8x22B). Every case runs on the stock ``h100-ib`` topolo
 source states (:func:`settings_of`): layout, batch, precision, the distributed optimizer (ZeRO-1)
 or FSDP (ZeRO-3), TP communication overlap, the token dispatcher, the recompute it names
 (Megatron's module names), the pipeline split that counts the embedding and the loss where the
-source's slot count says so, and CUDA graphs where its launch script turns them on. Nothing else
-is set per case.
+source's slot count says so (``pipeline_split_counts_embedding_and_loss``). Nothing else is set
+per case; CUDA graphs, which the Nemotron launch script turns on, are not modelled.
 """
 
 from __future__ import annotations
@@ -113,7 +113,7 @@ def settings_of(case: dict[str, Any]) -> dict[str, Any]:
         out["etp"] = case["etp"]
     if case["moe_dispatcher"]:
         out["moe_dispatcher"] = "deepep" if case["moe_dispatcher"].startswith("deepep") else "alltoall"
-    if "account-for-embedding" in case["notes"] or "(94 layers + embedding + loss)" in case["notes"]:
+    if case["pipeline_split_counts_embedding_and_loss"]:
         out["account_for_embedding_in_pipeline_split"] = True
         out["account_for_loss_in_pipeline_split"] = True
     return out
