@@ -32,6 +32,7 @@ from simtrain.specs.perturbation import Perturbations
 from simtrain.topology.faults import check_links, perturb_links
 from simtrain.workload.jitter import Jitter, apply_jitter, jitter_of
 from simtrain.schedules import REGISTRY as SCHEDULES, load_schedule, validate
+from simtrain.specs.applies import check_applies
 from simtrain.specs.gpu import GpuSpec
 from simtrain.specs.model import ModelSpec, load_model
 from simtrain.specs.parallel import ParallelSpec, resolve_parallel, validate_parallel
@@ -96,7 +97,8 @@ def load_config(path: str | Path) -> dict[str, Any]:
     return out
 
 
-def resolve(settings: dict[str, Any] | None = None, recompute_rule: str = "memory") -> Scenario:
+def resolve(settings: dict[str, Any] | None = None, recompute_rule: str = "memory", *,
+            strict: bool = True) -> Scenario:
     """Resolve user settings (names, numbers) into a validated :class:`Scenario`.
 
     Each setting given replaces one value of the default scenario
@@ -108,7 +110,8 @@ def resolve(settings: dict[str, Any] | None = None, recompute_rule: str = "memor
     ``recompute="auto"`` takes the fewest recomputed layers per chunk with which the simulated
     peak memory fits (``recompute_rule="memory"``) or the closed form's memory estimate fits
     (``"ledger"``, what ``simtrain analytic`` and ``compare`` use so both sides recompute the same
-    layers).
+    layers). With ``strict`` (the default) a setting that acts on other runs only is refused
+    (:mod:`simtrain.specs.applies`); a layout search resolves its candidates without it.
 
     >>> sc = resolve({"model": "llama3-8b", "topology": "h100-ib", "gpus": 16, "tp": 2, "pp": 2,
     ...               "seq": 2048, "gbs": 16})
@@ -125,7 +128,10 @@ def resolve(settings: dict[str, Any] | None = None, recompute_rule: str = "memor
     s = complete(settings)
     given = {k for k, v in (settings or {}).items() if v is not None}
     try:
-        return _resolve(s, recompute_rule)
+        scenario = _resolve(s, recompute_rule)
+        if strict:
+            check_applies(scenario.model, scenario.parallel, s)
+        return scenario
     except SimtrainError as exc:
         note = defaults_note(str(exc), given)
         if not note:

@@ -66,7 +66,7 @@ def analytic_estimate(candidate: Candidate) -> dict | None:
     from simtrain.analytic.model import estimate
 
     try:
-        sc = api.resolve(candidate.as_dict())
+        sc = api.resolve(candidate.as_dict(), strict=False)
     except SimtrainError:
         return None
     sched = REGISTRY.ranking_schedule(sc.parallel.schedule)
@@ -81,7 +81,7 @@ def simulate_candidate(candidate: Candidate) -> dict:
     from simtrain import api
 
     try:
-        result = api.simulate(api.resolve(candidate.as_dict()))
+        result = api.simulate(api.resolve(candidate.as_dict(), strict=False))
     except SimtrainError as exc:
         return {"error": str(exc)}
     return {**result.report, "wall_s": result.wall_s}

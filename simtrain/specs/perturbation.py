@@ -94,6 +94,11 @@ class Perturbations:
         for first, last, _ in self.node_gpus:
             if not last < nodes:
                 raise SpecError(f"--node-gpu {first}-{last}: no such node (the job has nodes 0..{nodes - 1})")
+        failed = {frozenset(link) for link in self.failed_links}
+        for a, b, factor in self.degraded_links:
+            if frozenset((a, b)) in failed:
+                raise SpecError(f"--degrade-link {a}-{b}:{factor:g} and --fail-link name the same link; "
+                                f"a failed link carries nothing, so give it to one of them")
 
 
 def parse_factor(flag: str, item: str, text: str) -> float:
@@ -161,6 +166,10 @@ def parse_node_gpus(text: str | None, known: list[str]) -> tuple[tuple[int, int,
 
             raise unknown_name("gpu", name, known)
         out.append((lo, hi, name))
+    items = sorted(zip(out, _items(text)))
+    for ((_, hi, _), before), ((lo, _, _), item) in zip(items, items[1:]):
+        if lo <= hi:  # sorted by first node: two ranges overlap where one starts before the other ends
+            raise SpecError(f"--node-gpu {before!r} and {item!r} both set node {lo}; give each node once")
     return tuple(out)
 
 
@@ -179,7 +188,18 @@ def parse_degraded(text: str | None) -> tuple[tuple[str, str, float], ...]:
         if not sep:
             raise SpecError(f"--degrade-link {item!r}: expected END-END:FACTOR, e.g. leaf0-spine3:0.5")
         out.append((*_link("--degrade-link", item, link), parse_factor("--degrade-link", item, factor)))
+        _once("--degrade-link", [(frozenset(d[:2]), i) for d, i in zip(out, _items(text))])
     return tuple(out)
+
+
+def _once(flag: str, keyed: list[tuple[frozenset, str]]) -> None:
+    """Refuse a link (in either direction) that two items of ``flag`` both set: which value would
+    hold is not for simtrain to guess."""
+    seen: dict[frozenset, str] = {}
+    for key, item in keyed:
+        if key in seen:
+            raise SpecError(f"{flag} {seen[key]!r} and {item!r} set the same link; give it once")
+        seen[key] = item
 
 
 def parse_failed(text: str | None) -> tuple[tuple[str, str], ...]:
