@@ -142,6 +142,8 @@ def resolve(settings: dict[str, Any] | None = None, recompute_rule: str = "memor
 def _resolve(s: dict[str, Any], recompute_rule: str) -> Scenario:
     """:func:`resolve` of completed settings ``s`` (which it fills with the derived values)."""
     model = load_model(s["model"])
+    if s["mtp_layers"] is not None:
+        model = replace(model, mtp_layers=s["mtp_layers"])
     cluster = cluster_for(s["topology"], s["gpus"], s["nodes"])
     gpu = cluster.gpu if s["efficiency"] is None else cluster.gpu.with_efficiency(s["efficiency"])
     # every field of ParallelSpec is the setting of its name; the degrees and gbs are passed on their own

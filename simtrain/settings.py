@@ -206,6 +206,9 @@ _TABLE = (
             default_text="even, or one fewer on the end chunks where the layers do not divide",
             rule=POSITIVE, metavar="N"),
     Setting("balance_stages", bool, False, "move layers off the first and last stages to equalise stage times"),
+    Setting("mtp_layers", int, None, "multi-token prediction modules on the last pipeline stage, each a layer "
+            "like the last decoder layer with its own LM head and loss (Megatron-LM's --mtp-num-layers)",
+            default_text="the model's (0 in every preset)", rule=NON_NEGATIVE, metavar="N"),
     Setting("account_for_embedding_in_pipeline_split", bool, False, "count the embedding as one layer slot of "
             "the first pipeline chunk; the layers plus the counted slots must divide by pp*vpp (Megatron-LM's "
             "--account-for-embedding-in-pipeline-split)"),

@@ -11,6 +11,13 @@
   backward (read 4, write 4): 38 bytes per logit; the backward scales the saved softmax in place
   (read 4, write 4) and casts the gradient back to bf16 (read 4, write 2): 14. The fp32 logits
   stay allocated until the backward.
+* Multi-token prediction (``model.mtp_layers``, Megatron-Core's ``MultiTokenPredictionBlock`` on
+  the last stage, ``megatron/core/transformer/multi_token_prediction.py``): each module normalises
+  the next token's embedding and the hidden state (``enorm``, ``hnorm``), projects their
+  concatenation 2h -> h (``eh_proj``, column-parallel: h / t outputs), runs a transformer layer
+  (a layer of the last chunk, :mod:`simtrain.workload.stages`) and then its own final norm,
+  logits GEMM and cross-entropy through the shared output layer: the LM head's kernels once more
+  per module, its fp32 logits kept until the backward as well.
 * Optimizer step (Adam, Megatron-LM's ``megatron/core/optimizer``, apex/TE fused multi-tensor
   kernels): the gradient norm reads every gradient; Adam reads the gradient and reads and writes
   the fp32 master weight, m and v; the updated master weights are copied to the bf16 weights:
@@ -49,22 +56,40 @@ def logits_bytes(model: ModelSpec, shape: Shape) -> float:
     vocabulary split over TP), 4 bytes each as the cross-entropy runs in fp32. The LM head's
     forward writes them, the loss reads them, and they stay allocated until the LM head's
     backward."""
-    return BYTES_FP32 * shape.tokens * model.vocab / shape.tp
+    return BYTES_FP32 * shape.tokens * model.vocab / shape.tp * (1 + model.mtp_layers)
+
+
+def _head(model: ModelSpec, shape: Shape, p: str, name: str) -> list[Kernel]:
+    """One final norm, logits GEMM and cross-entropy in pass ``p`` (F, I or W)."""
+    logits = shape.tokens * model.vocab / shape.tp
+    gemm = linear(f"{name}lm_head", shape, model.hidden, model.vocab // shape.tp, p)
+    if p == "F":
+        return [*norm(f"{name}final", model, shape, "F"), *gemm,
+                Elementwise(f"{name}loss", LOSS_FORWARD_BYTES * logits, 6)]
+    if p == "I":
+        return [Elementwise(f"{name}loss.bwd", LOSS_BACKWARD_BYTES * logits, 2), *gemm,
+                *norm(f"{name}final", model, shape, "I")]
+    return list(gemm)
+
+
+def _mtp_input(model: ModelSpec, shape: Shape, p: str) -> list[Kernel]:
+    """An MTP module's ``enorm`` and ``hnorm`` and its ``eh_proj`` 2h -> h / t in pass ``p``."""
+    gemm = linear("mtp.eh_proj", shape, 2 * model.hidden, model.hidden // shape.tp, p)
+    if p == "W":
+        return list(gemm)
+    norms = [*norm("mtp.enorm", model, shape, p), *norm("mtp.hnorm", model, shape, p)]
+    return [*norms, *gemm] if p == "F" else [*gemm, *norms]
 
 
 def lm_head_cost(model: ModelSpec, shape: Shape, kind: str) -> OpCost:
-    """Final norm, output projection and cross-entropy on the last stage, pass ``kind``."""
-    logits = shape.tokens * model.vocab / shape.tp
+    """Final norm, output projection and cross-entropy on the last stage, pass ``kind``, and
+    each multi-token prediction module's input projection and own head (module docstring)."""
     passes = ("I", "W") if kind == "B" else (kind,)
     out: list[Kernel] = []
     for p in passes:
-        gemm = linear("lm_head", shape, model.hidden, model.vocab // shape.tp, p)
-        if p == "F":
-            out += [*norm("final", model, shape, "F"), *gemm, Elementwise("loss", LOSS_FORWARD_BYTES * logits, 6)]
-        elif p == "I":
-            out += [Elementwise("loss.bwd", LOSS_BACKWARD_BYTES * logits, 2), *gemm, *norm("final", model, shape, "I")]
-        else:
-            out += gemm
+        out += _head(model, shape, p, "")
+        for k in range(model.mtp_layers):
+            out += _mtp_input(model, shape, p) + _head(model, shape, p, f"mtp{k}.")
     return OpCost(tuple(out))
 
 

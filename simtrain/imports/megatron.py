@@ -59,7 +59,7 @@ from simtrain.specs.strict import read_text
 SETTING_FLAGS = {"--tensor-model-parallel-size": "tp", "--pipeline-model-parallel-size": "pp",
                  "--context-parallel-size": "cp", "--micro-batch-size": "mbs", "--global-batch-size": "gbs",
                  "--seq-length": "seq", "--decoder-first-pipeline-num-layers": "first_stage_layers",
-                 "--decoder-last-pipeline-num-layers": "last_stage_layers"}
+                 "--decoder-last-pipeline-num-layers": "last_stage_layers", "--mtp-num-layers": "mtp_layers"}
 #: Expert-parallel flags: settings of an MoE model only.
 MOE_FLAGS = {"--expert-model-parallel-size": "ep", "--expert-tensor-parallel-size": "etp"}
 #: Flags that describe the model: the field of the model's architecture each gives.
@@ -116,7 +116,7 @@ IGNORED_PREFIXES = (
     "--calculate-per-token-loss", "--ddp-", "--no-align", "--moe-aux-loss", "--moe-z-loss", "--moe-router-",
     "--moe-grouped-gemm", "--moe-permute-fusion", "--moe-shared-expert-overlap", "--moe-shared-expert-intermediate",
     "--moe-expert-capacity", "--moe-pad-expert", "--moe-token-drop", "--multi-latent-attention", "--q-lora-rank",
-    "--kv-lora-rank", "--qk-head-dim", "--qk-pos-emb-head-dim", "--v-head-dim", "--mtp-", "--finetune",
+    "--kv-lora-rank", "--qk-head-dim", "--qk-pos-emb-head-dim", "--v-head-dim", "--mtp-loss", "--finetune",
     "--spec", "--no-create-attention-mask", "--num-dataset-builder-threads", "--dist-ckpt", "--async-save",
     "--use-dist-ckpt", "--auto-detect-ckpt-format", "--local-rank", "--node_rank", "--node-rank",
     "--master_addr", "--master-addr", "--master_port", "--master-port", "--rdzv", "--standalone",

@@ -64,6 +64,10 @@ class ModelSpec:
     qk_rope_head_dim: int = 0  # MLA per-head query/key features with rotary (key part shared)
     v_head_dim: int = 0  # MLA per-head value features
     dropout: float = 0.0  # hidden and attention dropout probability (GPT-2/3: 0.1); adds masks
+    # multi-token prediction modules (DeepSeek-V3 report, section 2.2; Megatron-LM's --mtp-num-layers):
+    # on the last pipeline stage, each a layer like the last decoder layer (layer index layers + k)
+    # plus its eh_proj and norms, predicting one more token through the shared LM head; 0 = none
+    mtp_layers: int = 0
 
     def __post_init__(self) -> None:
         _check_and_complete(self)
@@ -96,11 +100,18 @@ class ModelSpec:
     def moe_layers(self) -> int:
         return self.layers - self.dense_layers if self.is_moe else 0
 
+    @property
+    def total_layers(self) -> int:
+        """Decoder layers plus multi-token prediction layers (indices ``layers`` and up)."""
+        return self.layers + self.mtp_layers
+
     def is_moe_layer(self, i: int) -> bool:
-        """Whether layer ``i`` (0-based) has routed experts."""
-        if not 0 <= i < self.layers:
-            raise IndexError(f"layer {i} out of range 0..{self.layers - 1} of {self.name}")
-        return self.is_moe and i >= self.dense_layers
+        """Whether layer ``i`` (0-based; an MTP layer from ``layers`` on) has routed experts: an
+        MTP layer is built like the last decoder layer (Megatron-Core's MTP block reuses the
+        decoder's layer spec, ``megatron/core/transformer/multi_token_prediction.py``)."""
+        if not 0 <= i < self.total_layers:
+            raise IndexError(f"layer {i} out of range 0..{self.total_layers - 1} of {self.name}")
+        return self.is_moe and min(i, self.layers - 1) >= self.dense_layers
 
     # ----- parameter counts ---------------------------------------------------------------------
     def attention_params(self) -> int:
@@ -159,17 +170,26 @@ class ModelSpec:
         return (self.num_experts * self.expert_params() + self.shared_expert_params()
                 + self.router_params())
 
+    def mtp_extra_params(self) -> int:
+        """What an MTP module holds beside its transformer layer (Megatron-Core
+        ``MultiTokenPredictionLayer``): ``eh_proj`` 2h -> h, no bias, and three norms (``enorm``
+        on the next token's embedding, ``hnorm`` on the hidden state, ``final_layernorm``); the
+        embedding and the output layer are the model's, shared."""
+        return 2 * self.hidden * self.hidden + 3 * self.final_norm_params()
+
     def layer_params(self, i: int) -> int:
-        """All parameters of layer ``i`` (0-based)."""
+        """All parameters of layer ``i`` (0-based; an MTP layer with its :meth:`mtp_extra_params`)."""
         mlp = self.moe_mlp_params() if self.is_moe_layer(i) else self.dense_mlp_params()
-        return self.attention_params() + mlp + self.norm_params_per_layer()
+        mtp = self.mtp_extra_params() if i >= self.layers else 0
+        return self.attention_params() + mlp + self.norm_params_per_layer() + mtp
 
     def layer_active_params(self, i: int) -> int:
         """Parameters of layer ``i`` one token uses: top_k routed experts instead of all."""
         if not self.is_moe_layer(i):
             return self.layer_params(i)
         return (self.attention_params() + self.norm_params_per_layer() + self.router_params()
-                + self.top_k * self.expert_params() + self.shared_expert_params())
+                + self.top_k * self.expert_params() + self.shared_expert_params()
+                + (self.mtp_extra_params() if i >= self.layers else 0))
 
     def embedding_params(self) -> int:
         """Input token embedding V*h plus learned position embeddings learned_pos*h."""
@@ -183,12 +203,13 @@ class ModelSpec:
         return self.hidden * (2 if self.norm == "layer" else 1)
 
     def _total(self, per_layer) -> int:
-        return (sum(per_layer(i) for i in range(self.layers)) + self.embedding_params()
+        return (sum(per_layer(i) for i in range(self.total_layers)) + self.embedding_params()
                 + self.lm_head_params() + self.final_norm_params())
 
     @property
     def params_total(self) -> int:
-        """Every parameter, each shared matrix once (DeepSeek-V3: MTP module excluded)."""
+        """Every parameter, each shared matrix once; MTP modules only where ``mtp_layers`` asks
+        (the DeepSeek-V3 preset's 671e9 excludes its 14e9 MTP module)."""
         return self._total(self.layer_params)
 
     @property
@@ -218,7 +239,7 @@ def _check_and_complete(spec: ModelSpec) -> None:
         check_value(f"{where}: {key}", getattr(spec, key), int, positive=True)
     for key in ("kv_heads", "head_dim", "learned_pos", "num_experts", "top_k", "expert_groups_per_token",
                 "shared_experts", "moe_ffn", "dense_layers", "q_lora_rank", "kv_lora_rank",
-                "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
+                "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "mtp_layers"):
         check_value(f"{where}: {key}", getattr(spec, key), int, min_value=0)
     check_value(f"{where}: norm", spec.norm, str, choices=NORMS)
     if not 0 <= spec.dropout < 1:

@@ -79,8 +79,9 @@ class ParamLayout:
         """Parameters of ``layer`` (or :data:`EMBEDDING`, :data:`LM_HEAD`) on one rank, by the
         group that reduces their gradients."""
         m, par = self.model, self.par
-        if layer == LM_HEAD:
-            return [("dpcp", (m.lm_head_params() + m.final_norm_params()) / par.tp)]
+        if layer == LM_HEAD:  # with MTP on a later stage than the first, a copy of the embedding too
+            mtp_embedding = m.embedding_params() if m.mtp_layers and par.pp > 1 else 0
+            return [("dpcp", (m.lm_head_params() + m.final_norm_params() + mtp_embedding) / par.tp)]
         if layer == EMBEDDING:
             return [("dpcp", m.embedding_params() / par.tp)]
         if not m.is_moe_layer(layer):

@@ -56,7 +56,7 @@ class _Lowering:
         self.prog = self.em.prog
         self.chunks = split_layers(model, par, gpu, schedule.chain_length, opts)
         self.dp = DataParallelOps(self.em, ParamLayout(model, par, schedule, self.chunks), opts)
-        moe_layers = [i for i in range(model.layers) if model.is_moe_layer(i)]
+        moe_layers = [i for i in range(model.total_layers) if model.is_moe_layer(i)]
         loads = ep_loads(model.num_experts, par.ep, len(moe_layers), opts.routing) if moe_layers else []
         self.blocks = Blocks(self.em, self.dp, par, schedule, self.chunks, opts.tp_comm,
                              dict(zip(moe_layers, loads)))

@@ -10,6 +10,10 @@ them (arXiv:2407.21783, section 3.3.2). Megatron-LM's ``--decoder-first-pipeline
 ``--decoder-last-pipeline-num-layers`` (``--first-stage-layers``/``--last-stage-layers``)
 override this, and ``--balance-stages`` picks the end chunks' sizes by their costs.
 
+Multi-token prediction layers (``model.mtp_layers``, indices ``layers`` and up) are not part of
+the split: they run on the last chunk after its decoder layers, as Megatron-Core builds the MTP
+block on the last pipeline stage (``megatron/core/models/gpt/gpt_model.py``, ``mtp_process``).
+
 With ``--account-for-embedding-in-pipeline-split`` and/or ``--account-for-loss-in-pipeline-split``
 the split is Megatron-LM's always, even where the layers divide (:func:`accounted_split`,
 after ``get_num_layers_to_build`` in ``megatron/core/transformer/transformer_block.py``): the
@@ -99,7 +103,16 @@ def chunk_layers(model: ModelSpec, chunks: int, first: int | None = None, last: 
     """Layers of each model chunk: ``first`` and ``last`` layers on the end chunks when given,
     the rest split evenly (Megatron-LM's ``--decoder-first-pipeline-num-layers`` and
     ``--decoder-last-pipeline-num-layers``); ``embedding`` or ``loss`` counted as a layer slot:
-    :func:`accounted_split`; none given: :func:`auto_split`."""
+    :func:`accounted_split`; none given: :func:`auto_split`. The MTP layers follow the last
+    chunk's decoder layers."""
+    out = _decoder_chunks(model, chunks, first, last, embedding, loss)
+    out[-1] = range(out[-1].start, model.total_layers)
+    return out
+
+
+def _decoder_chunks(model: ModelSpec, chunks: int, first: int | None, last: int | None,
+                    embedding: bool, loss: bool) -> list[range]:
+    """:func:`chunk_layers` of the decoder layers alone."""
     L = model.layers
     if chunks == 1:
         return [range(L)]
@@ -167,11 +180,12 @@ def layer_pass_times(model: ModelSpec, par: ParallelSpec, gpu: GpuSpec,
                else costs.mlp_cost(model, sh, kind))
         return timer.time(costs.attention_cost(model, sh, kind, selective)) + timer.time(mlp)
 
-    per_kind = {(kind, model.is_moe_layer(i)): None for kind in "FIW" for i in range(model.layers)}
+    every = range(model.total_layers)
+    per_kind = {(kind, model.is_moe_layer(i)): None for kind in "FIW" for i in every}
     for kind, moe in per_kind:
-        first = next(i for i in range(model.layers) if model.is_moe_layer(i) == moe)
+        first = next(i for i in every if model.is_moe_layer(i) == moe)
         per_kind[(kind, moe)] = t(kind, first)
-    return [tuple(per_kind[(k, model.is_moe_layer(i))] for k in "FIW") for i in range(model.layers)]  # type: ignore[misc]
+    return [tuple(per_kind[(k, model.is_moe_layer(i))] for k in "FIW") for i in every]  # type: ignore[misc]
 
 
 def end_pass_times(model: ModelSpec, par: ParallelSpec, gpu: GpuSpec, opts: WorkloadOptions | None = None,

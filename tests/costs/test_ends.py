@@ -30,3 +30,18 @@ def test_embedding_and_optimizer():
     assert embedding_cost(m, SH, "W").bytes == (2 + 8) * 1024 * 1024  # into the fp32 gradient buffer
     assert optimizer_cost(1e9, 4).bytes == 38 * 1e9 / 4  # fp32 gradients: 2 x 4 + 30
     assert optimizer_cost(1e9, 1, grad_bytes=2).bytes == 34 * 1e9
+
+
+def test_multi_token_prediction_heads():
+    """Each MTP module adds its eh_proj (2h -> h / t) and one more head with its loss; its
+    logits stay allocated as the main head's do."""
+    from dataclasses import replace
+
+    m = tiny_model(layers=2)
+    mtp = replace(m, mtp_layers=1)
+    head = lm_head_cost(m, SH, "F").flops
+    eh_proj = 2 * 1024 * (2 * 1024) * (1024 // 2)
+    assert lm_head_cost(mtp, SH, "F").flops == 2 * head + eh_proj
+    assert lm_head_cost(mtp, SH, "B").flops == 2 * lm_head_cost(mtp, SH, "F").flops
+    assert logits_bytes(mtp, SH) == 2 * logits_bytes(m, SH)
+    assert sum(k.name == "mtp0.loss" for k in lm_head_cost(mtp, SH, "F").kernels) == 1

@@ -174,3 +174,11 @@ def test_a_published_h100_run_imports_as_the_validation_runs_it():
                 "moe_dispatcher", "account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split"):
         assert got[key] == want[key], key
     assert set(got["recompute_modules"].split(",")) == set(want["recompute_modules"].split(","))
+
+
+def test_mtp_num_layers_maps_to_mtp_layers():
+    """--mtp-num-layers is the multi-token prediction modules (mtp_layers); its loss factor has no
+    effect on the step's time."""
+    s = settings(LLAMA_8B + "--mtp-num-layers 1 --mtp-loss-scaling-factor 0.1")
+    assert s["mtp_layers"] == 1
+    assert "mtp_layers" not in settings(LLAMA_8B)

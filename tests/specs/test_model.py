@@ -176,3 +176,22 @@ def test_malformed_json_names_file_and_line(tmp_path):
 def test_missing_file(tmp_path):
     with pytest.raises(SpecError, match=r"nope\.toml: file not found"):
         load_model(str(tmp_path / "nope.toml"))
+
+
+def test_multi_token_prediction_modules():
+    """DeepSeek-V3 with its MTP module: one more layer built like the last decoder layer (MoE),
+    plus eh_proj 2h -> h and three norms; the 685e9 of the Hugging Face checkpoint hold the 671e9
+    main model and about 14e9 of MTP weights, its own copies of the embedding and the head included
+    (2 V h = 1.9e9 of them), which simtrain shares with the main model as Megatron-Core does."""
+    from dataclasses import replace
+
+    base = load_model("deepseek-v3")
+    m = replace(base, mtp_layers=1)
+    assert (m.total_layers, m.is_moe_layer(61)) == (62, True)
+    extra = m.params_total - base.params_total
+    assert extra == base.layer_params(60) + 2 * 7168 * 7168 + 3 * 7168
+    assert 11.5e9 < extra < 12.5e9 and 13e9 < extra + 2 * 129280 * 7168 < 14.5e9  # "14B", rounded
+    with pytest.raises(IndexError):
+        m.is_moe_layer(62)
+    with pytest.raises(SpecError, match="mtp_layers"):
+        replace(base, mtp_layers=-1)

@@ -12,8 +12,10 @@ Qwen3-235B-A22B, Mixtral 8x22B). Every case runs on the stock ``h100-ib`` topolo
 source states (:func:`settings_of`): layout, batch, precision, the distributed optimizer (ZeRO-1)
 or FSDP (ZeRO-3), TP communication overlap, the token dispatcher, the recompute it names
 (Megatron's module names), the pipeline split that counts the embedding and the loss where the
-source's slot count says so (``pipeline_split_counts_embedding_and_loss``). Nothing else is set
-per case; CUDA graphs, which the Nemotron launch script turns on, are not modelled.
+source's slot count says so (``pipeline_split_counts_embedding_and_loss``), the end stages' layers
+and the multi-token prediction modules where the case's recipe sets them (DeepSeek-V3: NeMo's
+``pretrain_deepseek_v3.py`` and its FLOP count, the case's notes). Nothing else is set per case; CUDA graphs, which the Nemotron
+launch script turns on, are not modelled.
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ SETS = {"H100-nemo-dense": "NeMo dense (dgxc-benchmarking)", "H100-nemo-moe": "N
 #: The limits the test enforces per set, (mean |error| %, largest |error| %): the goal where the
 #: set reaches it; elsewhere the set's present errors, so that a change cannot make them worse
 #: unnoticed (the MoE sets miss the goal: the README's validation section says by how much).
-LIMITS = {"H100-nemo-dense": (MEAN_LIMIT_PCT, ROW_LIMIT_PCT), "H100-nemo-moe": (31.0, 31.0),
+LIMITS = {"H100-nemo-dense": (MEAN_LIMIT_PCT, ROW_LIMIT_PCT), "H100-nemo-moe": (21.0, 21.0),
           "H100-megatron-moe": (MEAN_LIMIT_PCT, 13.0)}
 #: The Qwen3-235B-A22B layouts of the model zoo's H100 table, fastest measured first.
 QWEN_ORDER = ("qwen3-235b-deepep-fsdp-ep8", "qwen3-235b-deepep-tp2pp8vpp4ep32", "qwen3-235b-a2a-tp2pp32vpp3ep8",
@@ -113,6 +115,9 @@ def settings_of(case: dict[str, Any]) -> dict[str, Any]:
         out["etp"] = case["etp"]
     if case["moe_dispatcher"]:
         out["moe_dispatcher"] = "deepep" if case["moe_dispatcher"].startswith("deepep") else "alltoall"
+    for key in ("mtp_layers", "first_stage_layers", "last_stage_layers"):  # where the case's recipe sets them
+        if case.get(key):
+            out[key] = case[key]
     if case["pipeline_split_counts_embedding_and_loss"]:
         out["account_for_embedding_in_pipeline_split"] = True
         out["account_for_loss_in_pipeline_split"] = True

@@ -146,3 +146,22 @@ def test_empty_end_chunks_without_the_embedding_and_the_head_pass_through():
     assert len(sends) == 8
     assert all(by_id[d].name == "pp.send.act" for op in sends for d in op.deps)
     engine.run(prog, FixedLatency())
+
+
+@pytest.mark.quick
+def test_mtp_layers_run_on_the_last_chunk():
+    """The split is of the decoder layers; the MTP layers follow the last chunk's (Megatron-Core
+    builds the MTP block on the last stage): NeMo's DeepSeek-V3 at PP16, 3 + 14 x 4 + 2 decoder
+    layers, runs its MTP layer after layers 59 and 60. The step simulates, the MTP layer's
+    all-to-alls and its second head on the last stage."""
+    from dataclasses import replace
+
+    m = replace(load_model("deepseek-v3"), mtp_layers=1)
+    split = chunk_layers(m, 16, 3, 2)
+    assert [len(r) for r in split] == [3] + [4] * 14 + [3] and split[-1] == range(59, 62)
+    tiny = replace(tiny_model(layers=4), mtp_layers=1)
+    assert [list(r) for r in chunk_layers(tiny, 2)] == [[0, 1], [2, 3, 4]]
+    base = dict(model="llama3-8b", topology="h100-ib", gpus=16, tp=2, pp=2, seq=2048, gbs=16)
+    plain, with_mtp = simulate_settings(**base), simulate_settings(**base, mtp_layers=1)
+    assert with_mtp.report["step_time_s"] > plain.report["step_time_s"]
+    assert with_mtp.report["model_flops_per_step"] > plain.report["model_flops_per_step"]
