@@ -183,6 +183,7 @@ NOT_MODELLED = {
     "fail_link": "the topology's links",
     "jitter": "no noise",
     "slow_steps": "no noise",
+    "mtp_layers": "no multi-token prediction modules",
 }
 
 

@@ -95,6 +95,8 @@ def test_settings_the_closed_form_does_not_model():
     assert ledger.not_modelled({"fp8": True, "network": "flow", "tp": 4, "jitter": 0.0}, defaults) == \
         ["network", "fp8"]
     assert ledger.not_modelled(defaults, defaults) == []
+    assert ledger.not_modelled({"mtp_layers": 1}, {"mtp_layers": None}) == ["mtp_layers"]
+    assert ledger.not_modelled({"mtp_layers": None}, {"mtp_layers": None}) == []
 
 
 def test_docstring_examples():
