@@ -12,6 +12,8 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from simtrain import budget, engine
 from simtrain.energy import power_draw
 from simtrain.errors import SimtrainError, SpecError
@@ -340,19 +342,21 @@ def write_outputs(result: SimResult, out_dir: str | Path, plot: bool = True, *, 
     ``chart`` selects and (with ``html``) report.html, with ``comparison`` in it, into ``out_dir``."""
     from simtrain.metrics import memory_timeline
     from simtrain.outputs.files import final_paths, output_set, write_json_atomic
-    from simtrain.outputs.trace import counter_events, rank_pid, write_trace
+    from simtrain.outputs.trace import CounterTrack, rank_pid, write_trace
 
     with output_set(out_dir) as out:  # a folder of this run's own, moved into place as one set
         paths = {"report": str(out / "report.json"), "trace": str(out / "trace.json")}
         write_json_atomic(result.report, paths["report"])
         memory = memory_timeline(result.timeline, result.static_bytes)
-        counters = [e for rank, (t, level) in sorted(memory.items())
-                    for e in counter_events("memory", rank_pid(rank), list(zip(t, level / GiB)), key="GiB")]
+        counters: list = [CounterTrack("memory", rank_pid(rank), np.asarray(t, dtype=np.float64), level / GiB,
+                                       key="GiB") for rank, (t, level) in sorted(memory.items())]
         for i, (link, samples) in enumerate(sorted(result.link_series.items())):
             pid = LINK_PID_BASE + i
             counters.append({"ph": "M", "name": "process_name", "pid": pid, "tid": 0,
                              "args": {"name": f"link {link}"}})
-            counters += counter_events(f"link {link}", pid, samples, key="utilisation")
+            t, u = (np.asarray(c, dtype=np.float64).reshape(-1) for c in zip(*samples)) if samples else \
+                (np.zeros(0), np.zeros(0))
+            counters.append(CounterTrack(f"link {link}", pid, t, u, key="utilisation"))
         write_trace(result.timeline, paths["trace"], rank_labels=result.rank_labels, counters=counters)
         sc = result.scenario
         title = (f"{sc.model.name} on {sc.parallel.world} x {sc.gpu.name}: TP{sc.parallel.tp} "

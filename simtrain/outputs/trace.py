@@ -14,7 +14,8 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping, Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Union
 
 import numpy as np
 
@@ -41,6 +42,23 @@ def node_pid(node: int) -> int:
 def stream_tid(stream: str, local_rank: int = 0) -> int:
     """The trace tid of ``stream`` (of the ``local_rank``-th GPU of a node when grouped by node)."""
     return int(local_rank) * len(STREAMS) + STREAMS.index(stream) + 1
+
+
+@dataclass(frozen=True)
+class CounterTrack:
+    """A counter track given as columns: the same events as :func:`counter_events` of
+    ``zip(times_s, values)``, formatted by :func:`write_trace` without a dict per sample."""
+
+    name: str
+    pid: int
+    times_s: np.ndarray
+    values: np.ndarray
+    key: str = "value"
+
+    def events(self) -> list[dict]:
+        """The track's counter events as dicts."""
+        return counter_events(self.name, self.pid, list(zip(self.times_s.tolist(), self.values.tolist())),
+                              key=self.key)
 
 
 def counter_events(name: str, pid: int, samples: Sequence[tuple[float, float]], *,
@@ -251,13 +269,58 @@ def _dumps(obj: Any) -> str:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"))
 
 
-def _counter_texts(counters: Sequence[dict]) -> list[str]:
+#: What ``counters`` of :func:`trace_events` and :func:`write_trace` may hold: event dicts and
+#: whole counter tracks.
+Counter = Union[dict, CounterTrack]
+
+
+def _expanded(counters: Sequence[Counter]) -> list[dict]:
+    """``counters`` with every :class:`CounterTrack` replaced by its events."""
+    out: list[dict] = []
+    for c in counters:
+        if isinstance(c, CounterTrack):
+            out += c.events()
+        else:
+            out.append(c)
+    return out
+
+
+def _track_text(track: CounterTrack) -> str:
+    """The events of ``track`` as :func:`_counter_texts` formats them, joined by commas: the text
+    around each sample once, each distinct value and each run of equal times formatted once."""
+    times = np.asarray(track.times_s, dtype=np.float64) * _US
+    values = np.asarray(track.values, dtype=np.float64)
+    n = len(times)
+    if not n:
+        return ""
+    head = '{"args":{' + _text(track.key) + ":"
+    mid = '},"name":' + _text(track.name) + f',"ph":"C","pid":{int(track.pid)},"ts":'
+    chunks: list[str | None] = [None] * (5 * n)
+    chunks[0::5] = [head] * n
+    chunks[1::5] = _each(values, _f)
+    chunks[2::5] = [mid] * n
+    chunks[3::5] = _each_run(times)
+    chunks[4::5] = ["},"] * n
+    chunks[-1] = "}"
+    return "".join(chunks)
+
+
+def _counter_texts(counters: Sequence[Counter]) -> list[str]:
     """Counter events as :func:`counter_events` builds them (a float sample of one str key, an int
     pid, a float time, all finite), formatted directly; the text around the sample and the time is
-    formatted once per (key, name, pid). Any other event goes through the JSON encoder."""
+    formatted once per (key, name, pid). A :class:`CounterTrack` of finite samples is formatted
+    from its columns (:func:`_track_text`). Any other event goes through the JSON encoder."""
     around: dict[tuple[str, str, int], tuple[str, str]] = {}
     out = []
     for e in counters:
+        if isinstance(e, CounterTrack):
+            if np.all(np.isfinite(e.times_s)) and np.all(np.isfinite(e.values)):
+                text = _track_text(e)
+                if text:
+                    out.append(text)
+            else:  # NaN or infinity: the encoder's spelling of them
+                out += [_dumps(x) for x in e.events()]
+            continue
         if type(e) is dict and len(e) == 5 and e.get("ph") == "C":
             args, name, pid, ts = e.get("args"), e.get("name"), e.get("pid"), e.get("ts")
             if type(args) is dict and len(args) == 1 and type(name) is str and type(pid) is int \
@@ -277,7 +340,7 @@ def _counter_texts(counters: Sequence[dict]) -> list[str]:
 
 def trace_events(timeline: Timeline, *, rank_labels: Mapping[int, str] | None = None,
                  group_by: str = "rank", gpus_per_node: int | None = None,
-                 counters: Sequence[dict] = ()) -> dict:
+                 counters: Sequence[Counter] = ()) -> dict:
     """The Chrome trace-event JSON object of ``timeline``.
 
     ``{"traceEvents": [...], "displayTimeUnit": "ms", "otherData": {...}}`` with: process and
@@ -292,10 +355,10 @@ def trace_events(timeline: Timeline, *, rank_labels: Mapping[int, str] | None = 
 
     ``group_by="node"`` (needs ``gpus_per_node``) makes each node a process and each
     (rank, stream) a thread. ``counters`` are extra counter events (memory, link utilisation)
-    appended as they are.
+    appended as they are, a :class:`CounterTrack` as its events.
     """
     parts = _Parts(timeline, rank_labels, group_by, gpus_per_node)
-    events = parts.meta + parts.span_dicts() + parts.flow_dicts() + parts.steps + list(counters)
+    events = parts.meta + parts.span_dicts() + parts.flow_dicts() + parts.steps + _expanded(counters)
     return {"traceEvents": events, "displayTimeUnit": "ms", "otherData": parts.other}
 
 
