@@ -180,3 +180,14 @@ def assert_user_error_first_line(*argv):
 @pytest.mark.quick
 def test_at_least_forty_cases():
     assert len(CASES) + len(FILE_CASES) >= 40
+
+
+@pytest.mark.quick
+def test_an_unknown_flag_points_to_the_help_of_its_command():
+    line = assert_user_error("run", "--microbatches", "8")
+    assert line == "simtrain: error: unrecognized arguments: --microbatches 8 (see simtrain run --help)"
+    line = assert_user_error("schedule", "zb-h1", "--pp", "4", "--microbatches", "8", "--gbs", "8")
+    assert line == "simtrain: error: unrecognized arguments: --gbs 8 (see simtrain schedule --help)"
+    assert assert_user_error("run", "--tp", "x") == \
+        "simtrain: error: argument --tp: invalid integer 'x' (see simtrain run --help)"
+    assert assert_user_error("frobnicate").endswith("(see simtrain --help)")
