@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from helpers import assert_user_error
+from helpers import assert_user_error, cli
 
 RUN = ("run", "--no-plot")
 GOOD_TOPOLOGY = 'gpu = "h100-sxm"\nnodes = 2\n[node]\ngpus = 8\nnic_gbps = 400\n[fabric]\nkind = "fat-tree"\nnodes_per_leaf = 2\nspines = 2\n'
@@ -191,3 +191,24 @@ def test_an_unknown_flag_points_to_the_help_of_its_command():
     assert assert_user_error("run", "--tp", "x") == \
         "simtrain: error: argument --tp: invalid integer 'x' (see simtrain run --help)"
     assert assert_user_error("frobnicate").endswith("(see simtrain --help)")
+
+
+@pytest.mark.quick
+def test_an_unknown_model_says_a_config_json_or_a_toml_works(tmp_path):
+    line = assert_user_error("run", "--no-plot", "--model", "Qwen/Qwen3-30B-A3B",
+                             contains=("unknown model 'Qwen/Qwen3-30B-A3B'", "known: deepseek-v3", "mixtral-8x7b",
+                                       "Hugging Face config.json", "model .toml"))
+    assert "path" in line
+    # and it does: the model's config.json (Qwen/Qwen3-30B-A3B on the Hugging Face hub)
+    config = tmp_path / "Qwen3-30B-A3B" / "config.json"
+    config.parent.mkdir()
+    config.write_text(json.dumps({
+        "architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe", "hidden_size": 2048,
+        "num_hidden_layers": 48, "num_attention_heads": 32, "num_key_value_heads": 4, "head_dim": 128,
+        "intermediate_size": 6144, "moe_intermediate_size": 768, "num_experts": 128, "num_experts_per_tok": 8,
+        "decoder_sparse_step": 1, "mlp_only_layers": [], "norm_topk_prob": True, "vocab_size": 151936,
+        "tie_word_embeddings": False, "hidden_act": "silu", "attention_bias": False}))
+    code, out, err = cli("analytic", "--model", config, "--topology", "h100-ib", "--gpus", "16", "--tp", "1",
+                         "--pp", "1", "--ep", "8", "--seq", "4096", "--gbs", "16")
+    assert code == 0, err
+    assert "Qwen3-30B-A3B on 16 x h100-sxm" in out
