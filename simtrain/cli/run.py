@@ -150,7 +150,7 @@ def chart_of(outputs: Mapping[str, Any]):
 
 def cmd_run(args: argparse.Namespace) -> int:
     from simtrain import api
-    from simtrain.outputs.tables import run_summary
+    from simtrain.outputs.tables import memory_excess, run_summary
 
     run = run_args(args)
     chart = chart_of(run.outputs)
@@ -166,10 +166,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             result = api.simulate(scenario)
             report = result.report
             if run.outputs["require_fit"] and not report["fits_in_memory"]:
-                over = [f"stage {i} by {x:.1f} GiB" for i, x in enumerate(report["memory_excess_gib"]) if x > 0]
-                raise SimtrainError(f"--require-fit: peak memory exceeds the {report['memory_capacity_gib']:.1f} "
-                                    f"GiB usable per GPU on {', '.join(over)}; recompute more (--recompute full), "
-                                    f"raise tp/pp/cp or use ZeRO-3")
+                raise SimtrainError(f"--require-fit: {memory_excess(report)}")
             bar.phase("write outputs")
             paths = api.write_outputs(result, run.outputs["out"], plot=run.outputs["plot"], html=run.outputs["html"],
                                       chart=chart)

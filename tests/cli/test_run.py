@@ -179,3 +179,17 @@ def test_a_torchtitan_job_gives_the_report_of_its_simtrain_flags(tmp_path):
     assert flagged["config"]["gbs"] == 64 and flagged["config"]["zero"] == 2  # a flag over the job
     assert_user_error("run", "--from-torchtitan", JOBS / "torchtitan_llama3_70b.toml", "--config",
                       JOBS / "torchtitan_llama3_70b.toml", contains=("--config and --from-torchtitan",))
+
+
+SMALL = ("--model", "llama3-8b", "--topology", "h100-ib", "--gpus", "8", "--seq", "2048")
+
+
+def test_a_run_that_does_not_fit_says_so_on_its_first_line(tmp_path):
+    code, out, err = cli("run", *SMALL, "--tp", "1", "--pp", "1", "--zero", "0", "--gbs", "8", "--no-plot",
+                         "--out", tmp_path)
+    assert code == 0, err
+    first = out.splitlines()[0]
+    assert first.startswith("DOES NOT FIT: peak memory exceeds the ") and "GiB usable per GPU on stage 0 by " in first
+    assert "--recompute full" in first
+    assert "DOES NOT FIT" not in cli("run", *SMALL, "--tp", "1", "--pp", "1", "--gbs", "8", "--no-plot",
+                                     "--out", tmp_path)[1]
