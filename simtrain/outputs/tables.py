@@ -59,7 +59,11 @@ def run_summary(report: StepMetrics, config: Mapping[str, Any], num_microbatches
             f"seq {c['seq']}  mbs {c['mbs']}  gbs {c['gbs']} ({counted(num_microbatches, 'micro-batch')} "
             f"per pipeline)  ZeRO-{c['zero']}  recompute {c['recompute']}")
     idle = br["bubble"] + br["imbalance"]
+    params = ([["parameters", f"{fmt_count(report['params_total'])} total, "
+                              f"{fmt_count(report['params_active'])} active per token"]]
+              if "params_total" in report else [])
     top = table([
+        *params,
         ["step time", fmt_seconds(step)],
         ["tokens/s", f"{report['tokens_per_s']:,.0f}"],
         ["TFLOP/s per GPU", f"{report['tflops_per_gpu']:.1f}"],
@@ -104,6 +108,19 @@ def does_not_fit(report: Mapping[str, Any]) -> str:
 
 #: What lowers a run's peak memory, as a run that does not fit is told.
 LOWER_MEMORY = "recompute more (--recompute full), raise tp/pp/cp or use ZeRO-3"
+
+
+def fmt_count(n: float) -> str:
+    """A large count in T, B or M (10^12, 10^9, 10^6), with three figures at least.
+
+    >>> fmt_count(46_702_792_704), fmt_count(8_030_261_248), fmt_count(671_026_404_352), fmt_count(950)
+    ('46.7B', '8.03B', '671B', '950')
+    """
+    for unit, scale in (("T", 1e12), ("B", 1e9), ("M", 1e6)):
+        if n >= scale:
+            v = n / scale
+            return f"{v:.{0 if v >= 100 else 1 if v >= 10 else 2}f}{unit}"
+    return f"{n:,.0f}"
 
 
 def fmt_duration(s: float) -> str:

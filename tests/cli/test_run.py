@@ -193,3 +193,35 @@ def test_a_run_that_does_not_fit_says_so_on_its_first_line(tmp_path):
     assert "--recompute full" in first
     assert "DOES NOT FIT" not in cli("run", *SMALL, "--tp", "1", "--pp", "1", "--gbs", "8", "--no-plot",
                                      "--out", tmp_path)[1]
+
+
+def _params(out: str) -> str:
+    return next(line for line in out.splitlines() if line.startswith("parameters "))
+
+
+def test_run_prints_and_reports_total_and_active_parameters(tmp_path):
+    """Mixtral 8x7B (Mistral AI's model card: 46.7B total, 12.9B active) and Llama 3 70B (dense: all
+    active), counted by hand from their presets' shapes."""
+    h, layers, q, kv, ffn, vocab, experts, top_k = 4096, 32, 4096, 1024, 14336, 32000, 8, 2
+    attention = h * (q + 2 * kv) + q * h  # q, k, v, o projections
+    expert = 3 * h * ffn  # SwiGLU: gate, up, down
+    shared = attention + 2 * h + h * experts  # attention, two RMSNorms, the router
+    ends = 2 * vocab * h + h  # embedding, untied LM head, final norm
+    total, active = layers * (shared + experts * expert) + ends, layers * (shared + top_k * expert) + ends
+    assert (round(total / 1e9, 1), round(active / 1e9, 1)) == (46.7, 12.9)
+
+    code, out, err = cli("run", "--model", "mixtral-8x7b", "--topology", "h100-ib", "--gpus", "16", "--tp", "2",
+                         "--pp", "2", "--ep", "4", "--seq", "2048", "--gbs", "16", "--no-plot", "--out", tmp_path)
+    assert code == 0, err
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert (report["params_total"], report["params_active"]) == (total, active) == (46_702_792_704, 12_879_925_248)
+    assert _params(out).split() == ["parameters", "46.7B", "total,", "12.9B", "active", "per", "token"]
+
+    h, layers, q, kv, ffn, vocab = 8192, 80, 8192, 1024, 28672, 128256
+    dense = layers * (h * (q + 2 * kv) + q * h + 3 * h * ffn + 2 * h) + 2 * vocab * h + h
+    assert round(dense / 1e9, 1) == 70.6  # Meta's published 70.6B
+    code, out, err = cli("run", "--no-plot", "--out", tmp_path / "70b")
+    assert code == 0, err
+    report = json.loads((tmp_path / "70b" / "report.json").read_text())
+    assert report["params_total"] == report["params_active"] == dense == 70_553_706_496
+    assert _params(out).split() == ["parameters", "70.6B", "total,", "70.6B", "active", "per", "token"]
