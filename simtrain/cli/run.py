@@ -137,7 +137,7 @@ def imported_json(run: RunArgs) -> dict[str, Any]:
 
 
 def chart_of(outputs: Mapping[str, Any]):
-    """The Gantt options (``--ranks``, ``--streams``, ``--window``) of the output settings, checked
+    """The Gantt options (``--ranks``, ``--streams``, ``--window``, ``--xlim``) of the output settings, checked
     before anything is simulated, as is the output folder (``--out``, when given): a file, a
     special file or a folder that cannot be written is refused before the run."""
     from simtrain.cli.types import check_output_folder
@@ -145,7 +145,7 @@ def chart_of(outputs: Mapping[str, Any]):
 
     if outputs.get("out") is not None:
         check_output_folder(outputs["out"])
-    return chart_options(outputs["ranks"], outputs["streams"], outputs["window"])
+    return chart_options(outputs["ranks"], outputs["streams"], outputs["window"], outputs["xlim"])
 
 
 def cmd_run(args: argparse.Namespace) -> int:

@@ -14,7 +14,7 @@ import argparse
 import json
 from typing import Any
 
-from simtrain.cli.types import check_output_file, costs, nonneg_float, positive_int
+from simtrain.cli.types import check_output_file, costs, nonneg_float, positive_float, positive_int
 from simtrain.errors import SimtrainError
 from simtrain.finite import check_finite
 
@@ -43,9 +43,9 @@ def cmd_schedule(args: argparse.Namespace) -> int:
 
     F, I, W = args.costs  # noqa: N806,E741
     check_costs(F, I, W, args.comm)
-    chart = chart_options(args.ranks, None, args.window)
-    if (args.ranks or args.window) and not args.gantt:
-        raise SimtrainError("--ranks and --window choose what --gantt draws; give --gantt OUT.png too")
+    chart = chart_options(args.ranks, None, args.window, args.xlim)
+    if (args.ranks or args.window or args.xlim) and not args.gantt:
+        raise SimtrainError("--ranks, --window and --xlim choose what --gantt draws; give --gantt OUT.png too")
     if args.vpp and args.name in REGISTRY and not REGISTRY[args.name].takes("vpp"):
         raise SimtrainError(f"--vpp: schedule {args.name} has no model chunks to interleave "
                             f"(only interleaved-1f1b takes --vpp)")
@@ -100,6 +100,9 @@ def add_command(sub: Any) -> None:
     p.add_argument("--window", metavar="START:END|mb:A:B",
                    help="time window of the picture: START:END in units of the costs, or mb:A:B for "
                         "micro-batches A to B-1 (default: the whole schedule)")
+    p.add_argument("--xlim", type=positive_float, metavar="T",
+                   help="end of the picture's time axis, in units of the costs: the axis runs from 0 to T, so "
+                        "pictures of schedules of different makespans share one axis (default: the makespan)")
     p.add_argument("--ranks", metavar="R,R,...", help="ranks drawn in the picture (default: all)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=cmd_schedule)

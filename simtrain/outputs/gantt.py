@@ -2,8 +2,8 @@
 
 :func:`draw_gantt` writes a PNG or SVG (:func:`gantt_figure` builds the figure it saves). Rows are
 planned by :func:`simtrain.outputs.view.plan_rows`; a time window (``--window``) narrows the
-x-axis to a stretch of seconds or to a range of micro-batches. matplotlib is imported lazily, so
-importing this module is cheap.
+x-axis to a stretch of seconds or micro-batches, ``--xlim`` sets its end to share it between
+charts. matplotlib is imported lazily, so importing this module is cheap.
 
 Boxes are drawn as compound paths, one collection per (kind, shade), and boxes less than a pixel
 apart merge, so a few hundred thousand spans draw in well under a second; micro-batch numbers are
@@ -236,7 +236,7 @@ def _heading(title: str | None, textbook: bool, plan: RowPlan, n_rows: int, wind
     if plan.subsampled:
         heading += (f" (showing {len(plan.shown_ranks)} of {counted(plan.total_ranks, 'rank')}: first, "
                     f"last and evenly spaced; {n_rows} of {counted(plan.total_rows, 'row')})")
-    if window is not None:
+    if window is not None and window.unit != "axis":
         heading += f"; window {window.describe()}"
     return heading
 

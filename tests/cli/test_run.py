@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import assert_user_error, cli
+from helpers import assert_user_error, cli, drawn_xlims
 from simtrain.metrics import BREAKDOWN
 from simtrain.schedules import generate
 
@@ -225,3 +225,16 @@ def test_run_prints_and_reports_total_and_active_parameters(tmp_path):
     report = json.loads((tmp_path / "70b" / "report.json").read_text())
     assert report["params_total"] == report["params_active"] == dense == 70_553_706_496
     assert _params(out).split() == ["parameters", "70.6B", "total,", "70.6B", "active", "per", "token"]
+
+
+def test_xlim_draws_runs_of_different_step_times_on_one_axis(tmp_path, monkeypatch):
+    limits = drawn_xlims(monkeypatch)
+    for schedule in ("1f1b", "zb-h1"):
+        code, out, err = cli("run", *SMALL, "--tp", "2", "--pp", "4", "--gbs", "8", "--schedule", schedule,
+                             "--xlim", "5", "--out", tmp_path / schedule)
+        assert code == 0, err
+    assert limits == [(0.0, 5000.0), (0.0, 5000.0)]  # 5 s, drawn in ms
+    assert "xlim" not in json.loads((tmp_path / "1f1b" / "report.json").read_text())["config"]  # an output setting
+    step = json.loads((tmp_path / "1f1b" / "report.json").read_text())["step_time_s"]
+    assert_user_error("run", *SMALL, "--tp", "2", "--pp", "4", "--gbs", "8", "--xlim", f"{step / 2}",
+                      "--out", tmp_path / "short", contains=f"the timeline ends at {step:.6g}")
