@@ -1,5 +1,7 @@
 """``simtrain run``: default scenario, flags that change one value of it, outputs, determinism, the
-JSON contract, config files (output keys too), CSV schedules, user errors."""
+JSON contract, config files (output keys too), CSV schedules, user errors; a run that does not fit
+says so first, the model's total and active parameters, ``--xlim``, a Megatron-LM launch with
+``--tp-comm-overlap``."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import assert_user_error, cli, drawn_xlims
+from helpers import assert_user_error, cli, cli_json, drawn_xlims
 from simtrain.metrics import BREAKDOWN
 from simtrain.schedules import generate
 
@@ -238,3 +240,14 @@ def test_xlim_draws_runs_of_different_step_times_on_one_axis(tmp_path, monkeypat
     step = json.loads((tmp_path / "1f1b" / "report.json").read_text())["step_time_s"]
     assert_user_error("run", *SMALL, "--tp", "2", "--pp", "4", "--gbs", "8", "--xlim", f"{step / 2}",
                       "--out", tmp_path / "short", contains=f"the timeline ends at {step:.6g}")
+
+
+def test_a_megatron_launch_with_tp_comm_overlap_imports(tmp_path):
+    megatron = ("--num-layers 32 --hidden-size 4096 --num-attention-heads 32 --group-query-attention "
+                "--num-query-groups 8 --ffn-hidden-size 14336 --swiglu --seq-length 2048 "
+                "--tensor-model-parallel-size 2 --pipeline-model-parallel-size 1 --sequence-parallel "
+                "--tp-comm-overlap --micro-batch-size 1 --global-batch-size 8")
+    out = cli_json("run", "--from-megatron", megatron, "--topology", "h100-ib", "--gpus", "8", "--no-plot",
+                   "--out", tmp_path)
+    assert out["imported"]["settings"]["tp_comm_overlap"] is True and out["config"]["tp_comm_overlap"] is True
+    assert out["config"]["tp"] == 2 and out["config"]["sp"] is True
