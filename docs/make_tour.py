@@ -17,6 +17,7 @@ import ast
 import io
 import re
 import sys
+import tempfile
 from contextlib import redirect_stdout
 from pathlib import Path
 
@@ -271,11 +272,9 @@ def pictures() -> None:
     img = ROOT / "docs" / "img"
     img.mkdir(parents=True, exist_ok=True)
     result = api.simulate(api.resolve(None))
-    api.write_outputs(result, img / "default")
-    (img / "timeline.png").write_bytes((img / "default" / "timeline.png").read_bytes())
-    for name in ("report.json", "trace.json", "timeline.png"):
-        (img / "default" / name).unlink()
-    (img / "default").rmdir()
+    with tempfile.TemporaryDirectory() as tmp:  # the run's other outputs (and its folder lock) go with it
+        api.write_outputs(result, tmp)
+        (img / "timeline.png").write_bytes((Path(tmp) / "timeline.png").read_bytes())
     pair = api.simulate(api.resolve(PAIR_SCENARIO))
     rank = pair.timeline.ranks[0]
     draw_gantt(pair.timeline, img / "dualpipev-pair.png", ranks=[rank], streams=["compute", "ep", "pp_send"],

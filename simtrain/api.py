@@ -125,7 +125,7 @@ def resolve(settings: dict[str, Any] | None = None, recompute_rule: str = "memor
     Traceback (most recent call last):
     ...
     simtrain.errors.SpecError: gpus=100 is not divisible by tp*cp*pp=32 (tp=8, cp=1, pp=4); dp cannot be
-    derived; defaults in use: tp=8, pp=4 (override with --tp, --pp)
+    derived; valid tp with cp=1, pp=4: 1, 5, 25; defaults in use: tp=8, pp=4 (override with --tp, --pp)
     """
     s = complete(settings)
     given = {k for k, v in (settings or {}).items() if v is not None}

@@ -27,9 +27,10 @@ class SimulationError(SimtrainError):
     """A simulation cannot complete (deadlock, event budget exhausted)."""
 
 
-def unknown_name(what: str, name: str, known: Iterable[str]) -> SpecError:
-    """A :class:`SpecError` for an unknown preset name, with a close-match suggestion."""
+def unknown_name(what: str, name: str, known: Iterable[str], also: str = "") -> SpecError:
+    """A :class:`SpecError` for an unknown preset name, with a close-match suggestion and, when
+    given, ``also``: what else the input takes besides a preset name."""
     known = sorted(known)
     close = difflib.get_close_matches(name, known, n=1, cutoff=0.5)
     hint = f"; did you mean {close[0]!r}?" if close else ""
-    return SpecError(f"unknown {what} {name!r}{hint} (known: {', '.join(known)})")
+    return SpecError(f"unknown {what} {name!r}{hint} (known: {', '.join(known)}){'; ' + also if also else ''}")

@@ -201,6 +201,10 @@ class Report(StepMetrics):
     """``report.json`` of a simulated step: the step metrics, the run's facts and the resolved
     configuration. No wall time, so identical inputs give identical files."""
 
+    #: the model's parameters, each shared matrix once
+    params_total: int
+    #: the parameters one token uses: the dense parts, top_k routed and the shared experts (MoE)
+    params_active: int
     #: micro-batches per pipeline
     num_microbatches: int
     #: operations the engine ran
@@ -380,7 +384,8 @@ def run_report(tl: Timeline, program: Program, *, model: ModelSpec, gpu: GpuSpec
                                    weight=program.rank_weight[r]))
     energy = energy_metrics(seconds, step_s=step, tokens=par.gbs * par.seq,
                             draw=power or PowerDraw(None, None, None, 0.0, num_gpus=par.world))
-    return Report(**metrics, **energy, num_microbatches=par.num_microbatches, num_events=num_events,
+    return Report(**metrics, **energy, params_total=model.params_total, params_active=model.params_active,
+                  num_microbatches=par.num_microbatches, num_events=num_events,
                   simulated_ranks=len(program.ranks), links=links, config=config,
                   layers_per_chunk=list(program.layers_per_chunk),
                   kernel_sources={k: program.kernel_sources.get(k, 0) for k in SOURCES},

@@ -17,7 +17,7 @@ derived from others when not given: ``nodes`` (enough for ``gpus``), ``dp`` (``g
 combination, the default values the user did not set.
 
 :data:`OUTPUTS` are the settings of the command's output rather than of the scenario (``out``,
-``plot``, ``json``, ``require_fit``, ``html``, the Gantt chart's ``window``, ``ranks``,
+``plot``, ``json``, ``require_fit``, ``html``, the Gantt chart's ``window``, ``xlim``, ``ranks``,
 ``streams`` and ``progress``): a flag and a ``--config`` key each, like the others, but not
 part of the scenario or its report.
 
@@ -315,6 +315,9 @@ OUTPUTS: Mapping[str, Setting] = MappingProxyType({s.name: s for s in (
             "page that opens offline"),
     Setting("window", str, None, "time window of timeline.png: START:END in seconds, or mb:A:B for "
             "micro-batches A to B-1", default_text="the whole step", metavar="START:END|mb:A:B"),
+    Setting("xlim", float, None, "end of timeline.png's time axis in seconds: the axis runs from 0 to it, so "
+            "charts of runs with different step times share one axis (at least the step's end)",
+            default_text="the step's end", rule=POSITIVE_FINITE, metavar="SECONDS"),
     Setting("ranks", str, None, "ranks drawn in timeline.png, e.g. 0,16", default_text="every simulated "
             "rank, subsampled to 64 rows", metavar="R,R,..."),
     Setting("streams", str, None, "streams drawn in timeline.png: compute, tp, cp, ep, pp_send, pp_recv, dp",

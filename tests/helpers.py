@@ -64,6 +64,21 @@ def assert_user_error(*argv: str, contains: str | tuple[str, ...] = ()) -> str:
     return lines[0]
 
 
+def drawn_xlims(monkeypatch) -> list:
+    """The x limits of every Gantt figure drawn from now on (the list fills as they are drawn)."""
+    from simtrain.outputs import gantt
+
+    limits, figure = [], gantt.gantt_figure
+
+    def capture(*args, **kwargs):
+        fig = figure(*args, **kwargs)
+        limits.append(fig.axes[0].get_xlim())
+        return fig
+
+    monkeypatch.setattr(gantt, "gantt_figure", capture)
+    return limits
+
+
 # ---- simulations ---------------------------------------------------------------------------------
 
 # The seed's 70B scenario (course notes): 64 GPUs of the seed-h100 cluster, 8K tokens.

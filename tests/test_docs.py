@@ -26,6 +26,36 @@ def test_readme_starts_with_the_two_commands():
     assert test_cmd in (ROOT / ".ci" / "run").read_text()
 
 
+@pytest.mark.quick
+def test_readme_top_says_which_presets_are_hardware_models():
+    """Before the tour: the default seed-h100 is the course notes' flat-0.6 GPU, and every other
+    topology `simtrain list topologies` shows is named as a hardware model to plan with."""
+    import json
+
+    top = README.split("## A five-minute tour", 1)[0]
+    code, out, err = cli("list", "topologies", "--json")
+    assert code == 0, err
+    names = [t["name"] for t in json.loads(out)]
+    assert "seed-h100" in names and "h100-ib" in names and "b200-ib" in names and "a100-hdr" in names
+    assert "`seed-h100`" in top and "course notes" in top and "flat 0.6" in top
+    missing = [n for n in names if n != "seed-h100" and f"`{n}`" not in top]
+    assert not missing, f"presets the README's top does not name: {missing}"
+
+
+@pytest.mark.quick
+def test_the_command_table_lists_every_command():
+    """Every command `simtrain --help` lists has a row of the README's command table."""
+    import subprocess
+
+    out = subprocess.run([sys.executable, "-m", "simtrain", "--help"], cwd=ROOT, capture_output=True, text=True,
+                         check=True, timeout=120).stdout
+    commands = re.findall(r"^    (\w+)", out, re.M)  # the COMMAND list: a name after four spaces
+    assert {"run", "search", "whatif", "calibrate", "schedule", "list"} <= set(commands), out
+    table = README.split("## Commands", 1)[1].split("\n\n", 2)[1]
+    missing = [c for c in commands if f"| `simtrain {c}" not in table]
+    assert not missing, f"commands missing from the README's command table: {missing}"
+
+
 def _assert_current(blocks: dict[str, str]) -> None:
     import make_tour
 

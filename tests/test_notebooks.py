@@ -3,12 +3,14 @@ its outputs stripped. Their wall times are measured by ``benchmarks/bench_notebo
 
 Execution needs nbclient, nbformat and ipykernel (the ``test`` extra); without them those tests
 skip with the reason. Each notebook runs in a fresh ``python3`` kernel whose working directory is
-a temporary folder, headless (``MPLBACKEND=Agg``).
+notebooks/, as in ``jupyter lab notebooks/``, headless (``MPLBACKEND=Agg``), and leaves nothing there
+that ``git status`` would show: what a notebook writes goes to a temporary folder.
 """
 
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -65,15 +67,48 @@ def _notebook_tools():
     return nbformat, NotebookClient
 
 
+def git_status(folder: Path) -> set[str]:
+    """The lines of ``git status --porcelain`` for ``folder`` (new and changed files, those that
+    .gitignore names left out); outside a git checkout, every file under it."""
+    try:
+        out = subprocess.run(["git", "status", "--porcelain", "--untracked-files=all", "--", "."], cwd=folder,
+                             capture_output=True, text=True, check=True, timeout=60).stdout
+    except (OSError, subprocess.SubprocessError):
+        return {str(p.relative_to(folder)) for p in folder.rglob("*")
+                if p.is_file() and not {".ipynb_checkpoints", "__pycache__"} & set(p.parts)}
+    return set(out.splitlines())
+
+
+@pytest.mark.quick
+@pytest.mark.parametrize("checkout", [False, True], ids=["plain folder", "git checkout"])
+def test_git_status_sees_a_new_file(tmp_path: Path, checkout: bool):
+    """The check of test_notebook_executes sees a file a notebook would leave, in a git checkout
+    and, by listing the folder, outside one; not one that .gitignore names."""
+    if checkout:
+        try:
+            subprocess.run(["git", "init", "-q", str(tmp_path)], check=True, capture_output=True, timeout=60)
+        except (OSError, subprocess.SubprocessError):
+            pytest.skip("git is not available")
+        (tmp_path / ".gitignore").write_text(".ipynb_checkpoints/\n")
+    folder = tmp_path / "notebooks"
+    folder.mkdir()
+    before = git_status(folder)
+    for name in ("sweep/whatif-sweep.png", ".ipynb_checkpoints/a-checkpoint.ipynb"):
+        (folder / name).parent.mkdir()
+        (folder / name).write_bytes(b"")
+    assert len(git_status(folder) - before) == 1
+
+
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=_ids)
-def test_notebook_executes(path: Path, tmp_path: Path, monkeypatch):
+def test_notebook_executes(path: Path, monkeypatch):
     nbformat, NotebookClient = _notebook_tools()
     from nbclient.exceptions import CellExecutionError
 
     monkeypatch.setenv("MPLBACKEND", "Agg")  # inherited by the kernel: no display needed
     nb = nbformat.read(str(path), as_version=4)
+    before = git_status(NOTEBOOK_DIR)
     client = NotebookClient(nb, timeout=CELL_TIMEOUT_S, kernel_name="python3",
-                            resources={"metadata": {"path": str(tmp_path)}})
+                            resources={"metadata": {"path": str(NOTEBOOK_DIR)}})
     try:
         client.execute()
     except CellExecutionError as exc:
@@ -81,3 +116,5 @@ def test_notebook_executes(path: Path, tmp_path: Path, monkeypatch):
     errors = [out for cell in nb.cells if cell.cell_type == "code" for out in cell.get("outputs", [])
               if out.get("output_type") == "error"]
     assert not errors, f"{path.name}: error outputs: {[e.get('ename') for e in errors]}"
+    left = git_status(NOTEBOOK_DIR) - before
+    assert not left, f"{path.name} left files in notebooks/ (write them to a temporary folder): {sorted(left)}"

@@ -234,7 +234,7 @@ def _add_search_flags(p: argparse.ArgumentParser) -> None:
     add_setting_flag(p, SETTINGS["nodes"])
     for name in ("seq", "gbs"):
         add_setting_flag(p, SETTINGS[name], required=True)
-    p.add_argument("--schedules", type=list_type(str), default=("1f1b",), metavar="NAME,..",
+    p.add_argument("--schedules", "--schedule", type=list_type(str), default=("1f1b",), metavar="NAME,..",
                    help="pipeline schedules to try, comma-separated (default 1f1b)")
     add_list_flags(p, _SEARCH_LISTS)
     p.add_argument("--top", type=positive_int, metavar="K", help="simulate only the analytic top K")

@@ -27,18 +27,33 @@ from simtrain.errors import SimtrainError
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse whose usage errors are one line and exit status 2; a quoted value in argparse's
-    message (``invalid choice: '...'``) is cut to 80 characters. A value that starts with a minus
-    sign and a digit (``--costs -1,1,1``, ``--gbs -1e3``) is a value, not a flag (argparse alone
-    reads only ``-1`` and ``-1.5`` so), so its flag's own check names what is valid."""
+    """argparse whose usage errors are one line and exit status 2, pointing to the help of the
+    command that was given (``simtrain run --help``); a quoted value in argparse's message
+    (``invalid choice: '...'``) is cut to 80 characters. A value that starts with a minus sign and
+    a digit (``--costs -1,1,1``, ``--gbs -1e3``) is a value, not a flag (argparse alone reads only
+    ``-1`` and ``-1.5`` so), so its flag's own check names what is valid."""
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self._negative_number_matcher = re.compile(r"^-\.?\d")
 
+    def parse_args(self, args=None, namespace=None):  # type: ignore[override]
+        """As argparse's, but words no command takes are refused in the words of the command
+        given: argparse leaves them to the top-level parser, whose help does not list them."""
+        parsed, extras = self.parse_known_args(args, namespace)
+        if extras:
+            command = getattr(parsed, "command", None)
+            help_of = f"{self.prog} {command}" if command else self.prog
+            self._fail(f"unrecognized arguments: {' '.join(extras)}", help_of)
+        return parsed
+
     def error(self, message: str) -> None:  # type: ignore[override]
+        self._fail(message, self.prog)
+
+    @staticmethod
+    def _fail(message: str, help_of: str) -> None:
         message = re.sub(r"'([^'\n]{76})[^'\n]{4,}'", r"'\1...'", message.replace("\n", " "))
-        raise SimtrainError(f"{self.prog}: {message} (see {self.prog} --help)")
+        raise SimtrainError(f"{message} (see {help_of} --help)")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -137,7 +137,7 @@ def imported_json(run: RunArgs) -> dict[str, Any]:
 
 
 def chart_of(outputs: Mapping[str, Any]):
-    """The Gantt options (``--ranks``, ``--streams``, ``--window``) of the output settings, checked
+    """The Gantt options (``--ranks``, ``--streams``, ``--window``, ``--xlim``) of the output settings, checked
     before anything is simulated, as is the output folder (``--out``, when given): a file, a
     special file or a folder that cannot be written is refused before the run."""
     from simtrain.cli.types import check_output_folder
@@ -145,12 +145,12 @@ def chart_of(outputs: Mapping[str, Any]):
 
     if outputs.get("out") is not None:
         check_output_folder(outputs["out"])
-    return chart_options(outputs["ranks"], outputs["streams"], outputs["window"])
+    return chart_options(outputs["ranks"], outputs["streams"], outputs["window"], outputs["xlim"])
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     from simtrain import api
-    from simtrain.outputs.tables import run_summary
+    from simtrain.outputs.tables import memory_excess, run_summary
 
     run = run_args(args)
     chart = chart_of(run.outputs)
@@ -166,10 +166,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             result = api.simulate(scenario)
             report = result.report
             if run.outputs["require_fit"] and not report["fits_in_memory"]:
-                over = [f"stage {i} by {x:.1f} GiB" for i, x in enumerate(report["memory_excess_gib"]) if x > 0]
-                raise SimtrainError(f"--require-fit: peak memory exceeds the {report['memory_capacity_gib']:.1f} "
-                                    f"GiB usable per GPU on {', '.join(over)}; recompute more (--recompute full), "
-                                    f"raise tp/pp/cp or use ZeRO-3")
+                raise SimtrainError(f"--require-fit: {memory_excess(report)}")
             bar.phase("write outputs")
             paths = api.write_outputs(result, run.outputs["out"], plot=run.outputs["plot"], html=run.outputs["html"],
                                       chart=chart)

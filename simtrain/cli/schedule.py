@@ -14,7 +14,7 @@ import argparse
 import json
 from typing import Any
 
-from simtrain.cli.types import check_output_file, costs, nonneg_float, positive_int
+from simtrain.cli.types import check_output_file, costs, nonneg_float, positive_float, positive_int
 from simtrain.errors import SimtrainError
 from simtrain.finite import check_finite
 
@@ -43,9 +43,9 @@ def cmd_schedule(args: argparse.Namespace) -> int:
 
     F, I, W = args.costs  # noqa: N806,E741
     check_costs(F, I, W, args.comm)
-    chart = chart_options(args.ranks, None, args.window)
-    if (args.ranks or args.window) and not args.gantt:
-        raise SimtrainError("--ranks and --window choose what --gantt draws; give --gantt OUT.png too")
+    chart = chart_options(args.ranks, None, args.window, args.xlim)
+    if (args.ranks or args.window or args.xlim) and not args.gantt:
+        raise SimtrainError("--ranks, --window and --xlim choose what --gantt draws; give --gantt OUT.png too")
     if args.vpp and args.name in REGISTRY and not REGISTRY[args.name].takes("vpp"):
         raise SimtrainError(f"--vpp: schedule {args.name} has no model chunks to interleave "
                             f"(only interleaved-1f1b takes --vpp)")
@@ -76,6 +76,9 @@ def cmd_schedule(args: argparse.Namespace) -> int:
     print(f"makespan {run.makespan:g}" + (f"  (closed form {closed:g})" if closed is not None
                                            else "  (no closed form for these settings)"))
     print(f"bubble ratio {run.bubble_ratio:.1%}")
+    note = dualpipev_note(sched, run.makespan, (F, I, W), args.comm)
+    if note:
+        print(note)
     rows = [[str(r), f"{run.idle_per_rank[r]:g}", f"{run.peak_inflight[r]:g}",
              " ".join(str(a) for a in sched.actions[r][:12]) + (" ..." if len(sched.actions[r]) > 12 else "")]
             for r in range(sched.num_ranks)]
@@ -83,6 +86,41 @@ def cmd_schedule(args: argparse.Namespace) -> int:
     if args.gantt:
         print(f"wrote {args.gantt}")
     return 0
+
+
+def _makespan(name: str, pp: int, m: int, costs: tuple[float, float, float], comm: float) -> float | None:
+    from simtrain.schedules import load_schedule
+    from simtrain.workload.fixed_cost import run_schedule
+
+    try:
+        return run_schedule(load_schedule(name, pp, m), *costs, comm=comm).makespan
+    except SimtrainError:
+        return None
+
+
+def dualpipev_note(sched: Any, makespan: float, costs: tuple[float, float, float], comm: float) -> str:
+    """Why a DualPipeV schedule takes exactly ZB-H1's makespan with these costs, when it does, and
+    what to change to see them differ; empty otherwise (another schedule, or a different makespan).
+    With W = F the two bubbles are equal (DualPipe README: ``(PP/2 - 1)(F&B + B - 3W)`` with
+    PP = 2p half stages; Qi et al. 2024: ``(p - 1)(F + I - W)``), and an overlapped F&B pair costs
+    F + B here: a schedule alone has no communication to hide behind compute."""
+    if sched.name != "dualpipev":
+        return ""
+    pp, m = sched.num_ranks, sched.num_microbatches
+    zb = _makespan("zb-h1", pp, m, costs, comm)
+    if zb is None or abs(zb - makespan) > 1e-9 * max(zb, 1.0):
+        return ""
+    F, I, W = costs  # noqa: N806,E741
+    why = (": with W = F DualPipeV's bubble, (p-1)(F+2B-3W)/2, equals ZB-H1's, (p-1)(F+I-W), and" if W == F
+           else " with these costs:")
+    hint = ""
+    for other in ((F, I, W / 2), (F, I, W * 2), (F, 2 * I, W)):
+        a, b = _makespan("dualpipev", pp, m, other, comm), _makespan("zb-h1", pp, m, other, comm)
+        if a is not None and b is not None and abs(a - b) > 1e-9 * max(a, b, 1.0):
+            hint = (f"; --costs {','.join(f'{c:g}' for c in other)} gives {a:g} against ZB-H1's {b:g}")
+            break
+    return (f"note: the same makespan as zb-h1 ({zb:g}){why} an overlapped F&B pair costs F + B here (a "
+            f"schedule alone has no communication to hide){hint}")
 
 
 def add_command(sub: Any) -> None:
@@ -100,6 +138,9 @@ def add_command(sub: Any) -> None:
     p.add_argument("--window", metavar="START:END|mb:A:B",
                    help="time window of the picture: START:END in units of the costs, or mb:A:B for "
                         "micro-batches A to B-1 (default: the whole schedule)")
+    p.add_argument("--xlim", type=positive_float, metavar="T",
+                   help="end of the picture's time axis, in units of the costs: the axis runs from 0 to T, so "
+                        "pictures of schedules of different makespans share one axis (default: the makespan)")
     p.add_argument("--ranks", metavar="R,R,...", help="ranks drawn in the picture (default: all)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=cmd_schedule)

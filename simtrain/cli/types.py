@@ -12,7 +12,7 @@ from typing import Any
 
 from simtrain.errors import SimtrainError
 from simtrain.specs.strict import shown
-from simtrain.settings import NON_NEGATIVE, NON_NEGATIVE_FINITE, POSITIVE, Rule, Setting
+from simtrain.settings import NON_NEGATIVE, NON_NEGATIVE_FINITE, POSITIVE, POSITIVE_FINITE, Rule, Setting
 
 
 def _convert(text: str, kind: type) -> Any:
@@ -66,6 +66,7 @@ def setting_type(setting: Setting) -> Callable[[str], Any] | None:
 positive_int = value_type(int, POSITIVE)
 nonneg_int = value_type(int, NON_NEGATIVE)
 nonneg_float = value_type(float, NON_NEGATIVE_FINITE)
+positive_float = value_type(float, POSITIVE_FINITE)
 
 
 def int_in(low: int, high: int) -> Callable[[str], int]:

@@ -261,7 +261,7 @@ def add_command(sub: Any) -> None:
                    help="price of a GPU-hour per topology, over --price-per-gpu-hour")
     p.add_argument("--sweep", metavar="KEY=V,..", help="run each value of one topology key (nic_gbps, nvlink_GBps, "
                    "oversubscription, ...) and plot step time and cost against it")
-    p.add_argument("--schedules", type=list_type(str), default=("1f1b",), metavar="NAME,..",
+    p.add_argument("--schedules", "--schedule", type=list_type(str), default=("1f1b",), metavar="NAME,..",
                    help="pipeline schedules to try (default 1f1b)")
     add_list_flags(p, (("mbs", (1,)), ("zero", (1,)), ("recompute", ("auto",))))
     p.add_argument("--top", type=positive_int, metavar="K", help="simulate only the closed form's top K per cluster")

@@ -2,8 +2,8 @@
 
 :func:`draw_gantt` writes a PNG or SVG (:func:`gantt_figure` builds the figure it saves). Rows are
 planned by :func:`simtrain.outputs.view.plan_rows`; a time window (``--window``) narrows the
-x-axis to a stretch of seconds or to a range of micro-batches. matplotlib is imported lazily, so
-importing this module is cheap.
+x-axis to a stretch of seconds or micro-batches, ``--xlim`` sets its end to share it between
+charts. matplotlib is imported lazily, so importing this module is cheap.
 
 Boxes are drawn as compound paths, one collection per (kind, shade), and boxes less than a pixel
 apart merge, so a few hundred thousand spans draw in well under a second; micro-batch numbers are
@@ -236,7 +236,7 @@ def _heading(title: str | None, textbook: bool, plan: RowPlan, n_rows: int, wind
     if plan.subsampled:
         heading += (f" (showing {len(plan.shown_ranks)} of {counted(plan.total_ranks, 'rank')}: first, "
                     f"last and evenly spaced; {n_rows} of {counted(plan.total_rows, 'row')})")
-    if window is not None:
+    if window is not None and window.unit != "axis":
         heading += f"; window {window.describe()}"
     return heading
 
@@ -278,11 +278,11 @@ def _merged(x0: np.ndarray, x1: np.ndarray, rows: np.ndarray, gap: float) -> tup
 
 
 def _boxes(ax, x0, x1, span_row, kinds, levels, outlined: bool, pixel: float) -> None:
-    """One collection per (kind, shade); communication kinds hatched in a contrasting colour,
-    compute boxes ``outlined`` in white (when they are wide enough for outlines to help). Without
-    outlines, boxes of a row and shade less than a ``pixel`` apart merge (they look the same) and
-    form compound paths (:func:`_compound`), unantialiased and snapped to pixels as a lone box is:
-    Agg renders a hatch pattern once per path (matplotlib ``src/_backend_agg.h``, ``_draw_path``)."""
+    """One collection per (kind, shade); communication hatched in a contrasting colour. Boxes wide
+    enough for outlines to help are ``outlined``: compute in white, hatched ones a ``pixel`` short,
+    so neighbours stay apart. Without outlines, boxes of a row and shade less than a ``pixel`` apart
+    merge and form compound paths (:func:`_compound`), unantialiased and snapped to pixels as a lone
+    box is: Agg renders a hatch pattern once per path (matplotlib ``src/_backend_agg.h``, ``_draw_path``)."""
     from matplotlib.collections import PathCollection, PolyCollection
 
     for k_code, kind in enumerate(KINDS):
@@ -294,7 +294,8 @@ def _boxes(ax, x0, x1, span_row, kinds, levels, outlined: bool, pixel: float) ->
             style = dict(facecolors=[fill], edgecolors=[text_colour(fill) if hatch else "white"],
                          hatch=hatch, zorder=2)  # a hatch takes the edge colour
             if outlined:
-                ax.add_collection(PolyCollection(_box_corners(x0[sel], x1[sel], span_row[sel])[:, :4],
+                end = x1[sel] - (np.minimum(pixel, (x1[sel] - x0[sel]) / 2) if hatch else 0.0)
+                ax.add_collection(PolyCollection(_box_corners(x0[sel], end, span_row[sel])[:, :4],
                                                  linewidths=0.0 if hatch else 0.3, antialiaseds=True, **style))
             else:
                 coll = PathCollection(_compound(*_merged(x0[sel], x1[sel], span_row[sel], pixel)),

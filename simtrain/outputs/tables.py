@@ -59,7 +59,11 @@ def run_summary(report: StepMetrics, config: Mapping[str, Any], num_microbatches
             f"seq {c['seq']}  mbs {c['mbs']}  gbs {c['gbs']} ({counted(num_microbatches, 'micro-batch')} "
             f"per pipeline)  ZeRO-{c['zero']}  recompute {c['recompute']}")
     idle = br["bubble"] + br["imbalance"]
+    params = ([["parameters", f"{fmt_count(report['params_total'])} total, "
+                              f"{fmt_count(report['params_active'])} active per token"]]
+              if "params_total" in report else [])
     top = table([
+        *params,
         ["step time", fmt_seconds(step)],
         ["tokens/s", f"{report['tokens_per_s']:,.0f}"],
         ["TFLOP/s per GPU", f"{report['tflops_per_gpu']:.1f}"],
@@ -70,9 +74,6 @@ def run_summary(report: StepMetrics, config: Mapping[str, Any], num_microbatches
         ["peak memory per stage", " ".join(f"{g:.1f}" for g in report["peak_memory_gib"]) +
          f" GiB of {report['memory_capacity_gib']:.1f}" + ("" if report["fits_in_memory"] else "  DOES NOT FIT")],
     ])
-    excess = [(i, x) for i, x in enumerate(report["memory_excess_gib"]) if x > 0]
-    if excess:
-        top += "\n" + "; ".join(f"stage {i} exceeds the capacity by {x:.1f} GiB" for i, x in excess)
     breakdown = table([[k, fmt_seconds(br[k]), _share(br[k], step)] for k in BREAKDOWN],
                       ["step breakdown", "time", "share"]) + "\n" + textwrap.fill(IDLE_NOTE, NOTE_WIDTH)
     comm_rows = [[k, fmt_seconds(exposed), fmt_seconds(br[k]), fmt_seconds(report["overlapped_comm_s"][k])]
@@ -85,8 +86,41 @@ def run_summary(report: StepMetrics, config: Mapping[str, Any], num_microbatches
             f"communication kernels hold {report['comm_sms']} SMs: compute beside them runs "
             f"{report['comm_interference']:.1%} longer (--comm-interference), which added "
             f"{fmt_seconds(report['comm_slowdown_s'])} to the most slowed rank's compute.", NOTE_WIDTH)
-    return "\n\n".join(x for x in (head, top, breakdown, comm, energy_table(report),
+    return "\n\n".join(x for x in (does_not_fit(report), head, top, breakdown, comm, energy_table(report),
                                    perturbation_table(report), step_time_table(report)) if x)
+
+
+def memory_excess(report: Mapping[str, Any]) -> str:
+    """Which stages' peak memory exceeds the capacity, by how much, and what lowers it; empty when
+    every stage fits."""
+    over = [f"stage {i} by {x:.1f} GiB" for i, x in enumerate(report["memory_excess_gib"]) if x > 0]
+    if report["fits_in_memory"] or not over:
+        return ""
+    return (f"peak memory exceeds the {report['memory_capacity_gib']:.1f} GiB usable per GPU on "
+            f"{', '.join(over)}; {LOWER_MEMORY}")
+
+
+def does_not_fit(report: Mapping[str, Any]) -> str:
+    """The warning a summary starts with when a stage does not fit (:func:`memory_excess`)."""
+    excess = memory_excess(report)
+    return f"DOES NOT FIT: {excess}" if excess else ""
+
+
+#: What lowers a run's peak memory, as a run that does not fit is told.
+LOWER_MEMORY = "recompute more (--recompute full), raise tp/pp/cp or use ZeRO-3"
+
+
+def fmt_count(n: float) -> str:
+    """A large count in T, B or M (10^12, 10^9, 10^6), with three figures at least.
+
+    >>> fmt_count(46_702_792_704), fmt_count(8_030_261_248), fmt_count(671_026_404_352), fmt_count(950)
+    ('46.7B', '8.03B', '671B', '950')
+    """
+    for unit, scale in (("T", 1e12), ("B", 1e9), ("M", 1e6)):
+        if n >= scale:
+            v = n / scale
+            return f"{v:.{0 if v >= 100 else 1 if v >= 10 else 2}f}{unit}"
+    return f"{n:,.0f}"
 
 
 def fmt_duration(s: float) -> str:

@@ -3,7 +3,7 @@ chunk of each span.
 
 The Gantt pictures and the HTML report plan their rows with :func:`plan_rows`; ``--window``
 (:func:`parse_window`, then :func:`window_bounds`) and ``--ranks``/``--streams`` narrow what the
-Gantt picture draws.
+Gantt picture draws; ``--xlim`` sets the end of its time axis.
 """
 
 from __future__ import annotations
@@ -150,7 +150,9 @@ def gantt_rows(timeline: Timeline, textbook: bool = False, ranks: Iterable[int] 
 @dataclass(frozen=True)
 class Window:
     """A time window: seconds (``unit="s"``) or micro-batches ``start`` to ``end`` - 1
-    (``unit="mb"``: from the first start to the last end of those micro-batches' spans)."""
+    (``unit="mb"``: from the first start to the last end of those micro-batches' spans); or the
+    whole timeline on a time axis from 0 to ``end`` (``unit="axis"``, ``--xlim``), so charts of
+    timelines of different lengths share one axis."""
 
     unit: str
     start: float
@@ -158,6 +160,8 @@ class Window:
     text: str
 
     def describe(self) -> str:
+        if self.unit == "axis":
+            return f"time axis 0 to {self.end:g}"
         if self.unit == "mb":
             first, last = int(self.start), int(self.end) - 1
             return f"micro-batch {first}" if first == last else f"micro-batches {first} to {last}"
@@ -191,6 +195,11 @@ def parse_window(text: str) -> Window:
 def window_bounds(timeline: Timeline, window: Window) -> tuple[float, float]:
     """``window`` in seconds on ``timeline``; a micro-batch range the timeline does not hold, or a
     window after its end, is refused naming what it holds."""
+    if window.unit == "axis":
+        if len(timeline) and timeline.end_s > window.end:
+            raise SimtrainError(f"--xlim {window.text}: the timeline ends at {timeline.end_s:.6g}, after it; give "
+                                f"at least that to draw it whole on a shared axis (--window draws a part)")
+        return 0.0, window.end
     if window.unit == "s":
         if len(timeline) and window.start >= timeline.end_s:
             raise SimtrainError(f"--window {window.text}: starts after the step's end "
@@ -217,9 +226,10 @@ class ChartOptions:
 
 
 def chart_options(ranks: str | None = None, streams: str | None = None,
-                  window: str | None = None) -> ChartOptions:
-    """The options ``--ranks R,R,...``, ``--streams S,S,...`` and ``--window`` as given (None:
-    not given), checked; a bad one is refused in one line naming the flag and the value."""
+                  window: str | None = None, xlim: float | None = None) -> ChartOptions:
+    """The options ``--ranks R,R,...``, ``--streams S,S,...``, ``--window`` and ``--xlim`` (the
+    end of the time axis) as given (None: not given), checked; a bad one is refused in one line
+    naming the flag and the value."""
     rank_list = None
     if ranks is not None:
         try:
@@ -238,6 +248,12 @@ def chart_options(ranks: str | None = None, streams: str | None = None,
         parsed = parse_window(window) if window is not None else None
     except ValueError as exc:
         raise SimtrainError(f"--window: {exc}") from None
+    if xlim is not None:
+        if parsed is not None:
+            raise SimtrainError(f"--xlim {xlim:g} and --window {window}: both set the time axis; give one")
+        if not 0 < xlim < math.inf:
+            raise SimtrainError(f"--xlim {xlim:g}: must be a finite number > 0")
+        parsed = Window("axis", 0.0, float(xlim), f"{xlim:g}")
     return ChartOptions(rank_list, stream_list, parsed)
 
 

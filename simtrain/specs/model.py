@@ -329,6 +329,12 @@ def list_models() -> list[str]:
     return sorted(p.name[:-5] for p in _presets().iterdir() if p.name.endswith(".toml"))
 
 
+#: What an unknown model name is told besides the presets: a model is also a file (a Hugging Face
+#: model's name, such as ``Qwen/Qwen3-30B-A3B``, is not fetched; its config.json is read).
+MODEL_FILES_TOO = ("or give the path of a file: a Hugging Face config.json (downloaded from the model's "
+                   "page, e.g. path/to/config.json) or a model .toml")
+
+
 def load_model(name_or_path: str) -> ModelSpec:
     """A model from a native ``.toml`` file, a Hugging Face ``.json`` config or a preset name."""
     path = Path(name_or_path)
@@ -342,7 +348,7 @@ def load_model(name_or_path: str) -> ModelSpec:
         name = path.parent.name if path.stem == "config" and path.parent.name else path.stem
         return model_from_hf_config(data, str(path), name=name)
     if name_or_path not in list_models():
-        raise unknown_name("model", name_or_path, list_models())
+        raise unknown_name("model", name_or_path, list_models(), also=MODEL_FILES_TOO)
     resource = _presets() / f"{name_or_path}.toml"
     data = parse_toml(resource.read_text(encoding="utf-8"), f"{name_or_path}.toml")
     return model_from_table(Table(data, f"model preset {name_or_path}.toml"), name_or_path)

@@ -160,6 +160,39 @@ def _check_recompute_modules(par: ParallelSpec, model: "ModelSpec") -> None:
                             f"{', '.join(m for m in RECOMPUTE_MODULES if exists.get(m, True))}")
 
 
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def _valid_degrees(num_gpus: int, degrees: dict[str, int]) -> str:
+    """The values of one of ``degrees`` (tp, cp, pp) with which their product divides the GPU
+    count, the others kept: of the first degree that does not divide it, else of the last.
+
+    >>> _valid_degrees(256, {"tp": 8, "cp": 1, "pp": 3})
+    'valid pp with tp=8, cp=1: 1, 2, 4, 8, 16, 32'
+    >>> _valid_degrees(256, {"tp": 3, "cp": 1, "pp": 4})
+    'valid tp with cp=1, pp=4: 1, 2, 4, 8, 16, 32, 64'
+    """
+    names = sorted(degrees, key=lambda n: (num_gpus % degrees[n] == 0, -list(degrees).index(n)))
+    for name in names:
+        others = {k: v for k, v in degrees.items() if k != name}
+        product = 1
+        for v in others.values():
+            product *= v
+        if num_gpus % product == 0:
+            kept = ", ".join(f"{k}={v}" for k, v in others.items())
+            return f"valid {name} with {kept}: {', '.join(map(str, _divisors(num_gpus // product)))}"
+    return f"{'*'.join(degrees)} must divide gpus={num_gpus}: each of {', '.join(degrees)} a divisor of it"
+
+
+def _valid_ep(par: ParallelSpec, model: "ModelSpec") -> str:
+    """The EP degrees that divide the experts and, with the expert TP and the pipeline, the world."""
+    span = par.expert_tp * par.pp
+    valid = [e for e in _divisors(model.num_experts) if par.world % (span * e) == 0]
+    return (f"valid ep with etp={par.expert_tp}, pp={par.pp} on {par.world} GPUs: {', '.join(map(str, valid))}"
+            if valid else f"etp*pp={span} does not divide the {par.world} GPUs")
+
+
 def resolve_parallel(num_gpus: int, *, tp: int = 1, cp: int = 1, pp: int = 1, dp: int | None = None,
                      **rest) -> ParallelSpec:
     """A ParallelSpec whose dp is derived from the GPU count when not given."""
@@ -170,7 +203,8 @@ def resolve_parallel(num_gpus: int, *, tp: int = 1, cp: int = 1, pp: int = 1, dp
     if dp is None:
         if num_gpus % inner:
             raise SpecError(f"gpus={num_gpus} is not divisible by tp*cp*pp={inner} "
-                            f"(tp={tp}, cp={cp}, pp={pp}); dp cannot be derived")
+                            f"(tp={tp}, cp={cp}, pp={pp}); dp cannot be derived; "
+                            f"{_valid_degrees(num_gpus, {'tp': tp, 'cp': cp, 'pp': pp})}")
         dp = num_gpus // inner
     elif inner * dp != num_gpus:
         raise SpecError(f"tp*cp*pp*dp={inner * dp} (tp={tp}, cp={cp}, pp={pp}, dp={dp}) does not "
@@ -265,10 +299,10 @@ def validate_parallel(par: ParallelSpec, model: "ModelSpec", num_gpus: int | Non
     if model.is_moe:
         if model.num_experts % par.ep:
             raise SpecError(f"ep={par.ep} does not divide the {model.num_experts} experts of "
-                            f"{model.name}")
+                            f"{model.name}; {_valid_ep(par, model)}")
         if par.world % (par.expert_tp * par.ep * par.pp):
             raise SpecError(f"etp*ep*pp={par.expert_tp * par.ep * par.pp} does not divide the world "
-                            f"size {par.world}; EP is folded from the DP x CP ranks")
+                            f"size {par.world}; EP is folded from the DP x CP ranks; {_valid_ep(par, model)}")
     if par.overlap_moe_expert_parallel_comm:
         check_combined_1f1b(par, model)
     rc = par.recompute

@@ -81,3 +81,12 @@ def test_analytic_without_flags_estimates_the_default_scenario():
     assert {k: rep["config"][k] for k in ("model", "tp", "pp", "gbs")} == \
         {k: DEFAULT_SCENARIO[k] for k in ("model", "tp", "pp", "gbs")}
     assert rep["config"]["recompute"] == "auto" and rep["recompute_layers"] == [0] * 4
+
+
+SMALL = ("--model", "llama3-8b", "--topology", "h100-ib", "--gpus", "8", "--seq", "2048")
+
+
+def test_search_takes_the_singular_schedule_as_run_does():
+    out = cli_json("search", *SMALL, "--gbs", "16", "--schedule", "zb-h1", "--top", "1", "--jobs", "1",
+                   "--progress", "off")
+    assert out["ranking"] and {r["settings"]["schedule"] for r in out["ranking"]} == {"zb-h1"}

@@ -1,5 +1,6 @@
 """Bad inputs tried as a new user would: each gets one line naming the input, the value and what
-would be valid, and exit status 2."""
+would be valid (the command's help, the values of a degree that divide, a model file in place of
+an unknown name), and exit status 2."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ import json
 
 import pytest
 
-from helpers import assert_user_error
+from helpers import assert_user_error, cli
+from simtrain import api
 
 RUN = ("run", "--no-plot")
 GOOD_TOPOLOGY = 'gpu = "h100-sxm"\nnodes = 2\n[node]\ngpus = 8\nnic_gbps = 400\n[fabric]\nkind = "fat-tree"\nnodes_per_leaf = 2\nspines = 2\n'
@@ -180,3 +182,57 @@ def assert_user_error_first_line(*argv):
 @pytest.mark.quick
 def test_at_least_forty_cases():
     assert len(CASES) + len(FILE_CASES) >= 40
+
+
+@pytest.mark.quick
+def test_an_unknown_flag_points_to_the_help_of_its_command():
+    line = assert_user_error("run", "--microbatches", "8")
+    assert line == "simtrain: error: unrecognized arguments: --microbatches 8 (see simtrain run --help)"
+    line = assert_user_error("schedule", "zb-h1", "--pp", "4", "--microbatches", "8", "--gbs", "8")
+    assert line == "simtrain: error: unrecognized arguments: --gbs 8 (see simtrain schedule --help)"
+    assert assert_user_error("run", "--tp", "x") == \
+        "simtrain: error: argument --tp: invalid integer 'x' (see simtrain run --help)"
+    assert assert_user_error("frobnicate").endswith("(see simtrain --help)")
+
+
+@pytest.mark.quick
+def test_an_unknown_model_says_a_config_json_or_a_toml_works(tmp_path):
+    line = assert_user_error("run", "--no-plot", "--model", "Qwen/Qwen3-30B-A3B",
+                             contains=("unknown model 'Qwen/Qwen3-30B-A3B'", "known: deepseek-v3", "mixtral-8x7b",
+                                       "Hugging Face config.json", "model .toml"))
+    assert "path" in line
+    # and it does: the model's config.json (Qwen/Qwen3-30B-A3B on the Hugging Face hub)
+    config = tmp_path / "Qwen3-30B-A3B" / "config.json"
+    config.parent.mkdir()
+    config.write_text(json.dumps({
+        "architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe", "hidden_size": 2048,
+        "num_hidden_layers": 48, "num_attention_heads": 32, "num_key_value_heads": 4, "head_dim": 128,
+        "intermediate_size": 6144, "moe_intermediate_size": 768, "num_experts": 128, "num_experts_per_tok": 8,
+        "decoder_sparse_step": 1, "mlp_only_layers": [], "norm_topk_prob": True, "vocab_size": 151936,
+        "tie_word_embeddings": False, "hidden_act": "silu", "attention_bias": False}))
+    code, out, err = cli("analytic", "--model", config, "--topology", "h100-ib", "--gpus", "16", "--tp", "1",
+                         "--pp", "1", "--ep", "8", "--seq", "4096", "--gbs", "16")
+    assert code == 0, err
+    assert "Qwen3-30B-A3B on 16 x h100-sxm" in out
+
+
+@pytest.mark.quick
+def test_an_ep_that_does_not_divide_lists_the_valid_ones():
+    line = assert_user_error("run", "--no-plot", "--model", "mixtral-8x7b", "--ep", "16",
+                             contains="ep=16 does not divide the 8 experts of mixtral-8x7b; ")
+    assert "valid ep with etp=8, pp=4 on 64 GPUs: 1, 2;" in line
+    for ep in (1, 2):  # each value listed runs
+        api.resolve({"model": "mixtral-8x7b", "ep": ep})
+    line = assert_user_error("run", "--no-plot", "--model", "mixtral-8x7b", "--tp", "1", "--pp", "1", "--gbs", "64",
+                             "--ep", "16")
+    assert "valid ep with etp=1, pp=1 on 64 GPUs: 1, 2, 4, 8" in line
+
+
+@pytest.mark.quick
+def test_a_pp_that_does_not_divide_the_gpus_lists_the_valid_ones():
+    line = assert_user_error("run", "--no-plot", "--pp", "3", "--gpus", "256",
+                             contains="gpus=256 is not divisible by tp*cp*pp=24 (tp=8, cp=1, pp=3)")
+    assert "; valid pp with tp=8, cp=1: 1, 2, 4, 8, 16, 32;" in line
+    for pp in (1, 2, 4, 8, 16, 32):
+        api.resolve({"gpus": 256, "pp": pp})
+    assert "valid tp with cp=1, pp=4: 1, 2, 4, 8, 16, 32, 64" in assert_user_error("run", "--tp", "3", "--gpus", "256")

@@ -1,5 +1,7 @@
 """``simtrain run``: default scenario, flags that change one value of it, outputs, determinism, the
-JSON contract, config files (output keys too), CSV schedules, user errors."""
+JSON contract, config files (output keys too), CSV schedules, user errors; a run that does not fit
+says so first, the model's total and active parameters, ``--xlim``, a Megatron-LM launch with
+``--tp-comm-overlap``."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import assert_user_error, cli
+from helpers import assert_user_error, cli, cli_json, drawn_xlims
 from simtrain.metrics import BREAKDOWN
 from simtrain.schedules import generate
 
@@ -179,3 +181,73 @@ def test_a_torchtitan_job_gives_the_report_of_its_simtrain_flags(tmp_path):
     assert flagged["config"]["gbs"] == 64 and flagged["config"]["zero"] == 2  # a flag over the job
     assert_user_error("run", "--from-torchtitan", JOBS / "torchtitan_llama3_70b.toml", "--config",
                       JOBS / "torchtitan_llama3_70b.toml", contains=("--config and --from-torchtitan",))
+
+
+SMALL = ("--model", "llama3-8b", "--topology", "h100-ib", "--gpus", "8", "--seq", "2048")
+
+
+def test_a_run_that_does_not_fit_says_so_on_its_first_line(tmp_path):
+    code, out, err = cli("run", *SMALL, "--tp", "1", "--pp", "1", "--zero", "0", "--gbs", "8", "--no-plot",
+                         "--out", tmp_path)
+    assert code == 0, err
+    first = out.splitlines()[0]
+    assert first.startswith("DOES NOT FIT: peak memory exceeds the ") and "GiB usable per GPU on stage 0 by " in first
+    assert "--recompute full" in first
+    assert "DOES NOT FIT" not in cli("run", *SMALL, "--tp", "1", "--pp", "1", "--gbs", "8", "--no-plot",
+                                     "--out", tmp_path)[1]
+
+
+def _params(out: str) -> str:
+    return next(line for line in out.splitlines() if line.startswith("parameters "))
+
+
+def test_run_prints_and_reports_total_and_active_parameters(tmp_path):
+    """Mixtral 8x7B (Mistral AI's model card: 46.7B total, 12.9B active) and Llama 3 70B (dense: all
+    active), counted by hand from their presets' shapes."""
+    h, layers, q, kv, ffn, vocab, experts, top_k = 4096, 32, 4096, 1024, 14336, 32000, 8, 2
+    attention = h * (q + 2 * kv) + q * h  # q, k, v, o projections
+    expert = 3 * h * ffn  # SwiGLU: gate, up, down
+    shared = attention + 2 * h + h * experts  # attention, two RMSNorms, the router
+    ends = 2 * vocab * h + h  # embedding, untied LM head, final norm
+    total, active = layers * (shared + experts * expert) + ends, layers * (shared + top_k * expert) + ends
+    assert (round(total / 1e9, 1), round(active / 1e9, 1)) == (46.7, 12.9)
+
+    code, out, err = cli("run", "--model", "mixtral-8x7b", "--topology", "h100-ib", "--gpus", "16", "--tp", "2",
+                         "--pp", "2", "--ep", "4", "--seq", "2048", "--gbs", "16", "--no-plot", "--out", tmp_path)
+    assert code == 0, err
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert (report["params_total"], report["params_active"]) == (total, active) == (46_702_792_704, 12_879_925_248)
+    assert _params(out).split() == ["parameters", "46.7B", "total,", "12.9B", "active", "per", "token"]
+
+    h, layers, q, kv, ffn, vocab = 8192, 80, 8192, 1024, 28672, 128256
+    dense = layers * (h * (q + 2 * kv) + q * h + 3 * h * ffn + 2 * h) + 2 * vocab * h + h
+    assert round(dense / 1e9, 1) == 70.6  # Meta's published 70.6B
+    code, out, err = cli("run", "--no-plot", "--out", tmp_path / "70b")
+    assert code == 0, err
+    report = json.loads((tmp_path / "70b" / "report.json").read_text())
+    assert report["params_total"] == report["params_active"] == dense == 70_553_706_496
+    assert _params(out).split() == ["parameters", "70.6B", "total,", "70.6B", "active", "per", "token"]
+
+
+def test_xlim_draws_runs_of_different_step_times_on_one_axis(tmp_path, monkeypatch):
+    limits = drawn_xlims(monkeypatch)
+    for schedule in ("1f1b", "zb-h1"):
+        code, out, err = cli("run", *SMALL, "--tp", "2", "--pp", "4", "--gbs", "8", "--schedule", schedule,
+                             "--xlim", "5", "--out", tmp_path / schedule)
+        assert code == 0, err
+    assert limits == [(0.0, 5000.0), (0.0, 5000.0)]  # 5 s, drawn in ms
+    assert "xlim" not in json.loads((tmp_path / "1f1b" / "report.json").read_text())["config"]  # an output setting
+    step = json.loads((tmp_path / "1f1b" / "report.json").read_text())["step_time_s"]
+    assert_user_error("run", *SMALL, "--tp", "2", "--pp", "4", "--gbs", "8", "--xlim", f"{step / 2}",
+                      "--out", tmp_path / "short", contains=f"the timeline ends at {step:.6g}")
+
+
+def test_a_megatron_launch_with_tp_comm_overlap_imports(tmp_path):
+    megatron = ("--num-layers 32 --hidden-size 4096 --num-attention-heads 32 --group-query-attention "
+                "--num-query-groups 8 --ffn-hidden-size 14336 --swiglu --seq-length 2048 "
+                "--tensor-model-parallel-size 2 --pipeline-model-parallel-size 1 --sequence-parallel "
+                "--tp-comm-overlap --micro-batch-size 1 --global-batch-size 8")
+    out = cli_json("run", "--from-megatron", megatron, "--topology", "h100-ib", "--gpus", "8", "--no-plot",
+                   "--out", tmp_path)
+    assert out["imported"]["settings"]["tp_comm_overlap"] is True and out["config"]["tp_comm_overlap"] is True
+    assert out["config"]["tp"] == 2 and out["config"]["sp"] is True

@@ -1,11 +1,11 @@
 """``simtrain schedule``: the Gantt chart, the JSON report, a null closed form, bad CSV files, example
-files by name."""
+files by name, ``--xlim``, the note on DualPipeV beside ZB-H1."""
 
 from __future__ import annotations
 
 import pytest
 
-from helpers import cli, cli_json
+from helpers import assert_user_error, cli, cli_json, drawn_xlims
 
 pytestmark = pytest.mark.quick
 
@@ -68,3 +68,34 @@ def test_interleaved_closed_form_is_the_schedule_run():
     assert code == 2 and "--vpp 2" in err
     code, _, err = cli("schedule", "1f1b", "--pp", 4, "--microbatches", 8, "--vpp", 2)
     assert code == 2 and "only interleaved-1f1b takes --vpp" in err
+
+
+def test_xlim_draws_schedules_of_different_makespans_on_one_axis(tmp_path, monkeypatch):
+    limits = drawn_xlims(monkeypatch)
+    for name in ("1f1b", "zb-h1"):  # makespans 33 and 27
+        code, out, err = cli("schedule", name, "--pp", "4", "--microbatches", "8", "--gantt", tmp_path / f"{name}.png",
+                             "--xlim", "33")
+        assert code == 0, err
+        assert (tmp_path / f"{name}.png").stat().st_size > 0
+    assert limits == [(0.0, 33.0), (0.0, 33.0)]
+    assert_user_error("schedule", "zb-h1", "--pp", "4", "--microbatches", "8", "--gantt", tmp_path / "z.png",
+                      "--xlim", "20", contains=("--xlim 20: the timeline ends at 27", "--window"))
+    assert_user_error("schedule", "zb-h1", "--pp", "4", "--microbatches", "8", "--gantt", tmp_path / "z.png",
+                      "--xlim", "30", "--window", "0:3", contains="both set the time axis; give one")
+    assert_user_error("schedule", "zb-h1", "--pp", "4", "--microbatches", "8", "--xlim", "30",
+                      contains="give --gantt OUT.png too")
+    assert_user_error("run", "--xlim", "0", contains=("--xlim", "must be a finite number > 0"))
+
+
+@pytest.mark.quick
+def test_dualpipev_says_why_it_equals_zb_h1_with_equal_costs():
+    code, out, err = cli("schedule", "dualpipev", "--pp", "4", "--microbatches", "8")
+    assert code == 0, err
+    notes = [line for line in out.splitlines() if line.startswith("note:")]
+    assert notes == ["note: the same makespan as zb-h1 (27): with W = F DualPipeV's bubble, (p-1)(F+2B-3W)/2, equals "
+                     "ZB-H1's, (p-1)(F+I-W), and an overlapped F&B pair costs F + B here (a schedule alone has no "
+                     "communication to hide); --costs 1,1,0.5 gives 23.75 against ZB-H1's 24.5"]
+    code, out, err = cli("schedule", "dualpipev", "--pp", "4", "--microbatches", "8", "--costs", "1,1,0.5")
+    assert code == 0 and "makespan 23.75" in out and "note:" not in out
+    code, out, err = cli("schedule", "zb-h1", "--pp", "4", "--microbatches", "8")
+    assert code == 0 and "note:" not in out

@@ -8,6 +8,7 @@ import math
 import pytest
 
 from helpers import assert_user_error, cli_json
+from simtrain.cli.main import build_parser
 from simtrain.cli.whatif import overridden, parse_prices, parse_sweep
 from simtrain.errors import SpecError
 
@@ -79,3 +80,10 @@ def test_an_override_changes_the_key_where_the_file_sets_it():
     assert overridden(data, "nic_gbps", 100.0)["node"] == {"gpus": 8, "nic_gbps": 100.0}
     assert overridden(data, "pue", 1.3)["power"] == {"pue": 1.3}  # not in the file: its table
     assert data["node"]["nic_gbps"] == 400  # the original is untouched
+
+
+@pytest.mark.quick
+def test_whatif_takes_the_singular_schedule_too():
+    args = build_parser().parse_args(["whatif", "--model", "llama3-8b", "--topologies", "h100-ib",
+                                      "--train-tokens", "1000", "--schedule", "zb-h1,1f1b"])
+    assert args.schedules == ("zb-h1", "1f1b")

@@ -16,12 +16,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from helpers import cli, two_rank_timeline
+from helpers import add_span, cli, two_rank_timeline
 from outputs.browser import chromium, hover, missing, offset_of, open_report
 from simtrain import api
 from simtrain.outputs.colors import KIND_LABELS
 from simtrain.outputs.html import SideBySide, pack_columns, render_html_report
-from simtrain.timeline import Timeline
+from simtrain.timeline import Timeline, TimelineBuilder
 from simtrain.workload.program import KINDS, STREAMS
 
 def _page_parts(page: str) -> tuple[dict, dict[str, np.ndarray]]:
@@ -273,3 +273,61 @@ def test_a_million_spans_stay_responsive(browser, tmp_path):
     assert t1 - t0 < 0.1 * tl.end_s
     text = hover(browser, 1, "tp", t0 + 0.5 * (t1 - t0))
     assert text.startswith("tp.all_reduce (TP comm)") and "rank 1" in text and "1.00 MB" in text
+
+
+#: For each pixel column of a row's boxes between two times: the darkest and the lightest pixel
+#: (R + G + B, 0 to 765) over the boxes' height, their edges left out.
+COLUMNS_JS = """
+const [row, ta, tb] = arguments, c = document.getElementById('tl-canvas'), g = simtrain.geometry();
+const d = window.devicePixelRatio || 1, k = g.plotWidth / (g.t1 - g.t0);
+const x0 = Math.floor((g.labelWidth + (ta - g.t0) * k) * d), x1 = Math.ceil((g.labelWidth + (tb - g.t0) * k) * d);
+const y0 = Math.ceil((g.axisHeight + row * g.rowHeight - g.scrollY + 4) * d), h = Math.floor((g.rowHeight - 8) * d);
+const data = c.getContext('2d').getImageData(x0, y0, x1 - x0, h).data, out = [];
+for (let x = 0; x < x1 - x0; x++) {
+  let lo = 765, hi = 0;
+  for (let y = 0; y < h; y++) {
+    const i = 4 * (y * (x1 - x0) + x), v = data[i] + data[i + 1] + data[i + 2];
+    lo = Math.min(lo, v); hi = Math.max(hi, v);
+  }
+  out.push([lo, hi]);
+}
+return out;"""
+
+
+def _neighbours_timeline() -> Timeline:
+    """Rank 0: 200 forwards of 12.5 ms back to back (a few pixels each at the whole step), two TP
+    collectives of a second back to back, then a thousand TP collectives of 0.1 ms (a fraction of
+    a pixel each)."""
+    b = TimelineBuilder()
+    for i in range(200):
+        add_span(b, 0, "compute", "F", "mlp.F", i * 0.0125, (i + 1) * 0.0125)
+    for i in range(2):
+        add_span(b, 0, "tp", "tp", "tp.all_reduce", float(i), i + 1.0)
+    for i in range(1000):
+        add_span(b, 0, "tp", "tp", "tp.all_reduce", 2.5 + i * 1e-4, 2.5 + (i + 1) * 1e-4)
+    return b.build()
+
+
+def test_neighbouring_boxes_stay_apart_and_communication_is_hatched_at_every_width(browser, tmp_path):
+    """As the Gantt PNG draws them: boxes of one kind side by side keep a gap between them (not one
+    merged bar), and TP boxes are hatched as the legend shows, the narrow ones too (not solid)."""
+    tl = _neighbours_timeline()
+    path = tmp_path / "neighbours.html"
+    path.write_text(render_html_report(tl, title="neighbours", report=_report_of(tl)), encoding="utf-8")
+    _open(browser, path)
+    assert [tuple(r) for r in _geometry(browser)["rows"]] == [(0, "compute"), (0, "tp")]
+    forward, indigo = 0 + 114 + 178, 0x33 + 0x22 + 0x88  # the fills of F (#0072B2) and TP (#332288)
+    # the forwards: a light column (the gap) at nearly every one of the 199 boundaries
+    columns = browser.execute_script(COLUMNS_JS, 0, 0.02, 2.48)
+    gaps = sum(1 for a, b in zip(columns, columns[1:]) if a[0] < forward + 150 <= b[0])
+    assert gaps >= 150, (gaps, columns[:40])
+    # the two long TP boxes: hatched inside, a gap at their boundary
+    inside = browser.execute_script(COLUMNS_JS, 1, 0.2, 0.8)
+    assert min(lo for lo, _ in inside) < indigo + 60 and max(hi for _, hi in inside) > 600  # fill and white strokes
+    edge = browser.execute_script(COLUMNS_JS, 1, 0.97, 1.01)
+    assert max(lo for lo, _ in edge) > indigo + 150  # a column light from top to bottom
+    assert sorted(lo for lo, _ in inside)[len(inside) // 2] < indigo + 100  # inside, none is
+    # the thousand short TP collectives, a fraction of a pixel each: hatched, not solid
+    narrow = browser.execute_script(COLUMNS_JS, 1, 2.505, 2.595)
+    assert min(lo for lo, _ in narrow) < indigo + 60 and max(hi for _, hi in narrow) > 600, narrow
+

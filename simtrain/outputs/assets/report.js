@@ -128,14 +128,19 @@
       if (withLabels) { g.fillStyle = "#444"; g.fillText((t / unit).toFixed(digits) + " " + name, x, AXIS_H - 8); }
     }
   }
-  let pixStyle = new Int16Array(0), pixTime = new Float64Array(0);
+  let pixStyle = new Int16Array(0), pixTime = new Float64Array(0), pixSpan = new Int32Array(0);
   function drawRow(r, y, h, k) {
-    // Boxes a few pixels wide or more are drawn one by one; narrower spans are aggregated per
-    // pixel column (the column takes the style that covers most of it), then drawn as runs.
+    // Boxes a few pixels wide or more are drawn one by one, each ending in a one-pixel gap so
+    // that neighbouring boxes of one kind stay apart; narrower spans are aggregated per pixel
+    // column (the column takes the span that covers most of it), then drawn as runs, one per
+    // span, with the same gap after a run of two pixels or more. Communication is hatched at
+    // every width, as the legend shows it.
     const start = C.start, dur = C.dur, kind = C.kind, chunk = C.chunk, mb = C.mb;
     const end = C.row_offsets[r + 1], W = S.plotW, L = S.labelW, cols = Math.ceil(W) + 1;
-    if (pixStyle.length < cols) { pixStyle = new Int16Array(cols); pixTime = new Float64Array(cols); }
-    pixStyle.fill(-1, 0, cols); pixTime.fill(0, 0, cols);
+    if (pixStyle.length < cols) {
+      pixStyle = new Int16Array(cols); pixTime = new Float64Array(cols); pixSpan = new Int32Array(cols);
+    }
+    pixStyle.fill(-1, 0, cols); pixTime.fill(0, 0, cols); pixSpan.fill(-1, 0, cols);
     let narrow = false;
     for (let j = lowerBound(pmaxEnd, C.row_offsets[r], end, S.t0); j < end && start[j] <= S.t1; j++) {
       const kd = kind[j];
@@ -149,16 +154,12 @@
         narrow = true;
         for (let px = Math.max(0, Math.floor(x0)); px <= Math.min(cols - 1, Math.floor(x1)); px++) {
           const cover = Math.min(x1, px + 1) - Math.max(x0, px) + 1e-6;
-          if (cover > pixTime[px]) { pixTime[px] = cover; pixStyle[px] = st; }
+          if (cover > pixTime[px]) { pixTime[px] = cover; pixStyle[px] = st; pixSpan[px] = j; }
         }
         continue;
       }
       ctx.fillStyle = patterns[st] || fills[st];
-      ctx.fillRect(L + x0, y, x1 - x0, h);
-      if (x1 - x0 >= 8) {  // a thin separator between neighbouring boxes wide enough to spare it
-        ctx.fillStyle = patterns[st] ? strokes[st] : "#fff";
-        ctx.fillRect(L + x1 - 1, y, 1, h);
-      }
+      ctx.fillRect(L + x0, y, x1 - x0 - 1, h);
       const label = mb[j] >= 0 ? String(mb[j]) : "";
       if (label && x1 - x0 > 7 * label.length + 6) {
         const cx = L + (Math.max(x0, 0) + Math.min(x1, W)) / 2;
@@ -169,10 +170,11 @@
     }
     if (!narrow) return;
     for (let px = 0; px < cols;) {
-      const st = pixStyle[px];
+      const st = pixStyle[px], j = pixSpan[px];
       let q = px + 1;
-      while (q < cols && pixStyle[q] === st) q++;
-      if (st >= 0) { ctx.fillStyle = fills[st]; ctx.fillRect(L + px, y, q - px, h); }
+      while (q < cols && pixSpan[q] === j) q++;
+      const gap = st >= 0 && q - px >= 2 && q < cols && pixStyle[q] >= 0 ? 1 : 0;
+      if (st >= 0) { ctx.fillStyle = patterns[st] || fills[st]; ctx.fillRect(L + px, y, q - px - gap, h); }
       px = q;
     }
   }
