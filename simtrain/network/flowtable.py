@@ -79,6 +79,7 @@ class FlowTable:
         self.started: list[int] = []
         self.ended: list[int] = []
         self._live: np.ndarray | None = None  # the active slots, None when they changed
+        self._first_end: float | None = None  # time_to_first_end(), None when it may have changed
 
     def start(self, tid: int, pids: Sequence[int], nbytes: Sequence[float]) -> None:
         """Flows of transfer ``tid``: ``nbytes[k]`` to carry along path ``pids[k]``, at rate 0
@@ -102,6 +103,7 @@ class FlowTable:
             paths[s] = arrays[p]
         self.started.extend(pids)
         self._live = None
+        self._first_end = None
 
     def end(self, slots: np.ndarray) -> np.ndarray:
         """Free ``slots``; the transfer each one's flow belonged to."""
@@ -115,6 +117,7 @@ class FlowTable:
         for s in slots.tolist():
             paths[s] = None
         self._live = None
+        self._first_end = None
         return tids
 
     def changed(self) -> bool:
@@ -136,13 +139,18 @@ class FlowTable:
             self._live = np.flatnonzero(self.active)
         return self._live
 
+    def moved(self) -> None:
+        """The flows' bytes left or rates changed."""
+        self._first_end = None
+
     def time_to_first_end(self) -> float:
-        """Seconds until the first flow delivers its last byte at current rates (inf: never)."""
-        live = self.live()
-        live = live[self.rate[live] > 0]
-        if not live.size:
-            return np.inf
-        return float(np.min(self.rem[live] / self.rate[live]))
+        """Seconds until the first flow delivers its last byte at current rates (inf: never);
+        kept until flows start, end or move (:meth:`moved`)."""
+        if self._first_end is None:
+            live = self.live()
+            live = live[self.rate[live] > 0]
+            self._first_end = float(np.min(self.rem[live] / self.rate[live])) if live.size else np.inf
+        return self._first_end
 
     def load(self, num_links: int) -> np.ndarray:
         """The summed rate of the active flows on each link, from scratch."""

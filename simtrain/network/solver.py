@@ -142,16 +142,19 @@ class FlowModel:
     def _end_flows(self, slots: np.ndarray) -> None:
         """End the flows in ``slots`` (ascending), booking each one's bytes as if one by one."""
         flows, usage = self.flows, self.usage
-        # bytes within the done-tolerance still count as carried, so every byte is delivered
-        unique = self.paths.unique
-        pids = flows.pidx[slots].tolist()
-        links = np.concatenate([unique[p] for p in pids])
-        lens = [unique[p].size for p in pids]
-        np.add.at(usage.bytes, links, np.repeat(np.maximum(flows.rem[slots], 0.0), lens))
+        # bytes within the done-tolerance still count as carried, so every byte is delivered;
+        # adding 0 changes no count, so only the flows with bytes left add theirs
+        left = np.maximum(flows.rem[slots], 0.0)
+        some = left > 0
+        if some.any():
+            unique = self.paths.unique
+            arrays = [unique[p] for p in flows.pidx[slots[some]].tolist()]
+            np.add.at(usage.bytes, np.concatenate(arrays), np.repeat(left[some], [a.size for a in arrays]))
         for b in flows.size[slots].tolist():
             usage.bytes_delivered += b
+        transfers = self._transfers
         for tid in flows.end(slots).tolist():
-            tr = self._transfers[tid]
+            tr = transfers[tid]
             tr[0] -= 1
             if tr[0] == 0:
                 self._bytes_done(tid, self.now)
@@ -187,18 +190,28 @@ class FlowModel:
         return done
 
     def _step(self, t: float, flows_end: bool) -> None:
-        """Move every flow to ``t`` at its current rate and end the flows that are done."""
+        """Move every flow to ``t`` at its current rate and end the flows that are done. A step
+        that moves no time and ends no flow by its finish time changes nothing: every flow within
+        the done-tolerance already ended at the step that brought it there."""
         dt = t - self.now
+        if dt == 0 and not flows_end:
+            return
         flows = self.flows
         live = flows.live()
         if live.size == 0:
             self.now = t
             return
         rate = flows.rate[live]
-        with np.errstate(divide="ignore"):
-            finish = np.where(rate > 0, self.now + flows.rem[live] / rate, np.inf)
+        if flows_end:
+            rem = flows.rem[live]
+            if rate.all():  # every rate > 0: finish times as below, without the zero-rate guard
+                finish = self.now + rem / rate
+            else:
+                with np.errstate(divide="ignore"):
+                    finish = np.where(rate > 0, self.now + rem / rate, np.inf)
         if dt > 0:
             flows.rem[live] -= rate * dt
+            flows.moved()
             self.usage.carry_links(self._busy, self.link_rate[self._busy], dt)
         self.now = t
         ended = (flows.rem[live] <= REL_TOL * flows.size[live])
@@ -218,6 +231,7 @@ class FlowModel:
         flows.started, flows.ended = [], []
         self._node = share.node
         self.recomputes += 1
+        flows.moved()
         self.link_rate[self._busy if share.touched is None else share.touched] = 0.0
         self._busy = share.busy
         if share.used is not None:
