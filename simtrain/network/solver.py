@@ -57,7 +57,7 @@ class FlowModel:
         self.paths = PathTable(self.index)
         self.flows = FlowTable(self.paths)
         self._max_min = MaxMinMemo(self.capacity)
-        self.reshares = Reshares(self._max_min)
+        self.reshares = Reshares(self._max_min, self.paths.sets)
         self._transfers: dict[int, list] = {}  # id -> [flows left, latency_s]
         self._latency: list[tuple[float, int]] = []  # (completion time, id), bytes already done
         self._pending: list[int] = []  # completed during add(), returned by the next advance()
@@ -65,7 +65,7 @@ class FlowModel:
         self.now = 0.0
         self.recomputes = 0
         self._busy = np.zeros(0, dtype=np.int64)  # the links with a rate > 0, sorted
-        self._node = self.reshares.node(self.flows, self._busy)  # the state the rates are for
+        self._node = self.reshares.node(np.zeros(0, dtype=np.int64), self._busy)  # the rates' state
 
     # ---- public interface -----------------------------------------------------------------
     def add(self, now_s: float, transfer_id: int, flows: Iterable[FlowSpec],
@@ -235,9 +235,8 @@ class FlowModel:
         self.link_rate[self._busy if share.touched is None else share.touched] = 0.0
         self._busy = share.busy
         if share.used is not None:
-            live = flows.live()
-            slots = live if share.member is None else live[share.member[flows.pidx[live]]]
-            flows.rate[slots] = share.rate_of[flows.pidx[slots]]
+            slots, rates = self.reshares.rates(share, flows)
+            flows.rate[slots] = rates
             self.link_rate[share.used] = share.link_rates
             usage.raise_peak(share.used, self.link_rate[share.used])
         if usage.history is not None:

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from simtrain.network.sharing import component
+from simtrain.network.sharing import LinkPaths, component
 from simtrain.network.solver import FlowModel
 from simtrain.topology.cluster import load_topology
 from simtrain.topology.routes import Router
@@ -46,7 +46,15 @@ def test_component_equals_connected_components_from_scratch(data):
     active = {p: n for p, n in enumerate(data.draw(st.lists(st.integers(0, 3), min_size=len(paths),
                                                             max_size=len(paths)))) if n}
     dirty = data.draw(st.sets(st.integers(0, num_links - 1), min_size=1, max_size=3))
-    assert component(active, dirty, paths, sizes) == _components_from_scratch(active, dirty, paths, sizes)
+    counts = np.zeros(len(paths), dtype=np.int64)
+    for p, n in active.items():
+        counts[p] = n
+    index = LinkPaths(paths)
+    index.sync(np.zeros(len(paths), dtype=np.int64) + data.draw(st.sampled_from([0, 1])))  # stale
+    index.sync(counts)
+    pairs = sum(n * sizes[p] for p, n in active.items())
+    assert (component(counts, pairs, dirty, index.on, paths, sizes)
+            == _components_from_scratch(active, dirty, paths, sizes))
 
 
 def _run(ops, memo: bool) -> FlowModel:
@@ -54,7 +62,7 @@ def _run(ops, memo: bool) -> FlowModel:
     router = Router(cluster)
     model = FlowModel(cluster, record=True)
     if not memo:
-        model.reshares.limit = 0  # cleared before every store: each recomputation from scratch
+        model.reshares.limit = 0  # no memo: each recomputation from scratch
     t = 0.0
     for tid, (pairs, nbytes, dt) in enumerate(ops):
         model.add(t, tid, tuple((router.links(a, b), nbytes) for a, b in pairs))
