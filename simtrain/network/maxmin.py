@@ -51,9 +51,13 @@ class MaxMinMemo:
         self.capacity = capacity
         self._memo: dict[bytes, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}  # sorted path ids
 
-    def rates(self, paths: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """The rate of each path (in the order given), the links used, each used link's load."""
-        pids = np.fromiter(map(id, paths), dtype=np.int64, count=len(paths))
+    def rates(self, paths: list[np.ndarray], keys: np.ndarray | None = None
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The rate of each path (in the order given), the links used, each used link's load
+        (summed over the paths in the order of their ``keys``: one integer per distinct path,
+        by default its array's ``id``)."""
+        pids = (np.fromiter(map(id, paths), dtype=np.int64, count=len(paths)) if keys is None
+                else np.asarray(keys, dtype=np.int64))
         order = np.argsort(pids, kind="stable")
         key = pids[order].tobytes()
         hit = self._memo.get(key)

@@ -34,118 +34,13 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
+from simtrain.network.flowtable import FlowTable, PathTable
 from simtrain.network.links import Link, LinkUsage
 from simtrain.network.maxmin import REL_TOL, MaxMinMemo, max_min_rates  # noqa: F401
+from simtrain.network.sharing import Reshares
 from simtrain.topology.cluster import Cluster
 
 FlowSpec = tuple[Sequence[Link], float]  # (path as directed edges, bytes)
-
-class FlowTable:
-    """The active flows in slots (reused smallest first, grown by doubling): each one's bytes
-    left, rate, size, path (link indices) and transfer; the flows crossing each link; and the
-    links whose flows changed since the rates were last computed (:attr:`dirty`)."""
-
-    def __init__(self, num_links: int) -> None:
-        n = 64
-        self.rem, self.rate, self.size = np.zeros(n), np.zeros(n), np.zeros(n)
-        self.active = np.zeros(n, dtype=bool)
-        self.paths: list[np.ndarray | None] = [None] * n
-        self.path_sets: list[frozenset[int]] = [frozenset()] * n  # the same paths as sets
-        self.transfer = [-1] * n
-        self._sets: dict[int, tuple[np.ndarray, frozenset[int]]] = {}  # id of a path -> it, its links
-        self._free = list(range(n))
-        self.link_flows: list[set[int]] = [set() for _ in range(num_links)]
-        self.pairs = 0  # active flow-link pairs
-        self.dirty: set[int] = set()
-        self._live: np.ndarray | None = None  # the active slots, None when they changed
-
-    def start(self, tid: int, path: np.ndarray, nbytes: float) -> None:
-        """A flow of transfer ``tid`` with ``nbytes`` to carry along ``path``, at rate 0 until the
-        next rate computation."""
-        if not self._free:
-            self._grow()
-        s = heapq.heappop(self._free)
-        self.rem[s] = self.size[s] = nbytes
-        self.rate[s] = 0.0
-        self.active[s] = True
-        self._live = None
-        self.paths[s] = path
-        known = self._sets.get(id(path))
-        if known is None or known[0] is not path:  # the array is kept, so its id stays its own
-            known = self._sets[id(path)] = (path, frozenset(path.tolist()))
-        links = self.path_sets[s] = known[1]
-        self.transfer[s] = tid
-        self.pairs += path.size
-        for link in links:
-            self.link_flows[link].add(s)
-        self.dirty |= links
-
-    def end(self, s: int) -> int:
-        """Free slot ``s``; the transfer its flow belonged to."""
-        path = self.paths[s]
-        self.active[s] = False
-        self._live = None
-        self.rem[s] = self.rate[s] = 0.0
-        self.pairs -= path.size
-        links = self.path_sets[s]
-        for link in links:
-            self.link_flows[link].discard(s)
-        self.dirty |= links
-        self.paths[s] = None
-        heapq.heappush(self._free, s)
-        return self.transfer[s]
-
-    def _grow(self) -> None:
-        n = self.active.size
-        self.rem, self.rate, self.size = (np.concatenate([a, np.zeros(n)])
-                                          for a in (self.rem, self.rate, self.size))
-        self.active = np.concatenate([self.active, np.zeros(n, dtype=bool)])
-        self.paths += [None] * n
-        self.path_sets += [frozenset()] * n
-        self.transfer += [-1] * n
-        self._free.extend(range(n, 2 * n))  # all larger than the (used) slots below n
-
-    def live(self) -> np.ndarray:
-        """The active slots, in order (kept until a flow starts or ends)."""
-        if self._live is None:
-            self._live = np.flatnonzero(self.active)
-        return self._live
-
-    def time_to_first_end(self) -> float:
-        """Seconds until the first flow delivers its last byte at current rates (inf: never)."""
-        live = self.live()
-        live = live[self.rate[live] > 0]
-        if not live.size:
-            return np.inf
-        return float(np.min(self.rem[live] / self.rate[live]))
-
-    def load(self, num_links: int) -> np.ndarray:
-        """The summed rate of the active flows on each link, from scratch."""
-        load = np.zeros(num_links)
-        for s in np.flatnonzero(self.active):
-            np.add.at(load, self.paths[s], self.rate[s])
-        return load
-
-    def component(self) -> tuple[np.ndarray, list[int] | None]:
-        """Active flows reachable from the dirty links through shared links (breadth-first),
-        and the links visited; (all active flows, None) once the search passes half the pairs."""
-        budget = self.pairs // 2
-        seen_links = set(self.dirty)
-        stack = list(seen_links)
-        flows: set[int] = set()
-        visited = 0
-        link_flows, path_sets, paths = self.link_flows, self.path_sets, self.paths
-        while stack:  # the result does not depend on the order of the search
-            new = link_flows[stack.pop()] - flows
-            flows |= new
-            for s in new:
-                visited += paths[s].size
-                if visited > budget:
-                    return np.flatnonzero(self.active), None
-                fresh = path_sets[s] - seen_links
-                seen_links |= fresh
-                stack.extend(fresh)
-        return np.array(sorted(flows), dtype=np.int64), sorted(seen_links)
 
 
 class FlowModel:
@@ -159,9 +54,10 @@ class FlowModel:
         self.capacity = np.array([g.edges[e]["capacity_Bps"] for e in self.edges], dtype=float)
         self.link_rate = np.zeros(len(self.edges))  # current sum of flow rates per link
         self.usage = LinkUsage(self.edges, self.index, self.capacity, record)
-        self.flows = FlowTable(len(self.edges))
-        self._paths: dict[tuple[Link, ...], np.ndarray] = {}
+        self.paths = PathTable(self.index)
+        self.flows = FlowTable(self.paths)
         self._max_min = MaxMinMemo(self.capacity)
+        self.reshares = Reshares(self._max_min, self.paths.sets)
         self._transfers: dict[int, list] = {}  # id -> [flows left, latency_s]
         self._latency: list[tuple[float, int]] = []  # (completion time, id), bytes already done
         self._pending: list[int] = []  # completed during add(), returned by the next advance()
@@ -169,6 +65,7 @@ class FlowModel:
         self.now = 0.0
         self.recomputes = 0
         self._busy = np.zeros(0, dtype=np.int64)  # the links with a rate > 0, sorted
+        self._node = self.reshares.node(np.zeros(0, dtype=np.int64), self._busy)  # the rates' state
 
     # ---- public interface -----------------------------------------------------------------
     def add(self, now_s: float, transfer_id: int, flows: Iterable[FlowSpec],
@@ -177,20 +74,17 @@ class FlowModel:
         completes ``latency_s`` after the last byte. Flows with no link or no bytes end at once."""
         if transfer_id in self._transfers:
             raise ValueError(f"transfer {transfer_id} is already active")
-        specs = [(links, float(nbytes)) for links, nbytes in flows]
-        if any(not b >= 0 for _, b in specs):
-            raise ValueError(f"transfer {transfer_id}: flow sizes must be >= 0")
+        all_bytes, empty_bytes, pids, nbytes = self.paths.batch(transfer_id, flows)
         self._pending.extend(self._run_until(now_s))
         usage = self.usage
-        live = 0
-        for links, nbytes in specs:
-            usage.bytes_added += nbytes
-            usage.flows_added += 1
-            if nbytes == 0 or not links:
-                usage.bytes_delivered += nbytes
-                continue
-            self.flows.start(transfer_id, self._path(links), nbytes)
-            live += 1
+        for b in all_bytes:  # one at a time: the same float sums as flow by flow
+            usage.bytes_added += b
+        for b in empty_bytes:
+            usage.bytes_delivered += b
+        usage.flows_added += len(all_bytes)
+        live = len(pids)
+        if live:
+            self.flows.start(transfer_id, pids, nbytes)
         self._transfers[transfer_id] = [live, float(latency_s)]
         if live == 0:
             self._bytes_done(transfer_id, self.now)
@@ -242,27 +136,28 @@ class FlowModel:
 
     def _path(self, links: Sequence[Link]) -> np.ndarray:
         """The link indices of a path (interned: one array per distinct path)."""
-        key = tuple(links)
-        arr = self._paths.get(key)
-        if arr is None:
-            try:
-                arr = np.array([self.index[tuple(e)] for e in key], dtype=np.int64)
-            except KeyError as exc:
-                raise ValueError(f"flow path uses a link not in the graph: {exc.args[0]}") from None
-            self._paths[key] = arr
-        return arr
+        return self.paths.arrays[self.paths.intern(links)]
 
     # ---- transfers ------------------------------------------------------------------------
-    def _end_flow(self, s: int) -> None:
-        flows = self.flows
-        # bytes within the done-tolerance still count as carried, so every byte is delivered
-        self.usage.bytes[flows.paths[s]] += max(flows.rem[s], 0.0)
-        self.usage.bytes_delivered += flows.size[s]
-        tid = flows.end(s)
-        tr = self._transfers[tid]
-        tr[0] -= 1
-        if tr[0] == 0:
-            self._bytes_done(tid, self.now)
+    def _end_flows(self, slots: np.ndarray) -> None:
+        """End the flows in ``slots`` (ascending), booking each one's bytes as if one by one."""
+        flows, usage = self.flows, self.usage
+        # bytes within the done-tolerance still count as carried, so every byte is delivered;
+        # adding 0 changes no count, so only the flows with bytes left add theirs
+        left = np.maximum(flows.rem[slots], 0.0)
+        some = left > 0
+        if some.any():
+            unique = self.paths.unique
+            arrays = [unique[p] for p in flows.pidx[slots[some]].tolist()]
+            np.add.at(usage.bytes, np.concatenate(arrays), np.repeat(left[some], [a.size for a in arrays]))
+        for b in flows.size[slots].tolist():
+            usage.bytes_delivered += b
+        transfers = self._transfers
+        for tid in flows.end(slots).tolist():
+            tr = transfers[tid]
+            tr[0] -= 1
+            if tr[0] == 0:
+                self._bytes_done(tid, self.now)
 
     def _bytes_done(self, tid: int, t: float) -> None:
         heapq.heappush(self._latency, (t + self._transfers[tid][1], tid))
@@ -295,49 +190,54 @@ class FlowModel:
         return done
 
     def _step(self, t: float, flows_end: bool) -> None:
-        """Move every flow to ``t`` at its current rate and end the flows that are done."""
+        """Move every flow to ``t`` at its current rate and end the flows that are done. A step
+        that moves no time and ends no flow by its finish time changes nothing: every flow within
+        the done-tolerance already ended at the step that brought it there."""
         dt = t - self.now
+        if dt == 0 and not flows_end:
+            return
         flows = self.flows
         live = flows.live()
         if live.size == 0:
             self.now = t
             return
         rate = flows.rate[live]
-        with np.errstate(divide="ignore"):
-            finish = np.where(rate > 0, self.now + flows.rem[live] / rate, np.inf)
+        if flows_end:
+            rem = flows.rem[live]
+            if rate.all():  # every rate > 0: finish times as below, without the zero-rate guard
+                finish = self.now + rem / rate
+            else:
+                with np.errstate(divide="ignore"):
+                    finish = np.where(rate > 0, self.now + rem / rate, np.inf)
         if dt > 0:
             flows.rem[live] -= rate * dt
+            flows.moved()
             self.usage.carry_links(self._busy, self.link_rate[self._busy], dt)
         self.now = t
         ended = (flows.rem[live] <= REL_TOL * flows.size[live])
         if flows_end:
             ended |= finish <= t * (1 + 1e-12)
-        for s in live[ended].tolist():
-            self._end_flow(s)
+        if ended.any():
+            self._end_flows(live[ended])
 
     # ---- rates ----------------------------------------------------------------------------
     def _settle(self) -> None:
-        """Recompute the rates of the component(s) touched since the last recompute."""
+        """Recompute the rates of the component(s) touched since the last recompute
+        (:class:`~simtrain.network.sharing.Reshares`)."""
         flows, usage = self.flows, self.usage
-        if not flows.dirty:
+        if not flows.changed():
             return
-        slots, links = flows.component()
-        flows.dirty = set()
+        share = self.reshares.get(self._node, flows, self._busy)
+        flows.started, flows.ended = [], []
+        self._node = share.node
         self.recomputes += 1
-        busy = self._busy  # the links with a rate > 0 (the others are 0), sorted
-        touched = busy if links is None else np.asarray(links, dtype=np.int64)
-        self.link_rate[touched] = 0.0
-        rest = busy[:0] if links is None else busy[~np.isin(busy, touched)]
-        if slots.size == 0:
-            self._busy = rest
-            if usage.history is not None:
-                usage.remember(self.now, touched, self.link_rate[touched])
-            return
-        rates, used, link_rates = self._max_min.rates([flows.paths[s] for s in slots.tolist()])
-        flows.rate[slots] = rates
-        self.link_rate[used] = link_rates
-        self._busy = np.sort(np.concatenate((rest, used[link_rates > 0])))  # disjoint: used lies in touched
-        usage.raise_peak(used, self.link_rate[used])
+        flows.moved()
+        self.link_rate[self._busy if share.touched is None else share.touched] = 0.0
+        self._busy = share.busy
+        if share.used is not None:
+            slots, rates = self.reshares.rates(share, flows)
+            flows.rate[slots] = rates
+            self.link_rate[share.used] = share.link_rates
+            usage.raise_peak(share.used, self.link_rate[share.used])
         if usage.history is not None:
-            both = touched if links is not None else np.union1d(touched, used)
-            usage.remember(self.now, both, self.link_rate[both])
+            usage.remember(self.now, share.both, self.link_rate[share.both])

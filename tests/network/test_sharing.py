@@ -1,0 +1,101 @@
+"""Recomputations of the flow model's rates: the component search equals connected components
+from scratch, and memoised recomputations equal fresh ones over random flow starts and ends."""
+
+from __future__ import annotations
+
+import networkx as nx
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from simtrain.network.sharing import LinkPaths, component
+from simtrain.network.solver import FlowModel
+from simtrain.topology.cluster import load_topology
+from simtrain.topology.routes import Router
+
+pytestmark = pytest.mark.quick
+
+
+def _components_from_scratch(active: dict[int, int], dirty: set[int], paths: list[frozenset[int]],
+                             sizes: list[int]):
+    """The same answer as :func:`component`, from networkx's connected components of the
+    path-link graph."""
+    g = nx.Graph()
+    g.add_nodes_from(("link", link) for link in dirty)
+    for p in active:
+        g.add_edges_from((("path", p), ("link", link)) for link in paths[p])
+    found, links = set(), set()
+    for part in nx.connected_components(g):
+        if any(("link", link) in part for link in dirty):
+            found |= {n[1] for n in part if n[0] == "path"}
+            links |= {n[1] for n in part if n[0] == "link"}
+    pairs = sum(n * sizes[p] for p, n in active.items())
+    if sum(active[p] * sizes[p] for p in found) > pairs // 2:
+        return None
+    return sorted(found), sorted(links)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.data())
+def test_component_equals_connected_components_from_scratch(data):
+    num_links = data.draw(st.integers(1, 12))
+    paths = [frozenset(data.draw(st.sets(st.integers(0, num_links - 1), min_size=1, max_size=4)))
+             for _ in range(data.draw(st.integers(1, 10)))]
+    sizes = [len(p) for p in paths]
+    active = {p: n for p, n in enumerate(data.draw(st.lists(st.integers(0, 3), min_size=len(paths),
+                                                            max_size=len(paths)))) if n}
+    dirty = data.draw(st.sets(st.integers(0, num_links - 1), min_size=1, max_size=3))
+    counts = np.zeros(len(paths), dtype=np.int64)
+    for p, n in active.items():
+        counts[p] = n
+    index = LinkPaths(paths)
+    index.sync(np.zeros(len(paths), dtype=np.int64) + data.draw(st.sampled_from([0, 1])))  # stale
+    index.sync(counts)
+    pairs = sum(n * sizes[p] for p, n in active.items())
+    assert (component(counts, pairs, dirty, index.on, paths, sizes)
+            == _components_from_scratch(active, dirty, paths, sizes))
+
+
+def _run(ops, memo: bool) -> FlowModel:
+    cluster = load_topology("h100-ib")
+    router = Router(cluster)
+    model = FlowModel(cluster, record=True)
+    if not memo:
+        model.reshares.limit = 0  # no memo: each recomputation from scratch
+    t = 0.0
+    for tid, (pairs, nbytes, dt) in enumerate(ops):
+        model.add(t, tid, tuple((router.links(a, b), nbytes) for a, b in pairs))
+        t += dt
+        model.advance(t)
+        model.next_event_s()
+    model.advance(1e3)
+    return model
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_memoised_recomputations_equal_fresh_ones(data):
+    """Random transfers (some repeated, so their recomputations recur) give bit for bit the same
+    finish times, link statistics and rate history with and without the memo."""
+    gpus = list(range(0, 32, 3))
+    pair = st.tuples(st.sampled_from(gpus), st.sampled_from(gpus)).filter(lambda p: p[0] != p[1])
+    transfer = st.tuples(st.lists(pair, min_size=1, max_size=6), st.sampled_from([1e6, 3e6, 1e7]),
+                         st.sampled_from([0.0, 1e-5, 2e-4, 1e-3]))
+    ops = data.draw(st.lists(transfer, min_size=1, max_size=8))
+    ops = ops + ops[: data.draw(st.integers(0, len(ops)))]  # recurring transfers
+    a, b = _run(ops, memo=True), _run(ops, memo=False)
+    assert a.finish_s == b.finish_s
+    assert a.recomputes == b.recomputes
+    for name in ("bytes", "busy", "peak"):
+        assert np.array_equal(getattr(a.usage, name), getattr(b.usage, name))
+    assert len(a.usage.history) == len(b.usage.history)
+    for (ta, la, ra), (tb, lb, rb) in zip(a.usage.history, b.usage.history):
+        assert ta == tb and np.array_equal(la, lb) and np.array_equal(ra, rb)
+    assert b.reshares.hits == 0 and a.reshares.hits + a.reshares.misses == a.recomputes
+
+
+def test_a_recurring_transfer_is_recomputed_by_lookup():
+    pairs = [(0, 9), (9, 0), (1, 17), (17, 2)]
+    model = _run([(pairs, 1e7, 1e-2)] * 5, memo=True)
+    assert model.reshares.hits >= 4 * model.reshares.misses
