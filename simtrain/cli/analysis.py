@@ -228,7 +228,7 @@ def add_expert_flags(p: argparse.ArgumentParser) -> None:
 
     p.add_argument("--ep", dest="ep", type=list_type(int, POSITIVE), metavar="N,..",
                    help="expert-parallel degrees to try, comma-separated, for an MoE model (default: every EP "
-                   "that divides the experts and is folded from the DP x CP ranks)")
+                   "that divides the experts and, times the expert TP, the ranks of a pipeline stage)")
     p.add_argument("--etp", dest="etp", type=list_type(int, POSITIVE), metavar="N,..",
                    help="expert tensor-parallel degrees to try, comma-separated, each at most the layout's TP "
                    "(default: the divisors of TP)")

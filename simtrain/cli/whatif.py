@@ -209,9 +209,8 @@ def rank(rows: list[dict]) -> None:
 def whatif(args: argparse.Namespace) -> dict[str, Any]:
     """The JSON-ready result of ``simtrain whatif`` (rows ranked, plots written unless --no-plot)."""
     from simtrain.outputs.progress import Progress, wanted
-    from simtrain.specs.model import load_model
-
     from simtrain.search import check_expert_grid
+    from simtrain.specs.model import load_model
 
     check_expert_grid(load_model(args.model), args.ep, args.etp, args.moe_dispatchers, args.tp)
     sweep = parse_sweep(args.sweep) if args.sweep else None
