@@ -55,6 +55,14 @@ def test_clusters_of_different_sizes_rank_in_one_table_and_one_chart(tmp_path):
     assert all(f"{r['gpus']} x {r['gpu']}" in text for r in rows)
 
 
+def test_an_moe_models_best_layout_uses_expert_parallelism(tmp_path):
+    out = cli_json("whatif", "--model", "mixtral-8x7b", "--topologies", "h100-ib", "--gpus", 16, "--seq", 2048,
+                   "--gbs", 32, "--cp", 1, "--top", 3, "--train-tokens", "1T", "--jobs", 1, "--no-plot",
+                   "--out", tmp_path)
+    row = out["results"][0]
+    assert row["ep"] == row["settings"]["ep"] == 8 and "EP=8" in row["layout"]
+
+
 def test_more_nic_bandwidth_is_never_slower(tmp_path):
     out = cli_json(*BASE, "--topologies", "h100-ib", "--sweep", "nic_gbps=100,400", "--out", tmp_path)
     rows = sorted(out["results"], key=lambda r: r["sweep_value"])
