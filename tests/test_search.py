@@ -71,7 +71,7 @@ def test_qwen3_search_finds_a_layout_at_least_as_fast_as_hand_picked_ep8_pp2(tmp
 
 def test_pruning_keeps_the_exhaustive_searchs_best_layouts():
     """Qwen3-30B-A3B on 8 H100s: every layout that fits simulated, against the closed form's top 8."""
-    base = ("search", "--model", QWEN3_30B, "--topology", "h100-ib", "--gpus", 8, "--seq", 1024, "--gbs", 16,
+    base = ("search", "--model", QWEN3_30B, "--topology", "h100-ib", "--gpus", 8, "--seq", 1024, "--gbs", 8,
             "--cp", 1, "--jobs", 1)
     exhaustive = cli_json(*base)
     pruned = cli_json(*base, "--top", 8)
