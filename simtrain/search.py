@@ -219,6 +219,10 @@ def simulated_search(base: dict, *, gpus: int, gpus_per_node: int, top: int | No
     check_expert_grid(model, grid.get("eps"), grid.get("etps"), grid.get("dispatchers"),
                       grid.get("tps", (1, 2, 4, 8)))
     candidates = enumerate_candidates(base, gpus=gpus, gpus_per_node=gpus_per_node, model=model, **grid)
+    if not candidates:
+        raise SpecError(f"no layout to try: none of the degrees given makes a layout of {gpus} GPUs (TP at most "
+                        f"the {gpus_per_node} GPUs of a node, tp*cp*pp dividing the GPUs"
+                        + (", etp*ep*pp dividing them, ep the experts" if model.is_moe else "") + ")")
     estimated = [(c, est) for c, est in zip(candidates, estimate_candidates(candidates, jobs, progress))
                  if est is not None and est.get("fits_in_memory", True)]
     if not estimated:

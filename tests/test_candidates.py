@@ -59,6 +59,10 @@ def test_the_table_lists_ep_etp_and_the_dispatcher():
     (("--model", "mixtral-8x7b", "--etp", "16"), "--etp 16: above every TP tried (1,2,4,8)"),
     (("--model", "mixtral-8x7b", "--moe-dispatchers", "alltoall,fast"), "unknown dispatcher 'fast'; valid: alltoall, deepep"),
     (("--model", "mixtral-8x7b", "--ep", "0"), "argument --ep: invalid list '0': 0 must be >= 1"),
+    (("--model", "mixtral-8x7b", "--tp", "4", "--pp", "4", "--cp", "1", "--ep", "8"),
+     "no layout to try: none of the degrees given makes a layout of 16 GPUs"),
+    (("--model", "llama3-8b", "--tp", "16"), "no layout to try: none of the degrees given makes a layout of 16 GPUs "
+                                              "(TP at most the 8 GPUs of a node, tp*cp*pp dividing the GPUs)"),
 ])
 def test_bad_expert_lists_are_one_line(argv, words):
     assert_user_error(*SMALL, *argv, contains=words)
