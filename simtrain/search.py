@@ -1,9 +1,10 @@
 """Configuration search: enumerate layouts, estimate each in closed form, simulate the candidates.
 
 Layouts are enumerated as in the course notes' ``parallel_plan.py`` (TP within a node, CP, PP,
-DP derived), crossed with the schedules, micro-batch sizes, ZeRO stages and recompute policies
-asked for. The closed form ranks them and drops what does not fit; the simulator then runs the
-candidates (all, or the analytic top K) in parallel processes. Every finished candidate is
+DP derived), for an MoE model with every valid EP and expert-TP degree and each token dispatcher,
+crossed with the schedules, micro-batch sizes, ZeRO stages and recompute policies asked for
+(:mod:`simtrain.candidates`). The closed form ranks them and drops what does not fit; the
+simulator then runs the candidates (all, or the analytic top K) in parallel processes. Every finished candidate is
 appended to a results file as one JSON line, so an interrupted search resumes where it stopped:
 a last line cut off mid-write (the process killed during the append) is truncated away and its
 candidate runs again; any other line that is not such a row is a one-line error naming the line.
@@ -11,69 +12,21 @@ candidate runs again; any other line that is not such a row is a one-line error 
 
 from __future__ import annotations
 
-import itertools
 import json
 import os
 import sys
 from contextlib import closing
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 import numpy as np
 
+from simtrain.candidates import (Candidate, analytic_estimate, check_expert_grid,  # noqa: F401 (re-exported)
+                                 enumerate_candidates, estimate_candidates)
+from simtrain.candidates import label as _label
 from simtrain.errors import SimtrainError, SpecError
 from simtrain.executors import run_unordered
-from simtrain.schedules import REGISTRY
-
-
-@dataclass(frozen=True)
-class Candidate:
-    """One layout to evaluate: the settings of a ``simtrain run``."""
-
-    settings: tuple[tuple[str, object], ...]
-
-    @property
-    def key(self) -> str:
-        return json.dumps(dict(self.settings), sort_keys=True)
-
-    def as_dict(self) -> dict:
-        return dict(self.settings)
-
-
-def enumerate_candidates(base: dict, *, gpus: int, gpus_per_node: int, schedules=("1f1b",), vpps=(1,),
-                         mbss=(1,), zeros=(1,), recomputes=("auto",), tps=(1, 2, 4, 8),
-                         cps=(1, 2, 4, 8, 16, 32), pps=(1, 2, 4, 8, 16)) -> list[Candidate]:
-    """Every combination, in a fixed order (TP, CP, PP, schedule, vpp, mbs, ZeRO, recompute)."""
-    out = []
-    for tp, cp, pp, sched, vpp, mbs, zero, rc in itertools.product(tps, cps, pps, schedules, vpps, mbss,
-                                                                   zeros, recomputes):
-        if tp > gpus_per_node or gpus % (tp * cp * pp):
-            continue
-        if vpp > 1 and (pp == 1 or not REGISTRY.record(sched).takes("vpp")):
-            continue
-        settings = {**base, "gpus": gpus, "tp": tp, "cp": cp, "pp": pp, "dp": gpus // (tp * cp * pp),
-                    "schedule": sched, "vpp": vpp, "mbs": mbs, "zero": zero, "recompute": rc}
-        out.append(Candidate(tuple(sorted(settings.items()))))
-    return out
-
-
-def analytic_estimate(candidate: Candidate) -> dict | None:
-    """The closed-form estimate of a candidate, or None when it is invalid or does not fit. A
-    schedule without a closed form is estimated with the one its record ranks it as (zb-auto:
-    1F1B, an upper bound of its makespan)."""
-    from simtrain import api
-    from simtrain.analytic.model import estimate
-
-    try:
-        sc = api.resolve(candidate.as_dict(), strict=False)
-    except SimtrainError:
-        return None
-    sched = REGISTRY.ranking_schedule(sc.parallel.schedule)
-    try:
-        return estimate(sc.model, sc.cluster, sc.parallel, gpu=sc.gpu, schedule=sched)
-    except SimtrainError:
-        return None
+from simtrain.specs.model import load_model
 
 
 def simulate_candidate(candidate: Candidate) -> dict:
@@ -225,12 +178,6 @@ def run_candidates(candidates: list[Candidate], *, jobs: int, results: Path | No
     return done
 
 
-def _label(s: dict) -> str:
-    extra = f" v{s['vpp']}" if s.get("vpp", 1) > 1 else ""
-    return (f"TP={s['tp']} CP={s['cp']} PP={s['pp']} DP={s['dp']} {s['schedule']}{extra} mbs={s['mbs']} "
-            f"ZeRO-{s['zero']} rc={s['recompute']}")
-
-
 def spearman(a: list[float], b: list[float]) -> float | None:
     """Spearman's rank correlation (Pearson's on average ranks, so ties are handled)."""
     if len(a) < 2:
@@ -268,14 +215,16 @@ def simulated_search(base: dict, *, gpus: int, gpus_per_node: int, top: int | No
         check_results_path(results, resume)
         if resume:
             load_results(results, notice)
-    candidates = enumerate_candidates(base, gpus=gpus, gpus_per_node=gpus_per_node, **grid)
-    estimated = []
-    for i, c in enumerate(candidates):
-        if progress:
-            progress(i, len(candidates), "estimate")
-        est = analytic_estimate(c)
-        if est is not None and est.get("fits_in_memory", True):
-            estimated.append((c, est))
+    model = load_model(base["model"])
+    check_expert_grid(model, grid.get("eps"), grid.get("etps"), grid.get("dispatchers"),
+                      grid.get("tps", (1, 2, 4, 8)))
+    candidates = enumerate_candidates(base, gpus=gpus, gpus_per_node=gpus_per_node, model=model, **grid)
+    if not candidates:
+        raise SpecError(f"no layout to try: none of the degrees given makes a layout of {gpus} GPUs (TP at most "
+                        f"the {gpus_per_node} GPUs of a node, tp*cp*pp dividing the GPUs"
+                        + (", etp*ep*pp dividing them, ep the experts" if model.is_moe else "") + ")")
+    estimated = [(c, est) for c, est in zip(candidates, estimate_candidates(candidates, jobs, progress))
+                 if est is not None and est.get("fits_in_memory", True)]
     if not estimated:
         raise SpecError(f"no configuration fits: none of the {len(candidates)} layouts of {gpus} GPUs passes "
                         f"the closed-form memory ledger (try more GPUs, a longer --gbs, or --recompute full)")
@@ -290,7 +239,10 @@ def simulated_search(base: dict, *, gpus: int, gpus_per_node: int, top: int | No
         chosen = rep.get("config", {}).get("recompute_layers")
         if chosen is not None:
             label = label.replace("rc=auto", f"rc=auto({chosen})")
-        rows.append({"settings": c.as_dict(), "label": label, "analytic_rank": analytic_rank,
+        settings = c.as_dict()
+        rows.append({"settings": settings, "label": label, "ep": settings.get("ep", 1),
+                     "etp": settings.get("etp", settings["tp"]), "moe_dispatcher": settings.get("moe_dispatcher"),
+                     "analytic_rank": analytic_rank,
                      "analytic_step_time_s": est["step_time_s"], "analytic_mfu": est["mfu"],
                      "simulated_step_time_s": rep.get("step_time_s"), "simulated_mfu": rep.get("mfu"),
                      "fits_in_memory": rep.get("fits_in_memory"), "peak_memory_gib": rep.get("peak_memory_gib"),

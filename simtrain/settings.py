@@ -109,6 +109,7 @@ class Setting:
     scenario: bool = False  # describes the scenario (model, cluster, layout, batch): see defaults_note
     derived_from: tuple[str, ...] = ()  # the settings a default of None is derived from
     check: Callable[[Any], str] | None = None  # beyond type, range and choices: "" or what is valid
+    count: bool = False  # a count of tokens: its flag takes 300B, 1.5e12, 1T (simtrain.cli.types.parse_count)
 
     @property
     def cli_flags(self) -> tuple[str, ...]:
@@ -296,7 +297,8 @@ _TABLE = (
             "report", default_text="the topology's [cost] table; none: no cost", rule=POSITIVE_FINITE,
             metavar="USD", flags=("--price-per-gpu-hour",)),
     Setting("train_tokens", int, None, "tokens of a whole training run: the report adds its steps, time, energy "
-            "and cost", default_text="none", rule=POSITIVE, metavar="N"),
+            "and cost; a whole number, or with an exponent or a decimal suffix K, M, B, T: 300B, 1.5e12, 1T",
+            default_text="none", rule=POSITIVE, metavar="N", count=True),
 )
 
 #: Every run setting by name, in the order of ``--help``.

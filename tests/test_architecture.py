@@ -93,7 +93,6 @@ TESTED_THROUGH_OTHERS = {
     "__main__.py": "python -m simtrain: tests/test_reliability.py runs it in fresh processes",
     "errors.py": "the exception types: every error test raises and matches them",
     "units.py": "constants and converters used by every loader, cost and report",
-    "cli/types.py": "argument types: tests/cli/test_main.py and tests/test_settings.py give them bad flags",
     "network/fixed.py": "the fixed-latency network tests/test_engine.py runs on",
     "network/links.py": "link statistics: tests/network/test_solver.py and tests/network/test_flow.py",
     "network/protocol.py": "the engine's side of it: tests/test_engine.py drives a network by hand",

@@ -54,7 +54,8 @@ Time of one micro-batch on the slowest (last) stage, then the step:
 The step splits into the simulator's categories (:data:`simtrain.metrics.BREAKDOWN`):
 compute ``m x avg``, recompute, imbalance ``m (slow - recompute - avg)``, tp, cp, ep, pp, bubble,
 dp. MoE models (:mod:`simtrain.analytic.moe`): ``N`` in ``f_layer`` is the active parameter count
-(top-k routed and shared experts), each micro-batch adds its exposed EP all-to-all, the model
+(top-k routed and shared experts), each MoE layer adds its routed experts' grouped-GEMM time at
+their shapes beyond that count, each micro-batch adds its exposed EP all-to-all, the model
 states and the DP term split into dense parameters over DP x CP and routed experts over the
 expert data-parallel group, and the TP term counts the MoE block's collectives. MFU counts
 ``(L f_layer + f_head) gbs seq``, recompute excluded; HFU adds the recomputed forwards.
@@ -230,14 +231,18 @@ def _evaluate(model: ModelSpec, cluster: Cluster, par: ParallelSpec, gpu: GpuSpe
     f_head = 6 * big_v * h
     f_sel = ledger.selective_flops_per_token(model, par)
     sec = s * b / t / gpu.effective_flops
-    avg = (model.layers * f_layer + f_head) / p * sec
+    # the routed experts' grouped GEMMs at their shapes, per MoE layer (moe module docstring)
+    x_f, x_all = moe.expert_gemm_excess(model, par, gpu) if lay is not None else (0.0, 0.0)
+    moe_share = model.moe_layers / model.layers  # of a stage's layers (0 for a dense model)
+    avg = (model.layers * f_layer + f_head) / p * sec + model.moe_layers * x_all / p
 
     def redo(i: int) -> float:
         """Recompute seconds of rank ``i`` per micro-batch: full layers, then selective."""
-        return (min(rc, ranks.layers[i]) * f_layer / 3 + ranks.layers[i] * f_sel) * sec
+        full = min(rc, ranks.layers[i])
+        return (full * f_layer / 3 + ranks.layers[i] * f_sel) * sec + full * moe_share * x_f
 
-    work = [ranks.layers[i] * f_layer * sec + redo(i) + (f_head * sec if i in ranks.head_ranks else 0.0)
-            for i in range(p)]
+    work = [ranks.layers[i] * f_layer * sec + ranks.layers[i] * moe_share * x_all + redo(i)
+            + (f_head * sec if i in ranks.head_ranks else 0.0) for i in range(p)]
     slowest = max(range(p), key=lambda i: work[i])
     layers = round(ranks.layers[slowest])
     recompute, slow = redo(slowest), work[slowest]

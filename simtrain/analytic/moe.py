@@ -20,6 +20,16 @@ load over the mean (:func:`simtrain.workload.moe_routing.load_factors`; 1 at uni
   dispatcher ``k`` becomes the rows per token of :func:`simtrain.costs.dispatch.a2a_rows` (one
   copy per destination node across nodes) and, with FP8 training, two of the four transfers
   carry about one byte per value (:func:`simtrain.costs.dispatch.a2a_value_bytes`).
+* The routed experts' grouped GEMMs at their shapes: the ``6 N_active`` count prices every
+  expert's GEMM at the large-GEMM rate, which does not depend on EP; but EP decides how many
+  experts a rank holds (``E / e``) and how many rows each gets (``e n k / E`` on average), and
+  a grouped GEMM of many experts with few rows each runs far below that rate (each expert's GEMM
+  is its own kernel, four at a time, issued one by one by the host; :mod:`simtrain.costs.timing`).
+  Each MoE layer therefore adds, per micro-batch, the kernel model's time of its routed-expert
+  GEMMs (forward, input and weight gradients, at uniform routing) over their FLOPs at ``P e``
+  (:func:`expert_gemm_excess`), counted as compute, and a recomputed layer its forward's excess
+  again; with a flat GEMM efficiency the grouped GEMM is one kernel and the excess small (its
+  launch, and the experts' weights read where that takes longer than their math).
 * Routing skew: each EP rank computes its own tokens, so the FLOPs (and MFU, HFU) are those of
   uniform routing, but the combine waits for the busiest rank: each MoE layer of the slowest
   stage adds ``(lf - 1) 6 k psi_x sec`` per micro-batch (``psi_x`` one routed expert's
@@ -37,10 +47,13 @@ load over the mean (:func:`simtrain.workload.moe_routing.load_factors`; 1 at uni
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import lru_cache
 
 from simtrain import costs
 from simtrain.costs import dispatch
+from simtrain.costs.kernels import Gemm
+from simtrain.specs.gpu import GpuSpec
 from simtrain.specs.model import ModelSpec
 from simtrain.specs.order import parse_order
 from simtrain.specs.parallel import ParallelSpec
@@ -109,6 +122,25 @@ def all_to_all_time(model: ModelSpec, par: ParallelSpec, moe_layers: int, bandwi
     volume = sum(loads) if loads is not None else moe_layers
     pair = all_to_all_bytes(model, par, ep_per_node, True) + all_to_all_bytes(model, par, ep_per_node, False)
     return volume * 2 * pair / bandwidth
+
+
+def expert_gemm_excess(model: ModelSpec, par: ParallelSpec, gpu: GpuSpec) -> tuple[float, float]:
+    """Seconds per MoE layer and micro-batch that the routed experts' GEMMs take in the kernel
+    model (:class:`simtrain.costs.timing.KernelTimer` on ``gpu``, uniform routing) beyond their
+    FLOPs at the GPU's sustained rate: (the forward's, the forward's and backward's). The GEMMs
+    are bf16 ones, as everywhere in the closed form (which does not model FP8)."""
+    return _expert_gemm_excess(model, replace(costs.Shape.of(par), fp8=False), par.expert_tp, par.ep, gpu)
+
+
+@lru_cache(maxsize=1024)
+def _expert_gemm_excess(model: ModelSpec, shape: costs.Shape, etp: int, ep: int, gpu: GpuSpec) -> tuple[float, float]:
+    timer = costs.KernelTimer(gpu)
+    excess = {}
+    for kind in ("F", "I", "W"):
+        gemms = [k for k in costs.moe_costs(model, shape, kind, etp, ep).experts.kernels
+                 if isinstance(k, Gemm) and k.name.startswith("moe.expert")]
+        excess[kind] = sum(timer.kernel_time(g) - g.flops / gpu.effective_flops for g in gemms)
+    return excess["F"], excess["F"] + excess["I"] + excess["W"]
 
 
 def skew_time(model: ModelSpec, loads: list[float], recomputed: int, sec: float) -> float:

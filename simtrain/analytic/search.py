@@ -1,4 +1,5 @@
-"""Enumerate TP x CP x PP layouts and rank them with the closed-form model.
+"""Enumerate TP x CP x PP layouts (with EP and expert TP for an MoE model) and rank them with the
+closed-form model.
 
 :func:`closed_form_search` follows the course notes' ``search``: every combination of the given degrees that passes the
 script's rules (tp within a node, tp*cp*pp divides the GPUs, pp divides the layers, at least
@@ -14,18 +15,25 @@ from simtrain.analytic.model import MIN_CP_CHUNK, estimate
 from simtrain.errors import SpecError
 from simtrain.specs.gpu import GpuSpec
 from simtrain.specs.model import ModelSpec
-from simtrain.specs.parallel import ParallelSpec
+from simtrain.specs.parallel import ParallelSpec, expert_layouts
 from simtrain.topology.cluster import Cluster
+from simtrain.workload.moe_routing import Routing
 
 
 def closed_form_search(model: ModelSpec, cluster: Cluster, *, gpus: int, seq: int, gbs: int,
                        tps=(1, 2, 4, 8), cps=(1, 2, 4, 8, 16, 32), pps=(1, 2, 4, 8, 16), mbs: int = 1,
                        gpu: GpuSpec | None = None, schedule: str = "1f1b", min_cp_chunk: int = MIN_CP_CHUNK,
-                       n_params: float | None = None) -> list[dict]:
+                       n_params: float | None = None, eps: tuple[int, ...] | None = None,
+                       etps: tuple[int, ...] | None = None, dispatchers: tuple[str, ...] = ("alltoall",),
+                       routing: Routing = Routing()) -> list[dict]:
     """Every layout that fits, as ``{"tp", "cp", "pp", "dp", **estimate}``, sorted by MFU
     descending (ties keep the enumeration order TP, then CP, then PP, as the script's stable
     sort does). The loops and defaults are the script's; the cluster's node count is not used
-    (``gpus`` may exceed it: only per-GPU bandwidths and GPUs per node enter the model)."""
+    (``gpus`` may exceed it: only per-GPU bandwidths and GPUs per node enter the model). An MoE
+    model adds, per layout, every (EP, expert TP) pair of
+    :func:`~simtrain.specs.parallel.expert_layouts` (from ``eps`` and ``etps``) and each of
+    ``dispatchers`` where EP > 1, its rows ``"ep"``, ``"etp"`` and ``"moe_dispatcher"``; ``routing``
+    is its token routing."""
     for name, value in (("gpus", gpus), ("seq", seq), ("gbs", gbs), ("mbs", mbs)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise SpecError(f"{name}={value!r}: must be an integer >= 1")
@@ -34,12 +42,18 @@ def closed_form_search(model: ModelSpec, cluster: Cluster, *, gpus: int, seq: in
         if gpus % (tp * cp * pp):
             continue
         dp = gpus // (tp * cp * pp)
-        par = ParallelSpec(tp=tp, cp=cp, pp=pp, dp=dp, mbs=mbs, gbs=gbs, seq=seq,
-                           schedule=schedule, recompute="auto")
-        est = estimate(model, cluster, par, gpu=gpu, min_cp_chunk=min_cp_chunk,
-                       n_params=n_params)
-        if est is not None:
-            found.append({**est, "tp": tp, "cp": cp, "pp": pp, "dp": dp})
+        experts: list[dict] = [{}]
+        if model.is_moe:
+            experts = [{"ep": ep, "etp": etp, "moe_dispatcher": d}
+                       for ep, etp in expert_layouts(model, world=gpus, tp=tp, pp=pp, eps=eps, etps=etps)
+                       for d in (dispatchers if ep > 1 else dispatchers[:1])]
+        for expert in experts:
+            par = ParallelSpec(tp=tp, cp=cp, pp=pp, dp=dp, mbs=mbs, gbs=gbs, seq=seq,
+                               schedule=schedule, recompute="auto", **expert)
+            est = estimate(model, cluster, par, gpu=gpu, min_cp_chunk=min_cp_chunk,
+                           n_params=n_params, routing=routing)
+            if est is not None:
+                found.append({**est, "tp": tp, "cp": cp, "pp": pp, "dp": dp, **expert})
     found.sort(key=lambda e: -e["mfu"])
     return found
 
@@ -57,5 +71,6 @@ def format_plan(plan: dict) -> str:
                      if v / step >= 0.005)
     rc, layers = plan["recompute_layers"][0], plan["layers_per_stage"]
     rec = f", recompute {rc}/{layers} layers" if rc else ""
-    return (f"TP={plan['tp']} CP={plan['cp']} PP={plan['pp']} DP={plan['dp']}: MFU "
+    expert = f" EP={plan['ep']} ETP={plan['etp']}" if "ep" in plan else ""
+    return (f"TP={plan['tp']} CP={plan['cp']} PP={plan['pp']} DP={plan['dp']}{expert}: MFU "
             f"{plan['mfu']:.1%}, {plan['memory_gib']:.0f} GiB/GPU{rec} | {share}")

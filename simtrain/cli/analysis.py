@@ -189,7 +189,7 @@ def cmd_search(args: argparse.Namespace) -> int:
                                jobs=args.jobs, results=results, resume=args.resume, progress=progress,
                                executor=args.executor, scheduler=args.scheduler,
                                schedules=args.schedules, vpps=args.vpp, mbss=args.mbs, zeros=args.zero,
-                               recomputes=args.recompute)
+                               recomputes=args.recompute, **layout_grid(args))
     if args.json:
         from simtrain.finite import check_finite
 
@@ -216,6 +216,32 @@ def cmd_search(args: argparse.Namespace) -> int:
 
 #: ``simtrain search``'s lists of values to try: the setting and the default list.
 _SEARCH_LISTS = (("vpp", (1,)), ("mbs", (1,)), ("zero", (1,)), ("recompute", ("auto",)))
+#: The degrees ``search`` and ``whatif`` try (the course notes' lists; a TP beyond a node is skipped).
+DEGREE_LISTS = (("tp", (1, 2, 4, 8)), ("cp", (1, 2, 4, 8, 16, 32)), ("pp", (1, 2, 4, 8, 16)))
+
+
+def add_expert_flags(p: argparse.ArgumentParser) -> None:
+    """``--ep``, ``--etp`` and ``--moe-dispatchers``: the MoE degrees and dispatchers to try
+    (``search`` and ``whatif``; :func:`simtrain.search.check_expert_grid` says which are valid)."""
+    from simtrain.settings import POSITIVE
+    from simtrain.specs.parallel import MOE_DISPATCHERS
+
+    p.add_argument("--ep", dest="ep", type=list_type(int, POSITIVE), metavar="N,..",
+                   help="expert-parallel degrees to try, comma-separated, for an MoE model (default: every EP "
+                   "that divides the experts and, times the expert TP, the ranks of a pipeline stage)")
+    p.add_argument("--etp", dest="etp", type=list_type(int, POSITIVE), metavar="N,..",
+                   help="expert tensor-parallel degrees to try, comma-separated, each at most the layout's TP "
+                   "(default: the divisors of TP)")
+    p.add_argument("--moe-dispatchers", dest="moe_dispatchers", type=list_type(str), metavar="NAME,..",
+                   help=f"EP token dispatchers to try where EP > 1, comma-separated: {', '.join(MOE_DISPATCHERS)} "
+                   f"(default: all)")
+
+
+def layout_grid(args: argparse.Namespace) -> dict[str, Any]:
+    """The degree and dispatcher lists of ``search`` or ``whatif`` as keywords of
+    :func:`simtrain.search.simulated_search`."""
+    return {"tps": args.tp, "cps": args.cp, "pps": args.pp, "eps": args.ep, "etps": args.etp,
+            "dispatchers": args.moe_dispatchers}
 
 
 def add_list_flags(p: argparse.ArgumentParser, lists: tuple[tuple[str, tuple], ...]) -> None:
@@ -236,7 +262,8 @@ def _add_search_flags(p: argparse.ArgumentParser) -> None:
         add_setting_flag(p, SETTINGS[name], required=True)
     p.add_argument("--schedules", "--schedule", type=list_type(str), default=("1f1b",), metavar="NAME,..",
                    help="pipeline schedules to try, comma-separated (default 1f1b)")
-    add_list_flags(p, _SEARCH_LISTS)
+    add_list_flags(p, DEGREE_LISTS + _SEARCH_LISTS)
+    add_expert_flags(p)
     p.add_argument("--top", type=positive_int, metavar="K", help="simulate only the analytic top K")
     p.add_argument("--jobs", type=jobs_int, default=min(8, os.cpu_count() or 1), metavar="J",
                    help="parallel processes (with --executor dask and no --scheduler: workers of the local dask "

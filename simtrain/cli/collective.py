@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+from fractions import Fraction
 from typing import Any
 
 from simtrain.network.algorithms import ALGORITHMS, bandwidths, normalize_op, select_algorithm
@@ -48,17 +49,20 @@ MAX_SIZE_BYTES = 2**60
 
 
 def parse_size(text: str) -> int:
-    """``256M`` -> 268435456, ``1G`` -> 2**30, ``64KiB`` -> 65536, ``1GB`` -> 10**9, ``4096``."""
+    """``256M`` -> 268435456, ``1G`` -> 2**30, ``64KiB`` -> 65536, ``1GB`` -> 10**9, ``4096``,
+    ``1.5e3`` -> 1500; a size that is not a whole number of bytes (``1.5``, ``1.1K``) is an error."""
     m = _SIZE.match(str(text))
     mult = _MULT.get(m.group(2).lower()) if m else None
     if mult is None:
         raise SpecError(f"size {shown(text)}: expected bytes as a number with an optional suffix K, M, "
                         f"G, T (powers of 1024, also KiB..TiB) or KB, MB, GB, TB (powers of 1000)")
-    value = float(m.group(1)) * mult
-    if not value <= MAX_SIZE_BYTES:
+    if not float(m.group(1)) * mult <= MAX_SIZE_BYTES:
         raise SpecError(f"size {shown(text)}: more than {MAX_SIZE_BYTES:,} bytes (1 EiB), the largest "
                         f"message timed")
-    return int(round(value))
+    value = Fraction(m.group(1)) * mult
+    if value.denominator != 1:
+        raise SpecError(f"size {shown(text)}: {float(value):g} bytes is not a whole number of bytes")
+    return int(value)
 
 
 def _groups(first: list[int], k: int, num_gpus: int) -> list[tuple[int, ...]]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -58,9 +59,58 @@ def list_type(kind: type, rule: Rule | None = None) -> Callable[[str], tuple[Any
 
 
 def setting_type(setting: Setting) -> Callable[[str], Any] | None:
-    """The argument type of a setting's flag (None: the text as it is)."""
+    """The argument type of a setting's flag (None: the text as it is); a count of tokens takes
+    :func:`parse_count`'s suffixes."""
     kind = setting.flag_kind
+    if setting.count:
+        return count_type(setting.rule)
     return None if kind is str else value_type(kind, setting.rule)
+
+
+#: Decimal multipliers of a count of tokens: thousand, million, billion, trillion.
+COUNT_SUFFIXES = {"": 1, "K": 10**3, "M": 10**6, "B": 10**9, "T": 10**12}
+_COUNT = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)(e[+-]?\d+)?([kmbt]?)$", re.IGNORECASE)
+#: The most digits and the largest exponent a count's text may carry: beyond any count a
+#: setting's range admits (a 64-bit integer has 19 digits).
+_MAX_EXPONENT = 30
+
+
+def parse_count(text: str) -> int:
+    """A whole count, such as tokens, from digits with an optional exponent and a decimal suffix
+    K, M, B, T (1T = 10**12): ``300B``, ``1.5e12``, ``1T``, ``2_000`` is not (no separators). A
+    value that is not a whole number, or text that is not a count, is an error naming it.
+
+    >>> parse_count("1T"), parse_count("1.5e12"), parse_count("300B"), parse_count("2.5K"), parse_count("-3")
+    (1000000000000, 1500000000000, 300000000000, 2500, -3)
+    """
+    from fractions import Fraction
+
+    text = str(text).strip()
+    m = _COUNT.match(text)
+    if m is None:
+        raise argparse.ArgumentTypeError(f"invalid count {shown(text)}: expected a whole number, digits with an "
+                                         f"optional exponent or suffix K, M, B, T (powers of 1000), e.g. 300B, "
+                                         f"1.5e12, 1T")
+    if len(m.group(1)) > _MAX_EXPONENT or (m.group(2) and abs(int(m.group(2)[1:])) > _MAX_EXPONENT):
+        raise argparse.ArgumentTypeError(f"invalid count {shown(text)}: beyond 1e{_MAX_EXPONENT}, far more than any "
+                                         f"count here takes")
+    number = text[: len(text) - len(m.group(3))]
+    value = Fraction(number) * COUNT_SUFFIXES[m.group(3).upper()]
+    if value.denominator != 1:
+        raise argparse.ArgumentTypeError(f"invalid count {shown(text)}: {float(value):g} is not a whole number")
+    return int(value)
+
+
+def count_type(rule: Rule | None = None) -> Callable[[str], int]:
+    """An argument type: :func:`parse_count` of the text, within ``rule``."""
+
+    def parse(text: str) -> int:
+        value = parse_count(text)
+        if rule is not None and not rule.test(value):
+            raise argparse.ArgumentTypeError(f"{text.strip()} {rule.phrase}")
+        return value
+
+    return parse
 
 
 positive_int = value_type(int, POSITIVE)

@@ -1,6 +1,7 @@
 """``simtrain whatif``: which cluster trains a model soonest, and which cheapest.
 
-For each topology (and, with ``--sweep KEY=v1,v2``, each value of one topology key) the command
+For each topology (``--topologies`` at ``--gpus`` each, or ``--clusters NAME:GPUS,...`` each at its
+own GPU count; and, with ``--sweep KEY=v1,v2``, each value of one topology key) the command
 finds the cluster's best layout with the search's machinery (:func:`simtrain.search.simulated_search`:
 layouts ranked in closed form, the candidates simulated, the fastest that fits in memory kept),
 simulates that layout once more for its full report (energy, cost and time to train of
@@ -19,7 +20,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from simtrain.cli.analysis import add_list_flags
+from simtrain.cli.analysis import DEGREE_LISTS, add_expert_flags, add_list_flags, layout_grid
 from simtrain.cli.run import add_setting_flag
 from simtrain.cli.types import jobs_int, list_type, positive_int
 from simtrain.errors import SpecError
@@ -74,6 +75,27 @@ def parse_prices(text: str | None) -> dict[str, float]:
     return out
 
 
+def parse_clusters(text: str) -> list[tuple[str, int]]:
+    """``--clusters NAME:GPUS,...``: each topology (preset or file) with its GPU count, each name
+    once; a count is a whole number >= 1."""
+    out: dict[str, int] = {}
+    for item in (i.strip() for i in text.split(",")):
+        if not item:
+            continue
+        name, sep, count = item.rpartition(":")
+        name, count = name.strip(), count.strip()
+        if not sep or not name or not count.isdigit() or int(count) < 1:
+            raise SpecError(f"--clusters {text}: {item!r}: expected NAME:GPUS with GPUS a whole number >= 1 "
+                            f"(e.g. h100-ib:256)")
+        if name in out:
+            raise SpecError(f"--clusters {text}: {name} is given twice; give each cluster once (to compare "
+                            f"sizes of one topology, copy its file under another name)")
+        out[name] = int(count)
+    if not out:
+        raise SpecError(f"--clusters {text!r}: expected NAME:GPUS,NAME:GPUS,... (see simtrain list topologies)")
+    return list(out.items())
+
+
 def overridden(data: dict[str, Any], key: str, value: float) -> dict[str, Any]:
     """A copy of topology table ``data`` with ``key`` set to ``value``: where the file sets it, or
     in its table of :data:`SWEEP_TABLES`."""
@@ -96,25 +118,38 @@ def _table(topology: str) -> dict[str, Any]:
     return preset_table(topology)
 
 
-def variants(topologies: list[str], sweep: tuple[str, tuple[float, ...]] | None, folder: Path) -> list[dict]:
-    """Each cluster to try: its name, the swept value (None without a sweep) and the topology to
-    load (the name, or the file of the changed table)."""
+def variants(topologies: list[tuple[str, int | None]], sweep: tuple[str, tuple[float, ...]] | None,
+             folder: Path) -> list[dict]:
+    """Each cluster to try: its name, its GPUs (None: ``--gpus`` or the topology's own), the swept
+    value (None without a sweep) and the topology to load (the name, or the file of the changed
+    table). A cluster with its own GPU count is checked to hold them (:func:`cluster_for`)."""
     from simtrain.outputs.whatif import write_topology
-    from simtrain.topology.cluster import load_topology
+    from simtrain.topology.cluster import cluster_for, load_topology
+
+    def check(source: str, gpus: int | None) -> None:
+        if gpus is None:
+            load_topology(source)
+            return
+        try:
+            cluster_for(source, gpus)
+        except SpecError as exc:
+            raise SpecError(f"--clusters {name}:{gpus}: {exc}") from None
 
     out = []
-    for name in topologies:
+    for name, gpus in topologies:
+        label = name if gpus is None else f"{name}, {gpus} GPUs"
         if sweep is None:
-            load_topology(name)
-            out.append({"topology": name, "sweep_value": None, "source": name, "label": name})
+            check(name, gpus)
+            out.append({"topology": name, "gpus": gpus, "sweep_value": None, "source": name, "label": label})
             continue
         key, values = sweep
         data = _table(name)
         stem = Path(name).stem
         for value in values:
             path = write_topology(overridden(data, key, value), folder / f"{stem}-{key}-{value:g}.toml")
-            load_topology(path)
-            out.append({"topology": name, "sweep_value": value, "source": path, "label": f"{name} {key}={value:g}"})
+            check(path, gpus)
+            out.append({"topology": name, "gpus": gpus, "sweep_value": value, "source": path,
+                        "label": f"{label} {key}={value:g}"})
     return out
 
 
@@ -127,7 +162,7 @@ def best_layout(variant: dict, args: argparse.Namespace, price: float | None, ba
     from simtrain.topology.cluster import load_topology
 
     cluster = load_topology(variant["source"])
-    gpus = args.gpus or cluster.num_gpus
+    gpus = variant["gpus"] or args.gpus or cluster.num_gpus
     base = {"model": args.model, "topology": variant["source"], "nodes": -(-gpus // cluster.gpus_per_node),
             "seq": args.seq, "gbs": args.gbs, "train_tokens": args.train_tokens, "price_per_gpu_hour_usd": price}
 
@@ -143,7 +178,7 @@ def best_layout(variant: dict, args: argparse.Namespace, price: float | None, ba
     try:
         found = simulated_search(base, gpus=gpus, gpus_per_node=cluster.gpus_per_node, top=args.top, jobs=args.jobs,
                                  results=None, resume=False, progress=progress, schedules=args.schedules,
-                                 mbss=args.mbs, zeros=args.zero, recomputes=args.recompute)
+                                 mbss=args.mbs, zeros=args.zero, recomputes=args.recompute, **layout_grid(args))
     except SpecError as exc:
         raise SpecError(f"topology {variant['label']}: {exc}") from None
     fitting = [r for r in found["ranking"] if r["fits_in_memory"]]
@@ -152,7 +187,7 @@ def best_layout(variant: dict, args: argparse.Namespace, price: float | None, ba
                         f"({found['candidates_simulated']} tried); try more GPUs or --recompute full")
     best = fitting[0]
     report = api.simulate(api.resolve(best["settings"])).report
-    return {**variant, "gpus": gpus, "gpu": cluster.gpu.name, "layout": best["label"],
+    return {**variant, "gpus": gpus, "gpu": cluster.gpu.name, "layout": best["label"], "ep": best["ep"],
             "settings": best["settings"], **{k: report[k] for k in ROW_KEYS}}
 
 
@@ -174,19 +209,28 @@ def rank(rows: list[dict]) -> None:
 def whatif(args: argparse.Namespace) -> dict[str, Any]:
     """The JSON-ready result of ``simtrain whatif`` (rows ranked, plots written unless --no-plot)."""
     from simtrain.outputs.progress import Progress, wanted
+    from simtrain.search import check_expert_grid
     from simtrain.specs.model import load_model
 
-    load_model(args.model)
+    check_expert_grid(load_model(args.model), args.ep, args.etp, args.moe_dispatchers, args.tp)
     sweep = parse_sweep(args.sweep) if args.sweep else None
     prices = parse_prices(args.prices)
-    names = [t.strip() for t in args.topologies.split(",") if t.strip()]
-    if not names:
-        raise SpecError(f"--topologies {args.topologies!r}: expected NAME,NAME,... (see simtrain list topologies)")
+    if args.clusters is not None:
+        if args.gpus is not None:
+            raise SpecError(f"--gpus {args.gpus} with --clusters: each cluster names its own GPU count "
+                            f"(NAME:GPUS); drop --gpus")
+        clusters, flag = parse_clusters(args.clusters), "--clusters"
+    else:
+        names = [t.strip() for t in args.topologies.split(",") if t.strip()]
+        if not names:
+            raise SpecError(f"--topologies {args.topologies!r}: expected NAME,NAME,... (see simtrain list topologies)")
+        clusters, flag = [(name, None) for name in names], "--topologies"
+    names = [name for name, _ in clusters]
     unknown = sorted(set(prices) - set(names))
     if unknown:
-        raise SpecError(f"--prices {args.prices}: {unknown[0]} is not one of --topologies {', '.join(names)}")
+        raise SpecError(f"--prices {args.prices}: {unknown[0]} is not one of {flag} {', '.join(names)}")
     out = Path(args.out)
-    todo = variants(names, sweep, out / "whatif-topologies")
+    todo = variants(clusters, sweep, out / "whatif-topologies")
     with Progress(sys.stderr, background=True, enabled=wanted(args.progress, sys.stderr, args.json)) as bar:
         rows = [best_layout(v, args, prices.get(v["topology"], args.price_per_gpu_hour_usd), bar) for v in todo]
     rank(rows)
@@ -248,9 +292,12 @@ def add_command(sub: Any) -> None:
     """Register ``simtrain whatif`` on the main parser's subcommands."""
     p = sub.add_parser("whatif", help="rank clusters by time and cost to train a model, each at its best layout")
     add_setting_flag(p, SETTINGS["model"], required=True)
-    p.add_argument("--topologies", required=True, metavar="NAME|FILE,..",
-                   help="topology presets or .toml files to compare, comma-separated")
-    add_setting_flag(p, SETTINGS["gpus"], help="GPUs of every cluster (default: each topology's own)")
+    which = p.add_mutually_exclusive_group(required=True)
+    which.add_argument("--topologies", metavar="NAME|FILE,..",
+                       help="topology presets or .toml files to compare, comma-separated, each with --gpus GPUs")
+    which.add_argument("--clusters", metavar="NAME:GPUS,..", help="topology presets or .toml files to compare, "
+                       "each with its own GPU count, e.g. h100-ib:256,b200-ib:256,a100-hdr:512")
+    add_setting_flag(p, SETTINGS["gpus"], help="GPUs of every cluster of --topologies (default: each topology's own)")
     add_setting_flag(p, SETTINGS["train_tokens"], required=True, help="tokens of the training run whose time and "
                      "cost rank the clusters")
     for name in ("seq", "gbs"):
@@ -258,12 +305,14 @@ def add_command(sub: Any) -> None:
     add_setting_flag(p, SETTINGS["price_per_gpu_hour_usd"], help="price of a GPU-hour of every cluster (default: "
                      "each topology's [cost] table)")
     p.add_argument("--prices", metavar="NAME=USD,..",
-                   help="price of a GPU-hour per topology, over --price-per-gpu-hour")
+                   help="price of a GPU-hour per topology (the names of --topologies or --clusters), over "
+                   "--price-per-gpu-hour")
     p.add_argument("--sweep", metavar="KEY=V,..", help="run each value of one topology key (nic_gbps, nvlink_GBps, "
                    "oversubscription, ...) and plot step time and cost against it")
     p.add_argument("--schedules", "--schedule", type=list_type(str), default=("1f1b",), metavar="NAME,..",
                    help="pipeline schedules to try (default 1f1b)")
-    add_list_flags(p, (("mbs", (1,)), ("zero", (1,)), ("recompute", ("auto",))))
+    add_list_flags(p, DEGREE_LISTS + (("mbs", (1,)), ("zero", (1,)), ("recompute", ("auto",))))
+    add_expert_flags(p)
     p.add_argument("--top", type=positive_int, metavar="K", help="simulate only the closed form's top K per cluster")
     p.add_argument("--jobs", type=jobs_int, default=min(8, os.cpu_count() or 1), metavar="J",
                    help="parallel processes (default: the CPUs, at most 8)")

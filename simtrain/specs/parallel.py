@@ -292,6 +292,17 @@ def validate_parallel(par: ParallelSpec, model: "ModelSpec", num_gpus: int | Non
     if par.cp > 1 and par.seq % (2 * par.cp):
         raise SpecError(f"seq={par.seq} is not divisible by 2*cp={2 * par.cp} (load-balanced "
                         f"causal context parallelism gives each CP rank two equal chunks)")
+    check_expert_layout(par, model)
+    if par.overlap_moe_expert_parallel_comm:
+        check_combined_1f1b(par, model)
+    rc = par.recompute
+    if rc.isdigit() and int(rc) > -(-model.layers // par.pp):
+        raise SpecError(f"recompute={rc} layers exceeds the {-(-model.layers // par.pp)} layers per stage")
+
+
+def check_expert_layout(par: ParallelSpec, model: "ModelSpec") -> None:
+    """EP and expert TP against the model: only an MoE model has them, EP divides its experts,
+    and etp x ep x pp divides the world (EP folded from the DP x CP ranks)."""
     if par.ep > 1 or par.etp not in (None, par.tp):
         if not model.is_moe:
             raise SpecError(f"ep={par.ep}, etp={par.etp}: {model.name} has no experts; "
@@ -303,11 +314,32 @@ def validate_parallel(par: ParallelSpec, model: "ModelSpec", num_gpus: int | Non
         if par.world % (par.expert_tp * par.ep * par.pp):
             raise SpecError(f"etp*ep*pp={par.expert_tp * par.ep * par.pp} does not divide the world "
                             f"size {par.world}; EP is folded from the DP x CP ranks; {_valid_ep(par, model)}")
-    if par.overlap_moe_expert_parallel_comm:
-        check_combined_1f1b(par, model)
-    rc = par.recompute
-    if rc.isdigit() and int(rc) > -(-model.layers // par.pp):
-        raise SpecError(f"recompute={rc} layers exceeds the {-(-model.layers // par.pp)} layers per stage")
+
+
+def expert_layouts(model: "ModelSpec", *, world: int, tp: int, pp: int, eps: tuple[int, ...] | None = None,
+                   etps: tuple[int, ...] | None = None) -> list[tuple[int, int]]:
+    """The (ep, etp) pairs :func:`check_expert_layout` accepts for a layout of ``world`` GPUs at
+    TP ``tp`` and PP ``pp`` (``tp * pp`` divides ``world``), EP first: EP from ``eps`` (default:
+    every divisor of the experts), expert TP from ``etps`` (default: the divisors of ``tp``), none
+    above ``tp``. A dense model has only ``(1, tp)``.
+
+    >>> from simtrain.specs.model import load_model
+    >>> expert_layouts(load_model("mixtral-8x7b"), world=16, tp=2, pp=2)
+    [(1, 1), (1, 2), (2, 1), (2, 2), (4, 1), (4, 2), (8, 1)]
+    """
+    if not model.is_moe:
+        return [(1, tp)]
+    eps = eps or tuple(e for e in range(1, model.num_experts + 1) if model.num_experts % e == 0)
+    etps = etps or tuple(e for e in range(1, tp + 1) if tp % e == 0)
+    out = []
+    for ep in eps:
+        for etp in (e for e in etps if e <= tp):
+            try:
+                check_expert_layout(ParallelSpec(tp=tp, pp=pp, dp=world // (tp * pp), ep=ep, etp=etp), model)
+            except SpecError:
+                continue
+            out.append((ep, etp))
+    return out
 
 
 def check_combined_1f1b(par: ParallelSpec, model: "ModelSpec") -> None:

@@ -4,6 +4,7 @@ every closed-form schedule on an MoE model, agreement with the simulation, and a
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -24,6 +25,8 @@ pytestmark = pytest.mark.quick
 #: from the DP x CP ranks of one pipeline position, so etp*ep*pp must divide the 64 GPUs, and with
 #: TP 8 (expert TP 8 by default) it is 256.
 MIXTRAL = dict(tp=1, pp=4, dp=16, ep=8, seq=4096, gbs=64, recompute="auto")
+#: Qwen3-30B-A3B's published Hugging Face config.json.
+QWEN3_30B = str(Path(__file__).parent.parent / "data" / "qwen3-30b-a3b" / "config.json")
 
 
 @pytest.fixture(scope="module")
@@ -138,15 +141,40 @@ def test_moe_step_close_to_the_simulation():
     within 2% (both move (ep-1)/ep of the routed tokens over NVLink), and the simulated step is
     0 to 30% above the closed form's, about twice the dense models' gap (Llama 3 70B on the
     same cluster: 13.5%): the simulation adds the memory-bound kernels (norms, activations, the
-    token permutation, the router's top-k) and runs the experts' grouped GEMMs at their shapes'
-    efficiency (four at a time, a weight gradient's K the few tokens per expert), where the closed
-    form counts 6 N_active FLOPs per token at the large-GEMM rate."""
+    token permutation, the router's top-k) and the dense GEMMs at their shapes' efficiency, where
+    the closed form counts them at the large-GEMM rate (the routed experts' grouped GEMMs it
+    prices at their shapes: :func:`moe.expert_gemm_excess`)."""
     sc = api.resolve({"model": "mixtral-8x7b", "topology": "h100-ib", "gpus": 64, **MIXTRAL},
                      recompute_rule="ledger")
     est = analytic_report(sc.model, sc.cluster, sc.parallel, gpu=sc.gpu)
     sim = api.simulate(sc).report
     assert sim["breakdown_s"]["ep"] == pytest.approx(est["breakdown_s"]["ep"], rel=0.02)
     assert 1.0 < sim["step_time_s"] / est["step_time_s"] < 1.3
+
+
+def test_expert_gemms_at_their_shapes_by_hand():
+    """Qwen3-30B-A3B (128 experts of 768) at EP 1 holds all 128 experts, 256 rows each per
+    micro-batch of 4096 tokens: every grouped GEMM runs 32 rounds of 4 expert GEMMs, each round
+    the host's 4 x 70 us, so a pass of fc1 and fc2 takes 2 x 32 x 280 us; EP 8 leaves 16 experts
+    of 2048 rows, 4 rounds. The excess is that over the GEMMs' FLOPs at the sustained rate; with a
+    flat efficiency a grouped GEMM is one kernel and the excess small."""
+    qwen = load_model(QWEN3_30B)
+    gpu = load_topology("h100-ib").gpu
+    par = ParallelSpec(tp=1, pp=1, dp=16, seq=4096, gbs=16)
+    flops = 2 * 4096 * 8 * 3 * 2048 * 768  # fc1 (gate and up) and fc2, 8 expert rows per token
+    forward, total = moe.expert_gemm_excess(qwen, par, gpu)
+    assert forward == pytest.approx(2 * 32 * 4 * 70e-6 - flops / gpu.effective_flops, rel=1e-9)
+    assert total == pytest.approx(3 * forward, rel=1e-9)  # the input and weight gradients alike
+    ep8, _ = moe.expert_gemm_excess(qwen, replace(par, ep=8), gpu)
+    assert ep8 == pytest.approx(2 * 4 * 4 * 70e-6 - flops / gpu.effective_flops, rel=1e-9)
+    flat, _ = moe.expert_gemm_excess(qwen, par, gpu.with_efficiency(0.6))
+    assert 0 < flat < forward / 100  # launches, and the experts' weights read at the HBM rate
+    # the step counts it as compute: on 16 GPUs at PP 4, EP 4 is the faster layout, as simulated
+    cluster = load_topology("h100-ib", nodes=2)
+    deep = replace(par, pp=4, dp=4, recompute="auto")
+    one, four = (analytic_report(qwen, cluster, replace(deep, ep=ep)) for ep in (1, 4))
+    assert four["step_time_s"] < one["step_time_s"] / 2
+    assert one["breakdown_s"]["compute"] > 10 * one["breakdown_s"]["imbalance"]
 
 
 def test_cp_ring_volume_by_hand():

@@ -147,3 +147,16 @@ def test_breakdown_sums_to_step(block, request):
         assert peaks[0] == p["memory_gib"] and peaks == sorted(peaks, reverse=True)
         assert p["fits_in_memory"] and p["memory_gib"] <= 72e9 / 2**30
         assert p["model"] == "analytic"
+
+
+def test_moe_layouts_carry_ep_and_expert_tp():
+    """Mixtral-8x7B on 64 H100s: the closed form's best layouts use EP (the experts' states and
+    grouped GEMMs shrink with it); a dense model's rows have no EP keys."""
+    from simtrain.specs.model import load_model
+    from simtrain.topology.cluster import load_topology
+
+    plans = closed_form_search(load_model("mixtral-8x7b"), load_topology("h100-ib"), gpus=64, seq=4096, gbs=128)
+    assert plans[0]["ep"] == 8 and format_plan(plans[0]).startswith("TP=1 CP=1 PP=1 DP=64 EP=8 ETP=1: MFU")
+    assert {p["ep"] for p in plans} == {1, 2, 4, 8} and all(p["etp"] <= p["tp"] for p in plans)
+    dense = closed_form_search(load_model("llama3-8b"), load_topology("h100-ib"), gpus=8, seq=4096, gbs=64)
+    assert dense and not any("ep" in p for p in dense)

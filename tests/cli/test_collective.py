@@ -57,8 +57,12 @@ def test_parse_size():
     assert parse_size("1GB") == 10**9
     assert parse_size("4096") == 4096
     assert parse_size("1.5k") == 1536
+    assert parse_size("1.5e3") == 1500 and parse_size("0.5K") == 512
     for bad in ("1x", "", "-1", "G"):
         with pytest.raises(SpecError, match="size"):
+            parse_size(bad)
+    for bad, words in (("1.5", "1.5 bytes is not a whole number"), ("1.1K", "1126.4 bytes is not a whole number")):
+        with pytest.raises(SpecError, match=words):  # not rounded to a size the user did not give
             parse_size(bad)
 
 

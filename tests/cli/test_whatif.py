@@ -7,9 +7,9 @@ import math
 
 import pytest
 
-from helpers import assert_user_error, cli_json
+from helpers import assert_user_error, cli, cli_json
 from simtrain.cli.main import build_parser
-from simtrain.cli.whatif import overridden, parse_prices, parse_sweep
+from simtrain.cli.whatif import overridden, parse_clusters, parse_prices, parse_sweep
 from simtrain.errors import SpecError
 
 TOKENS = 10**12
@@ -35,6 +35,35 @@ def test_clusters_rank_by_the_time_and_cost_the_table_gives(tmp_path):
     assert open(out["plots"]["ranking"], "rb").read(8) == b"\x89PNG\r\n\x1a\n"
 
 
+def test_clusters_of_different_sizes_rank_in_one_table_and_one_chart(tmp_path):
+    argv = ("whatif", "--model", "llama3-8b", "--clusters", "h100-ib:16,b200-ib:8,a100-hdr:32", "--seq", 2048,
+            "--gbs", 32, "--train-tokens", "1T", "--prices", "h100-ib=3,b200-ib=5,a100-hdr=1.5", "--top", 2,
+            "--jobs", 1, "--out", tmp_path)
+    out = cli_json(*argv)
+    rows = out["results"]
+    assert {(r["topology"], r["gpus"]) for r in rows} == {("h100-ib", 16), ("b200-ib", 8), ("a100-hdr", 32)}
+    assert [r["time_rank"] for r in rows] == [1, 2, 3]  # one ranking over the three
+    assert sorted(r["cost_rank"] for r in rows) == [1, 2, 3]
+    for r in rows:
+        price = {"h100-ib": 3, "b200-ib": 5, "a100-hdr": 1.5}[r["topology"]]
+        assert r["cost_to_train_usd"] == pytest.approx(r["train_steps"] * r["gpus"] * r["step_time_s"] / 3600 * price)
+        assert r["train_steps"] == math.ceil(TOKENS / (32 * 2048))
+    assert list(out["plots"]) == ["ranking"]
+    code, text, err = cli(*argv, "--no-plot")
+    assert code == 0, err
+    table = text.splitlines()[2:7]
+    assert [line.split()[2] for line in table[2:]] == [r["topology"] for r in rows]  # the JSON's order
+    assert all(f"{r['gpus']} x {r['gpu']}" in text for r in rows)
+
+
+def test_an_moe_models_best_layout_uses_expert_parallelism(tmp_path):
+    out = cli_json("whatif", "--model", "mixtral-8x7b", "--topologies", "h100-ib", "--gpus", 16, "--seq", 2048,
+                   "--gbs", 32, "--cp", 1, "--top", 3, "--train-tokens", "1T", "--jobs", 1, "--no-plot",
+                   "--out", tmp_path)
+    row = out["results"][0]
+    assert row["ep"] == row["settings"]["ep"] == 8 and "EP=8" in row["layout"]
+
+
 def test_more_nic_bandwidth_is_never_slower(tmp_path):
     out = cli_json(*BASE, "--topologies", "h100-ib", "--sweep", "nic_gbps=100,400", "--out", tmp_path)
     rows = sorted(out["results"], key=lambda r: r["sweep_value"])
@@ -53,9 +82,29 @@ def test_more_nic_bandwidth_is_never_slower(tmp_path):
     (("--topologies", "h100-ib", "--sweep", "nic_gbps=0"), "nic_gbps = 0.0: must be > 0"),
     (("--topologies", "h100-ib", "--prices", "b200-ib=3"), "--prices b200-ib=3: b200-ib is not one of"),
     (("--topologies", "h100-ib", "--prices", "h100-ib=0"), "expected NAME=USD"),
+    (("--topologies", "h100-ib", "--ep", "2"), "--ep 2: llama3-8b has no experts"),
+    (("--topologies", "h100-ib", "--train-tokens", "1.5"), "--train-tokens: invalid count '1.5'"),
 ])
 def test_bad_input_is_one_line(tmp_path, argv, words):
     assert_user_error(*BASE, *argv, "--out", tmp_path, contains=words)
+
+
+@pytest.mark.quick
+@pytest.mark.parametrize("argv, words", [
+    (("--clusters", "h100-ib:16,h100-ib:32"), "--clusters h100-ib:16,h100-ib:32: h100-ib is given twice"),
+    (("--clusters", "h100-ib:0"), "'h100-ib:0': expected NAME:GPUS with GPUS a whole number >= 1"),
+    (("--clusters", "h100-ib:1.5"), "'h100-ib:1.5': expected NAME:GPUS"),
+    (("--clusters", "h100-ib"), "'h100-ib': expected NAME:GPUS"),
+    (("--clusters", ","), "--clusters ',': expected NAME:GPUS,NAME:GPUS"),
+    (("--clusters", "h100-ibb:16"), "unknown topology 'h100-ibb'"),
+    (("--clusters", "h100-ib:16", "--prices", "a100-hdr=1"), "a100-hdr is not one of --clusters h100-ib"),
+    (("--clusters", "h100-ib:16", "--topologies", "h100-ib"), "not allowed with argument --clusters"),
+    (("--clusters", "h100-ib:16", "--gpus", "16"), "--gpus 16 with --clusters: each cluster names its own GPU count"),
+    ((), "one of the arguments --topologies --clusters is required"),
+])
+def test_bad_clusters_are_one_line(tmp_path, argv, words):
+    assert_user_error("whatif", "--model", "llama3-8b", "--train-tokens", "1T", *argv, "--out", tmp_path,
+                      contains=words)
 
 
 @pytest.mark.quick
@@ -67,6 +116,9 @@ def test_no_layout_that_fits_is_one_line(tmp_path):
 
 @pytest.mark.quick
 def test_sweep_and_prices_parse():
+    assert parse_clusters("h100-ib:256, b200-ib:256,a100-hdr:512") == [("h100-ib", 256), ("b200-ib", 256),
+                                                                        ("a100-hdr", 512)]
+    assert parse_clusters("topologies/my:cluster.toml:64") == [("topologies/my:cluster.toml", 64)]
     assert parse_sweep("nic_gbps=100,400,100") == ("nic_gbps", (100.0, 400.0))
     assert parse_sweep("spines=2,4") == ("spines", (2, 4))
     assert parse_prices("a=1.5, b=2") == {"a": 1.5, "b": 2.0}
