@@ -25,7 +25,7 @@ from simtrain.network.analytic import AnalyticNetwork
 from simtrain.network.fixed import FixedLatency
 from simtrain.network.protocol import NetworkModel
 from simtrain.costs import Shape, pp_activation_bytes
-from simtrain.costs.calibration import Calibration, read_calibration
+from simtrain.costs.calibration import Calibration, check_peaks, read_calibration
 from simtrain.workload.moe_routing import Routing
 from simtrain import perturbed
 from simtrain.specs.perturbation import Perturbations
@@ -143,6 +143,8 @@ def _resolve(s: dict[str, Any], recompute_rule: str) -> Scenario:
     if s["fp8"] and gpu.peak_fp8_flops is None:
         raise SpecError(f"--fp8: gpu {gpu.name} has no FP8 tensor cores (Hopper or later has)")
     calibration = read_calibration(s["calibration"]) if s["calibration"] else None
+    if calibration is not None:
+        check_peaks(calibration, gpu)
     par = resolve_parallel(s["gpus"], tp=s["tp"], cp=s["cp"], pp=s["pp"], dp=s["dp"], gbs=s["gbs"], **par_kw)
     validate_parallel(par, model, s["gpus"])
     SCHEDULES.check_vpp(par.schedule, par.vpp)
