@@ -195,7 +195,7 @@ def _given(values: list[str]) -> str:
     """What a flag was given, for an error: no value, its value, or its several values."""
     if not values:
         return "(no value)"
-    return shown(values[0]) if len(values) == 1 else f"{shown(' '.join(values))} ({len(values)} values, one taken)"
+    return shown(values[0]) if len(values) == 1 else f"{shown(' '.join(values))} ({len(values)} values)"
 
 
 def _is_file(path: Path) -> bool:
