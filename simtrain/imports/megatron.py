@@ -4,7 +4,10 @@ simtrain settings.
 The arguments come as a string or as a launch script: lines joined at a trailing backslash,
 ``#`` comments dropped, ``NAME=value`` assignments substituted into ``$NAME`` and ``${NAME}``,
 the items of bash arrays (``ARGS=( ... )``) read where they stand, ``torchrun``'s ``--nnodes`` and
-``--nproc_per_node`` giving the GPU count. Megatron-LM's flags, with its defaults where a flag is
+``--nproc_per_node`` giving the GPU count; the expanded text may be at most :data:`MAX_EXPANDED`.
+A flag's values run to the next flag or the program (``pretrain_gpt.py``); a flag simtrain reads
+takes exactly one, a whole number at least 1 (0 where :data:`MAY_BE_ZERO`) or one of Megatron-LM's
+:data:`CHOICES`. Megatron-LM's flags, with its defaults where a flag is
 left out:
 
 * layout: ``--tensor-model-parallel-size``, ``--pipeline-model-parallel-size``,
@@ -138,7 +141,8 @@ def _expand(token: str, variables: Mapping[str, str], source: str = "arguments")
     """``token`` with ``$NAME`` and ``${NAME}`` substituted; a :class:`SpecError` beyond
     :data:`MAX_EXPANDED` characters (before the text is built)."""
     pattern = r"\$\{(\w+)\}|\$(\w+)"
-    size = len(token) + sum(len(variables.get(m.group(1) or m.group(2), "")) for m in re.finditer(pattern, token))
+    size = len(token) + sum(len(variables[name]) - len(m.group(0)) for m in re.finditer(pattern, token)
+                            if (name := m.group(1) or m.group(2)) in variables)
     if size > MAX_EXPANDED:
         raise SpecError(f"{source}: {shown(token)} expands to {size:,} characters, more than {MAX_EXPANDED:,} "
                         f"(1 MiB); a launch's variables expand to a few kilobytes")

@@ -15,8 +15,11 @@ The keys read, with torchtitan's defaults where the file leaves one out:
   Interleaved1F1B, ZBVZeroBubble, DualPipeV) or ``pipeline_parallel_schedule_csv`` (the same CSV
   format simtrain reads), ``pipeline_parallel_layers_per_stage`` (stages per rank) and the layer
   split of torchtitan's ``generate_llm_fqn_per_model_part`` (``pipeline_parallel_first/last_stage
-  _less_layers``) or ``module_fqns_per_model_part``; ``pipeline_parallel_microbatch_size``.
-* ``[training] local_batch_size, global_batch_size, seq_len``: per-rank batch, global batch (-1:
+  _less_layers``, at least 0) or ``module_fqns_per_model_part`` (lists of module names, one per stage,
+  that hold every ``layers.N`` exactly once); ``pipeline_parallel_microbatch_size``. Degrees and
+  sizes are at least 1 (or -1 where torchtitan gives -1 a meaning).
+* ``[training] local_batch_size`` (or its older name ``batch_size``, not both), ``global_batch_size``,
+  ``seq_len``: per-rank batch, global batch (-1:
   local x DP), sequence length; without PP a rank runs its local batch at once (one micro-batch of
   ``local_batch_size`` sequences per gradient-accumulation step).
 * ``[activation_checkpoint] mode, selective_ac_option``: none, full, selective per op (simtrain's
