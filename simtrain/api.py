@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from simtrain import budget, engine
+from simtrain.api_types import check_choice, check_fields, check_instance, check_path, check_settings
 from simtrain.energy import power_draw
 from simtrain.errors import SimtrainError, SpecError
 from simtrain.topology.mesh import build_mesh
@@ -27,7 +28,7 @@ from simtrain.network.analytic import AnalyticNetwork
 from simtrain.network.fixed import FixedLatency
 from simtrain.network.protocol import NetworkModel
 from simtrain.costs import Shape, pp_activation_bytes
-from simtrain.costs.calibration import Calibration, read_calibration
+from simtrain.costs.calibration import Calibration, check_peaks, read_calibration
 from simtrain.workload.moe_routing import Routing
 from simtrain import perturbed
 from simtrain.specs.perturbation import Perturbations
@@ -88,7 +89,7 @@ def load_config(path: str | Path) -> dict[str, Any]:
     """Read an experiment TOML: a flat table whose keys are the settings
     (:data:`simtrain.settings.SETTINGS`) and the output settings (:data:`~simtrain.settings.OUTPUTS`:
     ``out``, ``plot``, ``json``, ``require_fit``), each checked as :func:`resolve` checks it."""
-    source = str(path)
+    source = str(check_path("load_config", "path", path))
     table = Table(read_toml(path), source)
     out = {}
     for name, setting in {**SETTINGS, **OUTPUTS}.items():
@@ -127,8 +128,10 @@ def resolve(settings: dict[str, Any] | None = None, recompute_rule: str = "memor
     simtrain.errors.SpecError: gpus=100 is not divisible by tp*cp*pp=32 (tp=8, cp=1, pp=4); dp cannot be
     derived; valid tp with cp=1, pp=4: 1, 5, 25; defaults in use: tp=8, pp=4 (override with --tp, --pp)
     """
+    settings = check_settings("resolve", settings)
+    check_choice("resolve", "recompute_rule", recompute_rule, ("memory", "ledger"))
     s = complete(settings)
-    given = {k for k, v in (settings or {}).items() if v is not None}
+    given = {k for k, v in settings.items() if v is not None}
     try:
         scenario = _resolve(s, recompute_rule)
         if strict:
@@ -153,6 +156,8 @@ def _resolve(s: dict[str, Any], recompute_rule: str) -> Scenario:
     if s["fp8"] and gpu.peak_fp8_flops is None:
         raise SpecError(f"--fp8: gpu {gpu.name} has no FP8 tensor cores (Hopper or later has)")
     calibration = read_calibration(s["calibration"]) if s["calibration"] else None
+    if calibration is not None:
+        check_peaks(calibration, gpu)
     par = resolve_parallel(s["gpus"], tp=s["tp"], cp=s["cp"], pp=s["pp"], dp=s["dp"], gbs=s["gbs"], **par_kw)
     validate_parallel(par, model, s["gpus"])
     SCHEDULES.check_vpp(par.schedule, par.vpp)
@@ -232,6 +237,8 @@ def simulate(scenario: Scenario, options: WorkloadOptions | None = None, *,
     >>> abs(sum(result.report["breakdown_s"].values()) - result.report["step_time_s"]) < 1e-9
     True
     """
+    check_instance("simulate", "scenario", scenario, Scenario, "make one with simtrain.api.resolve({...})")
+    check_instance("simulate", "options", options, (WorkloadOptions, type(None)))
     t0 = time.perf_counter()
     par, model = scenario.parallel, scenario.model
     mesh = build_mesh(par.tp, par.cp, par.dp, par.pp, ep=par.ep, etp=par.etp, order=par.order,
@@ -344,6 +351,8 @@ def write_outputs(result: SimResult, out_dir: str | Path, plot: bool = True, *, 
     from simtrain.outputs.files import final_paths, output_set, write_json_atomic
     from simtrain.outputs.trace import CounterTrack, rank_pid, write_trace
 
+    check_instance("write_outputs", "result", result, SimResult, "the result of simtrain.api.simulate")
+    check_path("write_outputs", "out_dir", out_dir)
     with output_set(out_dir) as out:  # a folder of this run's own, moved into place as one set
         paths = {"report": str(out / "report.json"), "trace": str(out / "trace.json")}
         write_json_atomic(result.report, paths["report"])
@@ -387,4 +396,9 @@ def write_outputs(result: SimResult, out_dir: str | Path, plot: bool = True, *, 
 
 
 def with_settings(scenario: Scenario, **changes) -> Scenario:
+    """``scenario`` with some of its fields replaced (each of its type); a setting such as ``tp``
+    is resolved again instead: ``resolve({**scenario.settings, "tp": 2})``."""
+    check_instance("with_settings", "scenario", scenario, Scenario, "make one with simtrain.api.resolve({...})")
+    check_fields("with_settings", Scenario, changes, "a setting goes through simtrain.api.resolve({**scenario."
+                 "settings, NAME: VALUE})")
     return replace(scenario, **changes)

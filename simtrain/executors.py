@@ -49,6 +49,11 @@ PR_SET_PDEATHSIG = 1
 STOP_SIGNALS = frozenset({signal.SIGINT, signal.SIGTERM})
 #: How often (seconds) a worker's watchdog looks for a change of its parent process.
 WATCH_INTERVAL_S = 0.2
+#: dask.distributed's address schemes that reach a scheduler in another process
+#: (``distributed.comm.registry``; ``inproc://`` addresses one inside this process only).
+SCHEDULER_SCHEMES = ("tcp", "tls", "ws", "wss", "ucx")
+#: How long (seconds) connecting to a ``--scheduler`` may take before it is an error.
+CONNECT_TIMEOUT_S = 5
 
 
 def check_executor(executor: str, scheduler: str | None) -> None:
@@ -57,8 +62,37 @@ def check_executor(executor: str, scheduler: str | None) -> None:
         raise SpecError(f"--executor {executor}: unknown executor; valid: {', '.join(EXECUTORS)}")
     if scheduler is not None and executor != "dask":
         raise SpecError(f"--scheduler {scheduler}: only valid with --executor dask")
+    if scheduler is not None:
+        check_scheduler(scheduler)
     if executor == "dask":
         _distributed()
+
+
+def check_scheduler(address: str) -> None:
+    """A one-line error unless ``address`` is ``[SCHEME://]HOST:PORT`` with a scheme of
+    :data:`SCHEDULER_SCHEMES` (tcp when none is given, as dask reads it), a host and a port from
+    1 to 65535; nothing is connected to.
+
+    >>> check_scheduler("tcp://10.0.0.5:8786"), check_scheduler("[::1]:8786")
+    (None, None)
+    """
+    from simtrain.specs.strict import shown
+
+    scheme, sep, rest = address.partition("://")
+    if not sep:
+        scheme, rest = "tcp", address
+    where = f"--scheduler {shown(address)}"
+    if scheme not in SCHEDULER_SCHEMES:
+        raise SpecError(f"{where}: unknown address scheme {shown(scheme)}; expected SCHEME://HOST:PORT with a scheme "
+                        f"of {', '.join(SCHEDULER_SCHEMES)} (e.g. tcp://10.0.0.5:8786)"
+                        + ("; inproc:// reaches only a scheduler inside this process" if scheme == "inproc" else ""))
+    host, colon, port = rest.rpartition(":")
+    if host.startswith("[") and host.endswith("]"):  # an IPv6 address
+        host = host[1:-1]
+    if not colon or not host or any(c.isspace() or c in "/[]" for c in host):
+        raise SpecError(f"{where}: expected SCHEME://HOST:PORT (e.g. tcp://10.0.0.5:8786): no host and port")
+    if not (port.isascii() and port.isdigit() and len(port) <= 5 and 1 <= int(port) <= 65535):
+        raise SpecError(f"{where}: port {shown(port)} must be a whole number from 1 to 65535")
 
 
 def _distributed() -> Any:
@@ -194,8 +228,8 @@ def _run_dask(fn: Callable[[T], R], todo: list[T], jobs: int, scheduler: str | N
                                                processes=True, dashboard_address=None)
             client = distributed.Client(cluster)
         else:
-            client = distributed.Client(scheduler, timeout="20s")
-    except OSError as exc:
+            client = distributed.Client(scheduler, timeout=f"{CONNECT_TIMEOUT_S}s")
+    except (OSError, TypeError, ValueError, ImportError) as exc:  # unreachable, TLS without certificates, no UCX
         raise SpecError(f"--scheduler {scheduler}: cannot reach the dask scheduler ({exc}); start one with "
                         f"`dask scheduler` or leave --scheduler out for a local cluster") from None
     try:

@@ -1,7 +1,9 @@
 """Fuzzing the command line: every flag of every command, read from the argparse parsers (so a new
 flag is fuzzed without a change here), and every ``--config`` key, gets generated values: valid,
 boundary, huge, negative, NaN and infinity, empty, garbage text and hostile files (a link to
-/dev/zero, binary data, 100,000 nested brackets, 5,000-digit integers). Each invocation must end
+/dev/zero, binary data, 100,000 nested brackets, 5,000-digit integers; a torchtitan job, a
+launch script and a calibration table holding values the importers and the table refuse). Each
+invocation must end
 with exit status 0 or 2, at most one ``simtrain: error:`` line of bounded length on stderr, never a
 traceback, within a time limit, and with only finite numbers in its JSON output and report.json.
 
@@ -86,6 +88,14 @@ def files(tmp_path_factory) -> dict[str, str]:
         out[name] = str(p)
 
     put("tiny.toml", TINY_MODEL)
+    put("titan.toml", '[model]\nname = "llama3"\nflavor = "8B"\n[parallelism]\ntensor_parallel_degree = 2\n'
+        'pipeline_parallel_degree = 2\ndata_parallel_shard_degree = -1\nmodule_fqns_per_model_part = [1, 2]\n'
+        '[training]\nlocal_batch_size = 2\nbatch_size = 2\nseq_len = 256\n')
+    put("launch.sh", "TP=0\nA0=xx\n" + "".join(f"A{i + 1}=$A{i}$A{i}\n" for i in range(24)) +
+        "torchrun --nproc_per_node 8 pretrain_gpt.py --num-layers 32 --tensor-model-parallel-size $TP "
+        "--num-layers-per-virtual-pipeline-stage 3 --recompute-method bogus --x $A24\n")
+    put("calibration-fast.csv", "kind,shape,dtype,time_us\ngemm,1x256x256x256,bf16,1e-6\n"
+        "attention_forward,0x256x256x64x64x1,bf16,1\ngemm,1x256x256x256,bf16,2\n")
     put("binary.toml", bytes(range(256)) * 8)
     put("nul.toml", b"gpus = 8\x00\n")
     put("deep.toml", "a = " + "[" * 100_000)
@@ -135,8 +145,8 @@ NUMBERS = ["0", "1", "2", "3", "4", "8", "16", "-1", "-3", "100", str(10**18), "
 LISTS = ["1,2", "1,1,1", "0,0,0", "-1,1,1", "1e308,1e308,1e308", "1,nan,1", ",", "1,,2", "0:1", "mb:0:2",
          "mb:5:1", "0-3:a100-80g", "leaf0-spine0:0.5", "0:0.8,1", "0.5:0.7", "a=1", "nic_gbps=1,2",
          "spines=1000000000", "h100-ib=2", "x" * 10_000]
-PATHS = ["tiny.toml", "binary.toml", "nul.toml", "deep.toml", "deep.json", "digits.toml", "digits.json",
-         "big-int.toml", "hf.json", "hf-huge.json", "nan.json", "config.toml", "ok.csv", "huge-index.csv",
+PATHS = ["tiny.toml", "titan.toml", "launch.sh", "calibration-fast.csv", "binary.toml", "nul.toml", "deep.toml",
+         "deep.json", "digits.toml", "digits.json", "big-int.toml", "hf.json", "hf-huge.json", "nan.json", "config.toml", "ok.csv", "huge-index.csv",
          "digits.csv", "binary.csv", "calibration.csv", "calibration-huge.csv", "topo-fast.toml",
          "topo-slow.toml", "report.json", "a-file", "zero.toml", "folder.png", "folder", "missing.toml",
          "missing-dir.png", "gantt.png", "under-file"]

@@ -4,6 +4,7 @@ errors for a missing dask, an unknown executor and a stray --scheduler."""
 
 from __future__ import annotations
 
+import re
 import sys
 
 import pytest
@@ -57,3 +58,47 @@ def test_dask_local_cluster_search_equals_local_and_resumes(tmp_path):
     resumed = cli_json(*SEARCH, "--executor", "dask", "--jobs", 2, "--results", results, "--resume")
     assert resumed["ranking"] == local["ranking"]
     assert len(results.read_text().splitlines()) == 3
+
+
+@pytest.mark.quick
+@pytest.mark.parametrize("address, message", [
+    ("notaurl", "--scheduler 'notaurl': expected SCHEME://HOST:PORT (e.g. tcp://10.0.0.5:8786): no host and port"),
+    ("tcp://", "--scheduler 'tcp://': expected SCHEME://HOST:PORT"),
+    ("tcp://localhost:abc", "--scheduler 'tcp://localhost:abc': port 'abc' must be a whole number from 1 to 65535"),
+    ("foo://127.0.0.1:1", "--scheduler 'foo://127.0.0.1:1': unknown address scheme 'foo'; expected SCHEME://HOST:PORT "
+                          "with a scheme of tcp, tls, ws, wss, ucx"),
+    ("inproc://127.0.0.1/1/1", "inproc:// reaches only a scheduler inside this process"),
+    ("tls://x", "--scheduler 'tls://x': expected SCHEME://HOST:PORT"),
+    ("tcp://127.0.0.1:99999", "port '99999' must be a whole number from 1 to 65535"),
+    ("tcp://127.0.0.1:0", "port '0' must be a whole number from 1 to 65535"),
+    ("tcp://:8786", "no host and port"),
+])
+def test_a_scheduler_address_is_checked_before_connecting(address, message):
+    """Each was a ValueError or TypeError from dask (port 99999 waited 20 s)."""
+    with pytest.raises(SpecError, match=re.escape(message)):
+        check_executor("dask", address)
+    line = assert_user_error(*SEARCH, "--executor", "dask", "--scheduler", address, contains=message)
+    assert len(line) < 300
+
+
+@pytest.mark.quick
+def test_good_scheduler_addresses_pass():
+    from simtrain.executors import check_scheduler
+
+    for address in ("tcp://10.0.0.5:8786", "10.0.0.5:8786", "tls://sched.example:8786", "tcp://[::1]:8786",
+                    "ws://h:1", "ucx://h:65535"):
+        check_scheduler(address)
+
+
+def test_an_unreachable_scheduler_is_one_line_within_seconds():
+    pytest.importorskip("distributed")
+    import socket
+    import time
+
+    with socket.socket() as free:  # a port nobody listens on
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    started = time.monotonic()
+    assert_user_error(*SEARCH, "--top", 1, "--executor", "dask", "--scheduler", f"tcp://127.0.0.1:{port}",
+                      contains=f"--scheduler tcp://127.0.0.1:{port}: cannot reach the dask scheduler")
+    assert time.monotonic() - started < 15

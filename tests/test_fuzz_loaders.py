@@ -1,5 +1,6 @@
 """Fuzzing every loader: random and mutated inputs load or raise the project's error, never
-anything else (hypothesis); hostile files (a link to /dev/zero, binary data, deep nesting, huge
+anything else (hypothesis), the job importers, calibration tables and HF configs as far as the
+kernel costs of the scenario they give; hostile files (a link to /dev/zero, binary data, deep nesting, huge
 integers and indices) end at once with one short line."""
 
 from __future__ import annotations
@@ -313,3 +314,202 @@ def test_hf_config_json_is_read_through_the_guarded_reader(tmp_path):
     with pytest.raises(SpecError, match="hidden_size = .*out of range"):
         load_model(huge)
     assert read_json(_write(tmp_path, "ok.json", "[1, 2]")) == [1, 2]
+
+
+# ---- importers, calibration tables and HF configs as far as the kernel costs ----------------------
+# Each generated input is loaded and, where it loads, resolved into a scenario whose per-chunk
+# kernel costs are computed (where a value that passed a loader used to divide by zero).
+
+#: Generated inputs per loader (the sum counts toward the fuzzed invocations of the suite).
+LOADER_EXAMPLES = {"torchtitan": 400, "megatron": 400, "calibration": 400, "hf_layout": 300}
+LOADERS = dict(deadline=None, derandomize=True, database=None,
+               suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture,
+                                      HealthCheck.data_too_large, HealthCheck.filter_too_much])
+EDGE_INTS = st.one_of(st.integers(-12, 40), st.sampled_from([-1, 0, 1, 2, 64, 100, 10**6, 2**63, -(2**63)]))
+
+
+def resolve_and_cost(settings_: dict) -> None:
+    """Resolve ``settings_`` (on 8 GPUs unless they say) and, within the work bound a simulation
+    checks first, time every chunk's kernels."""
+    from simtrain import budget
+    from simtrain.workload.options import WorkloadOptions
+    from simtrain.workload.stages import chunk_pass_times, split_layers
+
+    sc = api.resolve({"topology": "h100-ib", "gpus": 8, "max_events": 20_000, **settings_})
+    par = sc.parallel
+    budget.check_operations(sc.model.layers, par.num_microbatches, pipelines=1, tp=par.tp, steps=1,
+                            max_events=sc.max_events)
+    opts = WorkloadOptions(calibration=sc.calibration)
+    chunk_pass_times(sc.model, sc.parallel, sc.gpu, split_layers(sc.model, sc.parallel, sc.gpu, sc.parallel.pp,
+                                                                 opts), opts)
+
+
+def _toml_value(value) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return "nan" if value != value else ("inf" if value > 0 else "-inf") if abs(value) == float("inf") else repr(value)
+    if isinstance(value, (int, str)):
+        return json.dumps(value) if isinstance(value, str) else str(value)
+    return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+
+
+TITAN = {"model": {"name": "llama3", "flavor": "8B"},
+         "parallelism": {"tensor_parallel_degree": 2, "pipeline_parallel_degree": 2, "data_parallel_shard_degree": 2,
+                         "pipeline_parallel_first_stage_less_layers": 0, "pipeline_parallel_last_stage_less_layers": 0},
+         "training": {"local_batch_size": 4, "seq_len": 512}, "activation_checkpoint": {"mode": "none"}}
+TITAN_KEYS = {"parallelism": ["tensor_parallel_degree", "pipeline_parallel_degree", "context_parallel_degree",
+                              "data_parallel_replicate_degree", "data_parallel_shard_degree", "expert_parallel_degree",
+                              "pipeline_parallel_layers_per_stage", "pipeline_parallel_first_stage_less_layers",
+                              "pipeline_parallel_last_stage_less_layers", "pipeline_parallel_microbatch_size",
+                              "module_fqns_per_model_part", "pipeline_parallel_schedule",
+                              "fsdp_reshard_after_forward"],
+              "training": ["local_batch_size", "batch_size", "global_batch_size", "seq_len"],
+              "activation_checkpoint": ["mode", "selective_ac_option"], "model": ["name", "flavor", "converters"]}
+FQNS = st.lists(st.lists(st.one_of(st.integers(0, 40).map(lambda i: f"layers.{i}"),
+                                   st.sampled_from(["tok_embeddings", "norm", "output", "layers.x", "layers.-1"]),
+                                   st.integers(-1, 3)), max_size=20), max_size=4)
+TITAN_VALUES = st.one_of(EDGE_INTS, st.sampled_from(["1F1B", "Interleaved1F1B", "ZBVZeroBubble", "GPipe", "never",
+                                                      "always", "default", "op", "2", "full", "selective", "",
+                                                      "llama3", "8B", "float8"]),
+                         st.booleans(), st.floats(allow_nan=True))
+#: Keys whose values are lists: mostly lists (of names, of numbers, empty, the right split).
+TITAN_LISTS = {"module_fqns_per_model_part": st.one_of(
+    FQNS, st.lists(st.one_of(st.integers(0, 3), st.sampled_from(["layers.0", "norm"])), max_size=3),
+    st.just([[f"layers.{i}" for i in range(16)], [f"layers.{i}" for i in range(16, 32)]]), TITAN_VALUES),
+    "converters": st.one_of(st.lists(st.sampled_from(["float8", "mx", ""]), max_size=2), TITAN_VALUES)}
+
+
+@settings(max_examples=LOADER_EXAMPLES["torchtitan"], **LOADERS)
+@given(st.data())
+def test_torchtitan_jobs(tmp_path_factory, data):
+    from simtrain.imports import from_torchtitan
+
+    job = json.loads(json.dumps(TITAN))
+    for _ in range(data.draw(st.integers(1, 3))):
+        section = data.draw(st.sampled_from(["parallelism", "parallelism", "training", "activation_checkpoint",
+                                             "model"]))
+        key = data.draw(st.sampled_from(TITAN_KEYS[section]))
+        job[section][key] = data.draw(TITAN_LISTS.get(key, TITAN_VALUES))
+    path = tmp_path_factory.getbasetemp() / "fuzz-job.toml"
+    path.write_text("".join(f"[{name}]\n" + "".join(f"{k} = {_toml_value(v)}\n" for k, v in table.items())
+                            for name, table in job.items()), encoding="utf-8")
+    flags = {"gpus": 8} if data.draw(st.booleans()) else {}
+
+    def load():
+        resolve_and_cost({**from_torchtitan(path, flags).settings, **flags})
+
+    only_our_errors(load)
+
+
+MEGATRON_FLAGS = ["--tensor-model-parallel-size", "--pipeline-model-parallel-size", "--context-parallel-size",
+                  "--micro-batch-size", "--global-batch-size", "--seq-length", "--num-layers-per-virtual-pipeline-stage",
+                  "--num-virtual-stages-per-pipeline-rank", "--decoder-first-pipeline-num-layers",
+                  "--decoder-last-pipeline-num-layers", "--recompute-granularity", "--recompute-method",
+                  "--recompute-num-layers", "--recompute-modules", "--fp8-format", "--nnodes", "--nproc_per_node",
+                  "--attention-backend", "--moe-token-dispatcher-type", "--sequence-parallel",
+                  "--use-distributed-optimizer", "--tp-comm-overlap", "--num-layers", "--num-query-groups",
+                  "--expert-model-parallel-size", "--frobnicate", "--lr", "--use-torch-fsdp2",
+                  "--data-parallel-sharding-strategy", "--use-megatron-fsdp"]
+MEGATRON_WORDS = st.one_of(EDGE_INTS.map(str), st.sampled_from(
+    ["full", "selective", "block", "uniform", "e4m3", "hybrid", "bogus", "$TP", "${N}", "", "'2 4'", "\\", "(", ")",
+     "pretrain_gpt.py", "torchrun", "N=2", "ARGS=(", "${ARGS[@]}", "#", "\"", "core_attn", "flash", "local",
+     "optim_grads", "alltoall", "flex"]))
+LLAMA_8B_ARGS = ("--num-layers 32 --hidden-size 4096 --num-attention-heads 32 --group-query-attention "
+                 "--num-query-groups 8 --ffn-hidden-size 14336 --swiglu --seq-length 512 --micro-batch-size 1 ")
+
+
+#: A flag's values: mostly one number (what the layout flags take), else none, words or several.
+MEGATRON_VALUES = st.one_of(EDGE_INTS.map(lambda i: [str(i)]), EDGE_INTS.map(lambda i: [str(i)]),
+                            st.lists(MEGATRON_WORDS, max_size=2))
+
+
+@settings(max_examples=LOADER_EXAMPLES["megatron"], **LOADERS)
+@given(st.lists(st.tuples(st.sampled_from(MEGATRON_FLAGS), MEGATRON_VALUES, st.booleans()), min_size=1, max_size=3),
+       st.booleans())
+def test_megatron_argument_lines(words, with_model):
+    from simtrain.imports import from_megatron
+
+    line = " ".join(f"{flag}={' '.join(values)}" if inline else " ".join([flag, *values])
+                    for flag, values, inline in words)
+    text = (LLAMA_8B_ARGS if with_model else "N=2\n") + line
+
+    def load():
+        resolve_and_cost(from_megatron(text, {}).settings)
+
+    only_our_errors(load)
+
+
+CALIBRATION = ("kind,shape,dtype,time_us\n"
+               "gemm,1x512x4096x4096,bf16,80\ngemm,1x2048x4096x4096,bf16,300\n"
+               "attention_forward,16x512x512x128x128x1,bf16,20\nattention_forward,64x512x512x128x128x1,bf16,80\n"
+               "attention_forward,64x1024x512x128x128x1,bf16,160\n"
+               "attention_backward,64x512x512x128x128x1,bf16,100\nelementwise,4194304,bf16,10\n")
+CALIBRATION_CELLS = st.one_of(st.sampled_from(["gemm", "attention_forward", "attention_backward", "elementwise",
+                                               "bf16", "fp8", "0", "1", "1e-9", "1e-3", "nan", "-1", "1e308", "",
+                                               "0x512x512x128x128x1", "64x512x512x128x128x2", "1x0x1x1",
+                                               "1x512x4096x4096", "64x512x512x128x128x1", "4194304", "x"]),
+                              EDGE_INTS.map(str), st.text(max_size=6))
+
+
+@settings(max_examples=LOADER_EXAMPLES["calibration"], **LOADERS)
+@given(st.data())
+def test_calibration_tables(tmp_path_factory, data):
+    """A valid table with cells replaced, lines repeated or dropped: refused, or read, checked
+    against the GPU's peaks and looked up by a scenario's every kernel."""
+    lines = CALIBRATION.splitlines()
+    for _ in range(data.draw(st.integers(1, 3))):
+        i = data.draw(st.integers(0, len(lines) - 1))
+        action = data.draw(st.sampled_from(["cell", "cell", "repeat", "drop"]))
+        if action == "repeat":
+            lines.append(lines[i])
+        elif action == "drop" and len(lines) > 1:
+            lines.pop(i)
+        else:
+            cells = lines[i].split(",")
+            j = data.draw(st.integers(0, len(cells) - 1))
+            dims = cells[j].split("x")
+            if j == 1 and data.draw(st.booleans()):  # one number of the shape
+                dims[data.draw(st.integers(0, len(dims) - 1))] = str(data.draw(EDGE_INTS))
+                cells[j] = "x".join(dims)
+            else:
+                cells[j] = data.draw(CALIBRATION_CELLS)
+            lines[i] = ",".join(cells)
+    path = tmp_path_factory.getbasetemp() / "fuzz-calibration.csv"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    seq = data.draw(st.sampled_from([512, 1024]))
+    only_our_errors(lambda: resolve_and_cost({"model": "llama3-8b", "tp": 1, "pp": 1, "gpus": 1, "gbs": 1, "seq": seq,
+                                              "calibration": str(path)}))
+
+
+@settings(max_examples=LOADER_EXAMPLES["hf_layout"], **LOADERS)
+@given(st.data())
+def test_hf_configs_through_the_layout(tmp_path_factory, data):
+    """A mutated config.json (a key of HF_EDGE_KEYS set to an edge value, or a key repeated in the
+    text) loaded from a file, resolved with a generated tp and pp, and its kernels timed."""
+    config = dict(HF, vocab_size=data.draw(st.sampled_from([1, 2, 3, 8, 32000])))
+    for _ in range(data.draw(st.integers(0, 2))):
+        config[data.draw(st.sampled_from(HF_EDGE_KEYS))] = data.draw(st.one_of(EDGE_INTS, st.none(), values))
+    text = json.dumps(config)
+    if data.draw(st.integers(0, 5)) == 0:
+        text = text[:-1] + f', {json.dumps(data.draw(st.sampled_from(sorted(config))))}: 2}}'
+    path = tmp_path_factory.getbasetemp() / "fuzz-config.json"
+    path.write_text(text, encoding="utf-8")
+    tp, pp = data.draw(st.sampled_from([1, 2, 4, 8])), data.draw(st.sampled_from([1, 2]))
+    only_our_errors(lambda: resolve_and_cost({"model": str(path), "tp": tp, "pp": pp, "gpus": tp * pp,
+                                              "gbs": 2 * pp, "seq": 256}))
+
+
+HF_EDGE_KEYS = ["num_key_value_heads", "head_dim", "vocab_size", "num_attention_heads", "hidden_size",
+                "intermediate_size", "num_hidden_layers", "tie_word_embeddings"]
+
+
+@pytest.mark.quick
+def test_enough_loader_inputs():
+    """The suite's fuzzed invocations: the command line's, these loaders' and the API's."""
+    import test_api_types
+    import test_cli_fuzz
+
+    cli_total = sum(test_cli_fuzz.EXAMPLES.values()) + test_cli_fuzz.CONFIG_EXAMPLES
+    total = cli_total + sum(LOADER_EXAMPLES.values()) + sum(test_api_types.EXAMPLES.values())
+    assert sum(LOADER_EXAMPLES.values()) >= 1500 and total >= 3000, total

@@ -9,9 +9,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from simtrain.cli.run import (RunArgs, add_run_flags, add_setting_flag, chart_of, imported_json, imported_text,
-                               run_args, run_progress)
-from simtrain.cli.types import jobs_int, list_type, positive_int
+from simtrain.cli.run import (RunArgs, add_run_flags, add_setting_flag, chart_of, check_out_spares_inputs,
+                               imported_json, imported_text, run_args, run_progress)
+from simtrain.cli.types import check_inputs_kept, jobs_int, list_type, positive_int
 from simtrain.errors import SimtrainError
 from simtrain.settings import SEARCH_OPTIONS, SETTINGS
 
@@ -108,6 +108,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     run = run_args(args, output_defaults={"out": None})
     chart = chart_of(run.outputs)
     out = run.outputs["out"] or ("out" if run.outputs["html"] else None)  # --html alone writes to out/
+    check_out_spares_inputs(run, out)
     with run_progress(run.outputs) as bar:
         bar.phase("resolve")
         sc = _resolve(run)
@@ -165,6 +166,8 @@ def cmd_search(args: argparse.Namespace) -> int:
     nodes = args.nodes or -(-args.gpus // cluster.gpus_per_node)
     base = {"model": args.model, "topology": args.topology, "nodes": nodes, "seq": args.seq, "gbs": args.gbs}
     results = Path(args.results) if args.results else None
+    if results is not None:  # appended to, or replaced without --resume
+        check_inputs_kept([("--results", results)], [("--model", args.model), ("--topology", args.topology)])
     if args.resume and results is None:
         raise SimtrainError("--resume needs --results FILE (the file an earlier search appended to)")
     for name in SEARCH_OPTIONS:

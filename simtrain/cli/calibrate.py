@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from simtrain.cli.run import add_run_flags, run_args
-from simtrain.cli.types import check_output_file, int_in
+from simtrain.cli.types import check_inputs_kept, check_output_file, int_in
 from simtrain.costs.kernels import Kernel
 from simtrain.errors import SpecError
 
@@ -50,6 +50,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 
     run = run_args(args, output_defaults={"out": DEFAULT_OUT})
     check_output_file(run.outputs["out"], ("",), "--out")  # before any kernel is timed
+    check_inputs_kept([("--out", run.outputs["out"])], run.inputs)
     timer = TorchTimer(device=args.device, warmup=args.warmup, repeat=args.repeat)
     count, comment = calibrate(run.settings, run.outputs["out"], timer)
     if run.outputs["json"]:

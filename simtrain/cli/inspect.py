@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 from simtrain.cli.run import add_setting_flag
-from simtrain.cli.types import check_output_file, int_in, nonneg_int, positive_int
+from simtrain.cli.types import check_inputs_kept, check_output_file, int_in, nonneg_int, positive_int
 from simtrain.errors import SimtrainError
 from simtrain.outputs.words import counted
 from simtrain.settings import SETTINGS
@@ -133,6 +133,7 @@ def cmd_topology(args: argparse.Namespace) -> int:
 
     if args.draw:
         check_output_file(args.draw, (".png", ".svg"), "--draw")
+        check_inputs_kept([("--draw", args.draw)], [("topology", args.name), ("--report", args.report or "")])
     elif args.report:
         raise SimtrainError(f"--report {args.report}: colours the links of --draw; give --draw OUT.png too")
     cluster = load_topology(args.name, nodes=args.nodes)

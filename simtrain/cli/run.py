@@ -88,6 +88,12 @@ class RunArgs:
     outputs: dict[str, Any]
     imported: Any = None  # simtrain.imports.Imported
     flags: dict[str, Any] = field(default_factory=dict)  # the settings given as flags
+    inputs: tuple[tuple[str, str], ...] = ()  # (flag, path) of each input that may be a file
+
+
+#: Settings whose value may name an input file (a model TOML or config.json, a topology TOML, a
+#: schedule CSV, a calibration CSV).
+FILE_SETTINGS = ("model", "topology", "schedule", "calibration")
 
 
 def run_args(args: argparse.Namespace, output_defaults: Mapping[str, Any] | None = None) -> RunArgs:
@@ -113,8 +119,23 @@ def run_args(args: argparse.Namespace, output_defaults: Mapping[str, Any] | None
         settings = dict(imported.settings)
     outputs = {**{n: s.default for n, s in OUTPUTS.items()}, **(output_defaults or {}),
                **{k: v for k, v in settings.items() if k in OUTPUTS}, **out_flags}
-    scenario = {k: v for k, v in settings.items() if k not in OUTPUTS}
-    return RunArgs({**scenario, **flags}, outputs, imported, flags)
+    scenario = {**{k: v for k, v in settings.items() if k not in OUTPUTS}, **flags}
+    inputs = [(f"--{name.replace('_', '-')}", getattr(args, name)) for name in ("config", "from_torchtitan",
+                                                                                   "from_megatron") if getattr(args, name)]
+    inputs += [(f"--{name}", scenario[name]) for name in FILE_SETTINGS if isinstance(scenario.get(name), str)]
+    return RunArgs(scenario, outputs, imported, flags, tuple(inputs))
+
+
+def check_out_spares_inputs(run: RunArgs, out: str | None) -> None:
+    """Refuse, before the run, an output folder ``out`` where a file of the output set (which
+    replaces the whole set of an earlier run) is one of the run's input files."""
+    if out is not None:
+        import os
+
+        from simtrain.cli import types
+        from simtrain.outputs.files import OUTPUT_NAMES
+
+        types.check_inputs_kept([(f"--out {out}", os.path.join(out, n)) for n in OUTPUT_NAMES], run.inputs)
 
 
 def imported_text(run: RunArgs) -> str:
@@ -154,6 +175,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     run = run_args(args)
     chart = chart_of(run.outputs)
+    check_out_spares_inputs(run, run.outputs["out"])
     with run_progress(run.outputs) as bar:
         bar.phase("resolve")
         scenario = api.resolve(run.settings)

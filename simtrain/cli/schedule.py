@@ -14,7 +14,7 @@ import argparse
 import json
 from typing import Any
 
-from simtrain.cli.types import check_output_file, costs, nonneg_float, positive_float, positive_int
+from simtrain.cli.types import check_inputs_kept, check_output_file, costs, nonneg_float, positive_float, positive_int
 from simtrain.errors import SimtrainError
 from simtrain.finite import check_finite
 
@@ -51,6 +51,7 @@ def cmd_schedule(args: argparse.Namespace) -> int:
                             f"(only interleaved-1f1b takes --vpp)")
     if args.gantt:
         check_output_file(args.gantt, (".png", ".svg"), "--gantt")
+        check_inputs_kept([("--gantt", args.gantt)], [("schedule", args.name)])
     params = {"vpp": args.vpp} if args.vpp else {}
     if args.name == "zb-auto":
         params.update(costs=(F, I, W), comm=args.comm)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -229,3 +229,23 @@ def check_output_file(path: str, suffixes: tuple[str, ...], flag: str) -> None:
         why = "does not exist" if not os.path.lexists(folder) else "is not a folder"
         raise SimtrainError(f"{flag} {path}: the folder {folder} {why}; create it first")
     _probe_write(folder, flag, path)
+
+
+def _same_file(a: str | os.PathLike, b: str | os.PathLike) -> bool:
+    """Whether ``a`` and ``b`` both exist and are one file (a link, another spelling)."""
+    try:
+        return os.path.samefile(a, b)
+    except (OSError, ValueError):  # either missing, unreadable, or a name the OS refuses
+        return False
+
+
+def check_inputs_kept(outputs: Iterable[tuple[str, str | os.PathLike]],
+                      inputs: Iterable[tuple[str, str | os.PathLike]]) -> None:
+    """Refuse, before any work, an output that would replace an input file: ``outputs`` are
+    (what writes it, path), ``inputs`` (the flag that read it, path)."""
+    inputs = list(inputs)
+    for writer, path in outputs:
+        for flag, source in inputs:
+            if _same_file(path, source):
+                raise SimtrainError(f"{writer} would replace {path}, the input of {flag} {source}; write the "
+                                    f"outputs elsewhere or move the input first")

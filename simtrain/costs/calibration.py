@@ -13,8 +13,12 @@ measured shapes in one dimension only, lying between two of them, takes the mode
 by the measured/model ratio interpolated linearly in the logarithm of that dimension. Any other
 kernel falls back to the model (:class:`simtrain.costs.timing.KernelTimer` counts each case).
 
-A file is read once, at most :data:`MAX_CSV_BYTES`; shape numbers above :data:`MAX_DIM` and a
-time that is not a finite number > 0 are refused with the line that holds them.
+A file is read once, at most :data:`MAX_CSV_BYTES`; shape numbers above :data:`MAX_DIM`, a shape
+number below 1 (``causal`` is 0 or 1), a time that is not a finite number > 0 and a kernel given on
+two lines are refused with the lines that hold them. :func:`check_peaks` refuses a row faster than
+the GPU's datasheet peak: a GEMM or attention core above its dense tensor-core FLOP/s (FP8's for an
+FP8 GEMM), an elementwise kernel above its HBM bandwidth (a GEMM's or attention core's operands
+may come from L2 in a measuring loop, so only their FLOPs bound them).
 """
 
 from __future__ import annotations
@@ -23,11 +27,15 @@ import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from simtrain.costs.kernels import DTYPES, Attention, Elementwise, Gemm, Kernel
 from simtrain.errors import SpecError
 from simtrain.specs.strict import clip, read_text, shown
 from simtrain.units import US
+
+if TYPE_CHECKING:  # pragma: no cover
+    from simtrain.specs.gpu import GpuSpec
 
 #: The largest calibration file read: 16 MiB (a layout's table has tens of rows of ~40 bytes).
 MAX_CSV_BYTES = 16 * 2**20
@@ -47,6 +55,7 @@ class Entry:
     shape: tuple[int, ...]
     dtype: str
     time_s: float
+    row: int = field(default=0, compare=False, repr=False)  # the file's line that gave it; 0: not read
 
     def line(self) -> str:
         return f"{self.kind},{'x'.join(map(str, self.shape))},{self.dtype},{self.time_s / US!r}"
@@ -146,6 +155,7 @@ def measured(kernels: Iterable[Kernel], time_of: Callable[[Kernel], float]) -> C
 def parse_calibration(text: str, source: str) -> Calibration:
     """A calibration from CSV text; every problem names ``source`` and the line."""
     entries = []
+    lines: dict[tuple, int] = {}  # (kind, shape, dtype) -> the line that gave it
     header_seen = False
     for number, raw in enumerate(text.splitlines(), start=1):
         line = raw.strip()
@@ -171,16 +181,43 @@ def parse_calibration(text: str, source: str) -> Calibration:
         except ValueError:
             raise SpecError(f"{where}: shape {shown(shape_text)} or time_us {shown(time_text)} is not a "
                             f"number") from None
-        if len(shape) != KINDS[kind] or min(shape) < (0 if kind.startswith("attention") else 1):
-            raise SpecError(f"{where}: shape {shown(shape_text)}: {kind} takes {KINDS[kind]} positive integers")
+        if len(shape) != KINDS[kind] or min(shape[:5]) < 1:
+            raise SpecError(f"{where}: shape {shown(shape_text)}: {kind} takes {KINDS[kind]} positive integers"
+                            + (" (the last, causal, 0 or 1)" if kind.startswith("attention") else ""))
+        if kind.startswith("attention") and shape[5] not in (0, 1):
+            raise SpecError(f"{where}: shape {shown(shape_text)}: causal = {shape[5]}: must be 0 or 1")
         if max(shape) > MAX_DIM:
             raise SpecError(f"{where}: shape {shown(shape_text)}: numbers must be at most 2**53")
         if not (time_us * US > 0 and math.isfinite(time_us)):
             raise SpecError(f"{where}: time_us = {clip(time_text)}: must be a finite number > 0")
-        entries.append(Entry(kind, shape, dtype, time_us * US))
+        key = (kind, shape, dtype)
+        if key in lines:
+            raise SpecError(f"{where}: {kind} {shown(shape_text)} {dtype} is given twice (lines {lines[key]} and "
+                            f"{number}); keep one measurement per kernel")
+        lines[key] = number
+        entries.append(Entry(kind, shape, dtype, time_us * US, row=number))
     if not entries:
         raise SpecError(f"{source}: no measured kernels (expected the header {','.join(HEADER)!r} and rows)")
     return Calibration(tuple(entries), source=source)
+
+
+def check_peaks(calibration: Calibration, gpu: GpuSpec) -> None:
+    """Refuse the first row of ``calibration`` faster than ``gpu``'s datasheet peak (module
+    docstring), naming the row, the rate it implies and the peak."""
+    for index, e in enumerate(calibration.entries, start=1):
+        kernel = example_kernel(e.kind, e.shape, e.dtype)
+        if e.kind == "elementwise":
+            work, peak, what, unit = kernel.bytes, gpu.hbm_bandwidth_Bps, "HBM bandwidth", "TB/s"
+        else:
+            fp8 = e.dtype == "fp8" and gpu.peak_fp8_flops is not None
+            work, peak, unit = kernel.flops, gpu.peak_fp8_flops if fp8 else gpu.peak_bf16_flops, "TFLOP/s"
+            what = f"dense {'FP8' if fp8 else 'BF16'} peak"
+        if work / e.time_s > peak:
+            where = f"line {e.row}" if e.row else f"row {index}"
+            raise SpecError(f"{calibration.source or 'calibration'}, {where}: {e.kind} {'x'.join(map(str, e.shape))} "
+                            f"{e.dtype} in {e.time_s / US:.4g} us is {work / e.time_s / 1e12:.4g} {unit}, faster "
+                            f"than the {what} of {gpu.name} ({peak / 1e12:.4g} {unit}); it cannot take less than "
+                            f"{work / peak / US:.4g} us")
 
 
 def read_calibration(path: str | Path) -> Calibration:

@@ -4,7 +4,10 @@ simtrain settings.
 The arguments come as a string or as a launch script: lines joined at a trailing backslash,
 ``#`` comments dropped, ``NAME=value`` assignments substituted into ``$NAME`` and ``${NAME}``,
 the items of bash arrays (``ARGS=( ... )``) read where they stand, ``torchrun``'s ``--nnodes`` and
-``--nproc_per_node`` giving the GPU count. Megatron-LM's flags, with its defaults where a flag is
+``--nproc_per_node`` giving the GPU count; the expanded text may be at most :data:`MAX_EXPANDED`.
+A flag's values run to the next flag or the program (``pretrain_gpt.py``); a flag simtrain reads
+takes exactly one, a whole number at least 1 (0 where :data:`MAY_BE_ZERO`) or one of Megatron-LM's
+:data:`CHOICES`. Megatron-LM's flags, with its defaults where a flag is
 left out:
 
 * layout: ``--tensor-model-parallel-size``, ``--pipeline-model-parallel-size``,
@@ -53,7 +56,7 @@ from typing import Any
 
 from simtrain.errors import SpecError
 from simtrain.imports.job import Imported, JobReader, match_model
-from simtrain.specs.strict import read_text
+from simtrain.specs.strict import read_text, shown
 
 #: Flags that set one simtrain setting to their integer value.
 SETTING_FLAGS = {"--tensor-model-parallel-size": "tp", "--pipeline-model-parallel-size": "pp",
@@ -72,6 +75,13 @@ INT_FLAGS = ("--num-layers-per-virtual-pipeline-stage", "--num-virtual-stages-pe
 #: Flags with a text value.
 TEXT_FLAGS = ("--recompute-granularity", "--recompute-method", "--data-parallel-sharding-strategy",
               "--moe-token-dispatcher-type", "--moe-flex-dispatcher-backend", "--fp8-format", "--attention-backend")
+#: Megatron-LM's choices of a text flag (``megatron/training/arguments.py``).
+CHOICES = {"--recompute-granularity": ("full", "selective"), "--recompute-method": ("uniform", "block"),
+           "--fp8-format": ("e4m3", "hybrid"), "--moe-token-dispatcher-type": ("allgather", "alltoall", "flex")}
+#: Integer flags that may be 0 (the others must be at least 1).
+MAY_BE_ZERO = ("--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers", "--num-experts")
+#: The most text a launch's variables may expand to: 1 MiB (a launch line is a few kilobytes).
+MAX_EXPANDED = 2**20
 #: Flags with a list of values (``nargs='*'``).
 LIST_FLAGS = ("--recompute-modules",)
 #: Flags without a value that the import reads.
@@ -127,8 +137,16 @@ IGNORED_PREFIXES = (
 )
 
 
-def _expand(token: str, variables: Mapping[str, str]) -> str:
-    return re.sub(r"\$\{(\w+)\}|\$(\w+)", lambda m: variables.get(m.group(1) or m.group(2), m.group(0)), token)
+def _expand(token: str, variables: Mapping[str, str], source: str = "arguments") -> str:
+    """``token`` with ``$NAME`` and ``${NAME}`` substituted; a :class:`SpecError` beyond
+    :data:`MAX_EXPANDED` characters (before the text is built)."""
+    pattern = r"\$\{(\w+)\}|\$(\w+)"
+    size = len(token) + sum(len(variables[name]) - len(m.group(0)) for m in re.finditer(pattern, token)
+                            if (name := m.group(1) or m.group(2)) in variables)
+    if size > MAX_EXPANDED:
+        raise SpecError(f"{source}: {shown(token)} expands to {size:,} characters, more than {MAX_EXPANDED:,} "
+                        f"(1 MiB); a launch's variables expand to a few kilobytes")
+    return re.sub(pattern, lambda m: variables.get(m.group(1) or m.group(2), m.group(0)), token)
 
 
 def launch_tokens(text: str, source: str) -> list[str]:
@@ -147,11 +165,13 @@ def launch_tokens(text: str, source: str) -> list[str]:
             if value.startswith("("):  # NAME=( item ...: the items follow as tokens
                 tokens += [value[1:]] if value[1:] else []
             else:
-                variables[name] = _expand(value, variables)
+                variables[name] = _expand(value, variables, source)
             continue
         if token in ("(", ")", "export") or re.search(r"\[[@*]\]", token):
             continue
-        tokens.append(_expand(token.rstrip(")"), variables) if token.endswith(")") else _expand(token, variables))
+        tokens.append(_expand(token.rstrip(")") if token.endswith(")") else token, variables, source))
+        if sum(map(len, tokens)) > MAX_EXPANDED:
+            raise SpecError(f"{source}: the arguments expand to more than {MAX_EXPANDED:,} characters (1 MiB)")
     return [t for t in tokens if t]
 
 
@@ -167,11 +187,19 @@ def _parse(tokens: list[str]) -> dict[str, list[str]]:
         name, eq, inline = token.partition("=")
         values = [inline] if eq else []
         if not eq and name not in SWITCHES and name not in UNSUPPORTED:
-            while i < len(tokens) and not tokens[i].startswith("--"):
+            # values up to the next flag or the program torchrun starts (pretrain_gpt.py)
+            while i < len(tokens) and not tokens[i].startswith("--") and not tokens[i].endswith(".py"):
                 values.append(tokens[i])
                 i += 1
         flags[name] = values
     return flags
+
+
+def _given(values: list[str]) -> str:
+    """What a flag was given, for an error: no value, its value, or its several values."""
+    if not values:
+        return "(no value)"
+    return shown(values[0]) if len(values) == 1 else f"{shown(' '.join(values))} ({len(values)} values)"
 
 
 def _is_file(path: Path) -> bool:
@@ -195,23 +223,43 @@ class _Launch(JobReader):
                             f"(--tensor-model-parallel-size 8 ...)")
 
     def number(self, flag: str, default: int | None = None) -> int | None:
-        """The integer value of ``flag``, or ``default`` when it is not given."""
+        """The integer value of ``flag``, or ``default`` when it is not given; it must be one
+        whole number, at least 1 unless the flag may be 0 (:data:`MAY_BE_ZERO`)."""
         if flag not in self.args:
             return default
         values = self.args[flag]
-        if not values or not re.fullmatch(r"\d+", values[0]):
-            raise SpecError(f"{self.source}: {flag} {' '.join(values)!r}: expected a whole number"
+        if len(values) != 1 or not re.fullmatch(r"\d+", values[0]):
+            raise SpecError(f"{self.source}: {flag} {_given(values)}: expected a whole number"
                             + ("; expand the shell variable first" if values and "$" in values[0] else ""))
+        least = 0 if flag in MAY_BE_ZERO else 1
+        if int(values[0]) < least:
+            raise SpecError(f"{self.source}: {flag} {values[0]}: must be at least {least}")
         return int(values[0])
 
     def text(self, flag: str, default: str | None = None) -> str | None:
-        values = self.args.get(flag)
-        return values[0] if values else default
+        """The value of text flag ``flag`` (one of its :data:`CHOICES`), or ``default`` when it
+        is not given."""
+        if flag not in self.args:
+            return default
+        values = self.args[flag]
+        if len(values) != 1:
+            choices = CHOICES.get(flag)
+            raise SpecError(f"{self.source}: {flag} {_given(values)}: expected one value"
+                            + (f" ({', '.join(choices)})" if choices else ""))
+        if flag in CHOICES and values[0] not in CHOICES[flag]:
+            raise SpecError(f"{self.source}: {flag} {shown(values[0])}: must be one of {', '.join(CHOICES[flag])}")
+        return values[0]
 
 
 def _classify(job: _Launch) -> None:
+    """Name each flag ignored or unsupported; check the value of each flag simtrain reads (even
+    one whose value a setting of the command line replaces)."""
     known = (*SETTING_FLAGS, *MOE_FLAGS, *MODEL_FLAGS, *INT_FLAGS, *TEXT_FLAGS, *LIST_FLAGS, *SWITCHES)
     for flag in job.args:
+        if flag in TEXT_FLAGS:
+            job.text(flag)
+        elif flag in known and flag not in SWITCHES and flag not in LIST_FLAGS:
+            job.number(flag)
         if flag in UNSUPPORTED:
             job.unsupported(flag, UNSUPPORTED[flag])
         elif flag not in known:
@@ -248,7 +296,14 @@ def _model_and_layout(job: _Launch) -> None:
     vpp = job.number("--num-virtual-stages-per-pipeline-rank")
     per_chunk = job.number("--num-layers-per-virtual-pipeline-stage")
     if per_chunk is not None:
-        vpp = job.model().layers // job.value("pp") // per_chunk
+        layers, pp = job.model().layers, job.value("pp")
+        per_stage = layers // pp
+        if per_stage % per_chunk:
+            fits = [n for n in range(1, per_stage + 1) if per_stage % n == 0]
+            raise SpecError(f"{job.source}: --num-layers-per-virtual-pipeline-stage {per_chunk}: must divide the "
+                            f"{per_stage} layers per pipeline stage ({layers} layers over pp={pp}; valid: "
+                            f"{', '.join(map(str, fits[:12]))}{', ...' if len(fits) > 12 else ''})")
+        vpp = per_stage // per_chunk
     job.settings["vpp"] = vpp or 1
     job.settings["schedule"] = "interleaved-1f1b" if (vpp or 1) > 1 else "1f1b"
     _dispatcher(job)

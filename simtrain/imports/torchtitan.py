@@ -15,8 +15,11 @@ The keys read, with torchtitan's defaults where the file leaves one out:
   Interleaved1F1B, ZBVZeroBubble, DualPipeV) or ``pipeline_parallel_schedule_csv`` (the same CSV
   format simtrain reads), ``pipeline_parallel_layers_per_stage`` (stages per rank) and the layer
   split of torchtitan's ``generate_llm_fqn_per_model_part`` (``pipeline_parallel_first/last_stage
-  _less_layers``) or ``module_fqns_per_model_part``; ``pipeline_parallel_microbatch_size``.
-* ``[training] local_batch_size, global_batch_size, seq_len``: per-rank batch, global batch (-1:
+  _less_layers``, at least 0) or ``module_fqns_per_model_part`` (lists of module names, one per stage,
+  that hold every ``layers.N`` exactly once); ``pipeline_parallel_microbatch_size``. Degrees and
+  sizes are at least 1 (or -1 where torchtitan gives -1 a meaning).
+* ``[training] local_batch_size`` (or its older name ``batch_size``, not both), ``global_batch_size``,
+  ``seq_len``: per-rank batch, global batch (-1:
   local x DP), sequence length; without PP a rank runs its local batch at once (one micro-batch of
   ``local_batch_size`` sequences per gradient-accumulation step).
 * ``[activation_checkpoint] mode, selective_ac_option``: none, full, selective per op (simtrain's
@@ -34,7 +37,7 @@ from typing import Any
 
 from simtrain.errors import SpecError
 from simtrain.imports.job import Imported, JobReader, stage_split
-from simtrain.specs.strict import check_value, read_toml
+from simtrain.specs.strict import check_value, read_toml, shown
 
 #: (torchtitan model name, flavor) -> simtrain model preset.
 MODELS = {("llama3", "8b"): "llama3-8b", ("llama3", "70b"): "llama3-70b", ("llama3", "405b"): "llama3-405b",
@@ -97,10 +100,18 @@ class _Job(JobReader):
             else:
                 self.ignore(f"[{name}]")
 
-    def get(self, section: str, key: str, kind: type | tuple[type, ...], default: Any) -> Any:
-        """``[section] key`` checked for type, or torchtitan's default."""
+    def get(self, section: str, key: str, kind: type | tuple[type, ...], default: Any, *,
+            least: int | None = None, auto: str = "") -> Any:
+        """``[section] key`` checked for type, or torchtitan's default; an integer must be at least
+        ``least``, or -1 where ``auto`` says what -1 stands for."""
         table = self.data.get(section, {})
-        return check_value(f"{self.source}: {section}.{key}", table[key], kind) if key in table else default
+        if key not in table:
+            return default
+        value = check_value(f"{self.source}: {section}.{key}", table[key], kind)
+        if least is not None and isinstance(value, int) and value < least and not (auto and value == -1):
+            raise SpecError(f"{self.source}: {section}.{key} = {value}: must be "
+                            + (f"-1 ({auto}) or at least {least}" if auto else f"at least {least}"))
+        return value
 
 
 def _model(job: _Job) -> None:
@@ -124,9 +135,10 @@ def _model(job: _Job) -> None:
 def _layout(job: _Job) -> int:
     """Degrees, GPU count, ZeRO stage; returns the data-parallel degree."""
     get = job.get
-    tp, pp, cp = (get("parallelism", f"{d}_parallel_degree", int, 1) for d in ("tensor", "pipeline", "context"))
-    replicate = get("parallelism", "data_parallel_replicate_degree", int, 1)
-    shard = get("parallelism", "data_parallel_shard_degree", int, -1)
+    tp, pp, cp = (get("parallelism", f"{d}_parallel_degree", int, 1, least=1) for d in ("tensor", "pipeline",
+                                                                                          "context"))
+    replicate = get("parallelism", "data_parallel_replicate_degree", int, 1, least=1)
+    shard = get("parallelism", "data_parallel_shard_degree", int, -1, least=1, auto="the ranks left over")
     job.settings.update(tp=tp, pp=pp, cp=cp)
     tp, pp, cp = job.value("tp"), job.value("pp"), job.value("cp")  # a flag takes precedence
     if shard > 0:
@@ -147,8 +159,8 @@ def _layout(job: _Job) -> int:
                         f"always or never")
     reshard = policy == "always" or (policy == "default" and pp == 1)
     job.settings["zero"] = (3 if reshard else 2) if shard > 1 or cp > 1 else 0
-    ep = get("parallelism", "expert_parallel_degree", int, 1)
-    etp = get("parallelism", "expert_tensor_parallel_degree", int, 1)
+    ep = get("parallelism", "expert_parallel_degree", int, 1, least=1)
+    etp = get("parallelism", "expert_tensor_parallel_degree", int, 1, least=1)
     if job.model().is_moe:
         job.settings.update(ep=ep, etp=etp)
     elif ep > 1:
@@ -162,14 +174,47 @@ def _layout(job: _Job) -> int:
     return replicate * shard
 
 
+def _fqn_parts(job: _Job) -> list[list[str]] | None:
+    """``module_fqns_per_model_part``: lists of module names that hold every ``layers.N`` of the
+    model exactly once (torchtitan's ``tok_embeddings``, ``norm`` and ``output`` may stand beside
+    them); a :class:`SpecError` naming what is wrong otherwise."""
+    parts = job.get("parallelism", "module_fqns_per_model_part", list, None)
+    if parts is None:
+        return None
+    key = f"{job.source}: parallelism.module_fqns_per_model_part"
+    if not parts or not all(isinstance(p, list) and p and all(isinstance(f, str) for f in p) for p in parts):
+        raise SpecError(f"{key} = {shown(parts)}: must be a list of non-empty lists of module names, one per "
+                        f"pipeline stage (e.g. [[\"tok_embeddings\", \"layers.0\"], [\"layers.1\", \"norm\", "
+                        f"\"output\"]])")
+    layers = job.model().layers
+    seen: dict[int, int] = {}
+    for stage, part in enumerate(parts):
+        for fqn in part:
+            if not fqn.startswith("layers."):
+                continue
+            index = fqn[len("layers."):]
+            if not (index.isdigit() and int(index) < layers):
+                raise SpecError(f"{key}: {shown(fqn)} in stage {stage}: the model has layers.0 to "
+                                f"layers.{layers - 1}")
+            if int(index) in seen:
+                raise SpecError(f"{key}: {fqn} is in stage {seen[int(index)]} and stage {stage}; each layer "
+                                f"belongs to one stage")
+            seen[int(index)] = stage
+    if len(seen) != layers:
+        missing = [i for i in range(layers) if i not in seen]
+        raise SpecError(f"{key}: covers {len(seen)} of the {layers} layers (missing layers.{missing[0]}"
+                        f"{f' and {len(missing) - 1} more' if len(missing) > 1 else ''}); every layer must be in "
+                        f"exactly one stage")
+    return parts
+
+
 def _layer_counts(job: _Job, stages: int) -> list[int] | None:
     """Layers per pipeline stage as torchtitan splits them."""
     layers = job.model().layers
-    parts = job.get("parallelism", "module_fqns_per_model_part", list, None)
+    parts = _fqn_parts(job)
     if parts is not None:
-        return [sum(1 for fqn in part if str(fqn).startswith("layers.")) for part in parts]
-    first = job.get("parallelism", "pipeline_parallel_first_stage_less_layers", int, 1)
-    last = job.get("parallelism", "pipeline_parallel_last_stage_less_layers", int, 1)
+        return [sum(1 for fqn in part if fqn.startswith("layers.")) for part in parts]
+    first, last = _less_layers(job)
     effective = layers + first + last  # generate_llm_fqn_per_model_part
     per, extra = divmod(effective, stages)
     counts = [per + (s < extra) for s in range(stages)]
@@ -178,10 +223,20 @@ def _layer_counts(job: _Job, stages: int) -> list[int] | None:
     return counts if min(counts) > 0 else None
 
 
+def _less_layers(job: _Job) -> tuple[int, int]:
+    """``pipeline_parallel_first/last_stage_less_layers`` (torchtitan's input and output weights,
+    which must be non-negative)."""
+    return tuple(job.get("parallelism", f"pipeline_parallel_{end}_stage_less_layers", int, 1, least=0)
+                 for end in ("first", "last"))
+
+
 def _pipeline(job: _Job, pp: int) -> None:
     """Schedule, chunks per rank and the layer split."""
     name = job.get("parallelism", "pipeline_parallel_schedule", str, "1F1B")
     csv = job.get("parallelism", "pipeline_parallel_schedule_csv", str, "")
+    _fqn_parts(job)  # checked whatever the schedule
+    per_stage = job.get("parallelism", "pipeline_parallel_layers_per_stage", int, None, least=1)
+    first, last = _less_layers(job)
     if pp == 1:
         job.settings["schedule"] = "1f1b"
         return
@@ -195,9 +250,6 @@ def _pipeline(job: _Job, pp: int) -> None:
                         f"simtrain runs {', '.join(SCHEDULES)} of torch's schedules", decides=("schedule",))
         return
     job.settings["schedule"] = SCHEDULES[key]
-    per_stage = job.get("parallelism", "pipeline_parallel_layers_per_stage", int, None)
-    first = job.get("parallelism", "pipeline_parallel_first_stage_less_layers", int, 1)
-    last = job.get("parallelism", "pipeline_parallel_last_stage_less_layers", int, 1)
     stages = (-(-(job.model().layers + first + last) // per_stage) if per_stage
               else pp * (1 if key in _SINGLE_STAGE else 2))
     per_rank = stages // pp
@@ -219,11 +271,17 @@ def _pipeline(job: _Job, pp: int) -> None:
 
 
 def _batch(job: _Job, dp: int, pp: int) -> None:
-    local = job.get("training", "local_batch_size", int, job.get("training", "batch_size", int, 8))
-    global_batch = job.get("training", "global_batch_size", int, -1)
-    micro = job.get("parallelism", "pipeline_parallel_microbatch_size", int, 1)
+    training = job.data.get("training", {})
+    if "local_batch_size" in training and "batch_size" in training:
+        raise SpecError(f"{job.source}: training.local_batch_size = {shown(training['local_batch_size'])} and "
+                        f"training.batch_size = {shown(training['batch_size'])}: give one (batch_size is "
+                        f"torchtitan's older name of local_batch_size)")
+    local = job.get("training", "local_batch_size", int, job.get("training", "batch_size", int, 8, least=1), least=1)
+    global_batch = job.get("training", "global_batch_size", int, -1, least=1, auto="local_batch_size x DP")
+    micro = job.get("parallelism", "pipeline_parallel_microbatch_size", int, 1, least=1)
     gbs = global_batch if global_batch > 0 else local * dp
-    job.settings.update(seq=job.get("training", "seq_len", int, 2048), gbs=gbs, mbs=micro if pp > 1 else local)
+    job.settings.update(seq=job.get("training", "seq_len", int, 2048, least=1), gbs=gbs,
+                        mbs=micro if pp > 1 else local)
     if pp > 1 and gbs != local * dp:
         job.unsupported(f"training.global_batch_size = {gbs}", f"{gbs // max(local * dp, 1)} gradient-accumulation "
                         f"steps each run the pipeline schedule; simtrain runs one schedule per step",

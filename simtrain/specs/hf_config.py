@@ -33,10 +33,10 @@ def hf_config_fields(data: dict, source: str, name: str | None = None) -> dict[s
                             f"model_type {data.get('model_type')!r})")
         return check_value(f"{source}: {key}", data[key], kind, positive=positive and kind is int)
 
-    def opt(key: str, default: Any, kind: type = int) -> Any:
+    def opt(key: str, default: Any, kind: type = int, positive: bool = False) -> Any:
         if data.get(key) is None:
             return default
-        return check_value(f"{source}: {key}", data[key], kind,
+        return check_value(f"{source}: {key}", data[key], kind, positive=positive,
                            min_value=0 if kind is int else None)
 
     mt = data.get("model_type")
@@ -62,8 +62,9 @@ def hf_config_fields(data: dict, source: str, name: str | None = None) -> dict[s
     if mt == "gpt_neox":  # rotary position embedding; biases on every linear layer
         v.update(gated_mlp=False, bias=True, norm="layer")
     elif mt != "gpt2":
-        v.update(kv_heads=opt("num_key_value_heads", v["heads"]))
-        v.update(head_dim=opt("head_dim", 128 if mt.startswith("qwen3") else 0))
+        # null means the default (multi-head attention, hidden / heads); 0 is no number of heads or width
+        v.update(kv_heads=opt("num_key_value_heads", v["heads"], positive=True))
+        v.update(head_dim=opt("head_dim", 128 if mt.startswith("qwen3") else 0, positive=True))
     if mt in ("llama", "mistral", "mixtral", "qwen3", "qwen3_moe"):
         # attention_bias puts biases on q/k/v/o; the o bias (h per layer) is not counted
         v.update(qkv_bias=opt("attention_bias", False, bool))

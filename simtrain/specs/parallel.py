@@ -243,6 +243,10 @@ def validate_parallel(par: ParallelSpec, model: "ModelSpec", num_gpus: int | Non
     if model.kv_heads % par.tp:
         raise SpecError(f"tp={par.tp} does not divide the {model.kv_heads} KV heads of {model.name} "
                         f"(valid tp: divisors of {model.kv_heads})")
+    if model.vocab < par.tp:
+        raise SpecError(f"tp={par.tp} exceeds the vocabulary of {model.name} (vocab_size = {model.vocab}): each "
+                        f"tensor-parallel rank holds a slice of the embedding and the LM head (valid tp: at most "
+                        f"{model.vocab})")
     uneven = par.first_stage_layers is not None or par.last_stage_layers is not None or par.balance_stages
     accounted = par.account_for_embedding_in_pipeline_split or par.account_for_loss_in_pipeline_split
     if accounted:

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from simtrain.errors import SpecError
+from simtrain.specs.strict import clip
 
 #: The speed factor of a straggler, a throttled GPU or a slow node when none is given: the 0.8x
 #: of a GPU held at a lower clock (a user's example, not a measurement; give FACTOR to change it).
@@ -203,5 +204,15 @@ def _once(flag: str, keyed: list[tuple[frozenset, str]]) -> None:
 
 
 def parse_failed(text: str | None) -> tuple[tuple[str, str], ...]:
-    """``END-END,...`` (``--fail-link leaf0-spine3``)."""
-    return tuple(_link("--fail-link", item, item) for item in _items(text))
+    """``END-END,...`` (``--fail-link leaf0-spine3``); a link given twice (in either direction:
+    a failed link is removed both ways) is refused naming it."""
+    seen: dict[frozenset[str], str] = {}
+    out = []
+    for item in _items(text):
+        a, b = _link("--fail-link", item, item)
+        first = seen.setdefault(frozenset((a, b)), item)
+        if first is not item:
+            raise SpecError(f"--fail-link {clip(text)}: the link {first} is given twice (as {first} and {item}); a "
+                            f"failed link is removed in both directions, so name it once")
+        out.append((a, b))
+    return tuple(out)

@@ -135,9 +135,20 @@ def _no_constant(name: str) -> float:
 
 
 def parse_json(text: str, source: str) -> Any:
-    """Parse JSON text (strictly: no ``NaN`` or ``Infinity``); ``source`` names it in messages."""
+    """Parse JSON text (strictly: no ``NaN`` or ``Infinity``, no key twice in one object);
+    ``source`` names it in messages."""
+    def unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for key, value in pairs:
+            if key in out:
+                raise SpecError(f"{source}: the key {shown(key)} is given twice in one object ({shown(out[key])} "
+                                f"and {shown(value)}); keep one")
+            out[key] = value
+        return out
+
     try:
-        return _parse_guarded(lambda t: json.loads(t, parse_constant=_no_constant), text, source, "JSON")
+        return _parse_guarded(lambda t: json.loads(t, parse_constant=_no_constant, object_pairs_hook=unique), text,
+                              source, "JSON")
     except json.JSONDecodeError as exc:
         raise SpecError(f"{source}: malformed JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}") from None
     except ValueError as exc:

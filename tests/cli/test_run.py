@@ -251,3 +251,45 @@ def test_a_megatron_launch_with_tp_comm_overlap_imports(tmp_path):
                    "--out", tmp_path)
     assert out["imported"]["settings"]["tp_comm_overlap"] is True and out["config"]["tp_comm_overlap"] is True
     assert out["config"]["tp"] == 2 and out["config"]["sp"] is True
+
+
+TINY = "hidden = 256\nlayers = 2\nheads = 4\nkv_heads = 4\nffn = 1024\nvocab = 1000\n"
+SCENARIO = ("--topology", "h100-ib", "--gpus", 8, "--tp", 2, "--pp", 2, "--gbs", 8, "--seq", 256, "--no-plot")
+
+
+@pytest.mark.quick
+def test_no_output_replaces_an_input_file(tmp_path, monkeypatch):
+    """``run --model report.json --out .`` replaced the model with the report: every command that
+    writes refuses, before any work, an output path that is one of its input files."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "report.json").write_text(TINY)
+    assert_user_error("run", "--model", "report.json", *SCENARIO, "--out", ".",
+                      contains="--out . would replace ./report.json, the input of --model report.json; write the "
+                               "outputs elsewhere or move the input first")
+    assert (tmp_path / "report.json").read_text() == TINY
+    sub = tmp_path / "sub"
+    sub.mkdir()
+    (sub / "timeline.png").write_text(TINY)  # replaced with the old set even by a run with --no-plot
+    assert_user_error("run", "--model", tmp_path / "sub" / ".." / "sub" / "timeline.png", *SCENARIO, "--out", sub,
+                      contains="the input of --model")
+    (sub / "trace.json").write_text("kind,shape,dtype,time_us\ngemm,1x256x256x256,bf16,100\n")
+    assert_user_error("compare", "--model", "llama3-8b", *SCENARIO, "--calibration", "sub/trace.json", "--out", "sub",
+                      contains="--out sub would replace sub/trace.json, the input of --calibration sub/trace.json")
+    monkeypatch.chdir(sub)  # compare --html alone writes into out/
+    Path("out").mkdir()
+    Path("out/report.html").write_text('model = "llama3-8b"\n')
+    assert_user_error("compare", "--config", "out/report.html", "--html", contains="the input of --config")
+    (sub / "model.toml").write_text(TINY)
+    assert_user_error("calibrate", "--model", "model.toml", *SCENARIO, "--out", "model.toml",
+                      contains="--out would replace model.toml, the input of --model model.toml")
+    Path("s.png").write_text("0F0,0B0\n")
+    assert_user_error("schedule", "s.png", "--pp", 1, "--microbatches", 1, "--gantt", "s.png",
+                      contains="--gantt would replace s.png, the input of schedule s.png")
+    Path("t.svg").write_text('gpu = "h100-sxm"\nnodes = 1\n[node]\ngpus = 8\n')
+    assert_user_error("topology", "t.svg", "--draw", "t.svg", contains="--draw would replace t.svg")
+    assert_user_error("search", "--model", "model.toml", "--topology", "h100-ib", "--gpus", 8, "--seq", 256,
+                      "--gbs", 8, "--results", "model.toml", contains="--results would replace model.toml")
+    assert Path("model.toml").read_text() == TINY and Path("s.png").read_text() == "0F0,0B0\n"
+    code, _, err = cli("run", "--model", "model.toml", *SCENARIO, "--out", ".")  # beside its inputs: fine
+    assert code == 0, err
+    assert Path("report.json").is_file() and Path("model.toml").read_text() == TINY

@@ -182,3 +182,63 @@ def test_mtp_num_layers_maps_to_mtp_layers():
     s = settings(LLAMA_8B + "--mtp-num-layers 1 --mtp-loss-scaling-factor 0.1")
     assert s["mtp_layers"] == 1
     assert "mtp_layers" not in settings(LLAMA_8B)
+
+
+@pytest.mark.parametrize("args, message", [
+    ("--tensor-model-parallel-size 0", "--tensor-model-parallel-size 0: must be at least 1"),
+    ("--pipeline-model-parallel-size 0", "--pipeline-model-parallel-size 0: must be at least 1"),
+    ("--pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 0",
+     "--num-layers-per-virtual-pipeline-stage 0: must be at least 1"),
+    ("--pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 100",
+     r"--num-layers-per-virtual-pipeline-stage 100: must divide the 16 layers per pipeline stage \(32 layers over "
+     r"pp=2; valid: 1, 2, 4, 8, 16\)"),
+    ("--pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 3",
+     "--num-layers-per-virtual-pipeline-stage 3: must divide the 16 layers per pipeline stage"),
+    ("--tensor-model-parallel-size 2 4", r"--tensor-model-parallel-size '2 4' \(2 values\): expected a whole number"),
+    ("--recompute-granularity full --recompute-method bogus", "--recompute-method 'bogus': must be one of uniform, "
+                                                              "block"),
+    ("--fp8-format bogus", "--fp8-format 'bogus': must be one of e4m3, hybrid"),
+    ("--nnodes 0 --nproc_per_node 8", "--nnodes 0: must be at least 1"),
+    ("--micro-batch-size 1 --tensor-model-parallel-size", r"--tensor-model-parallel-size \(no value\): expected a "
+                                                          r"whole number"),
+    ("--recompute-method --tensor-model-parallel-size 2", r"--recompute-method \(no value\): expected one value "
+                                                          r"\(uniform, block\)"),
+    ("--seq-length=", "--seq-length '': expected a whole number"),
+])
+def test_values_megatron_would_refuse_are_one_line(args, message):
+    """Each of these divided by zero or was silently reinterpreted (plain 1F1B, a dropped value,
+    full recompute, FP8, one node, the default)."""
+    with pytest.raises(SpecError, match=message) as info:
+        settings(LLAMA_8B + args)
+    assert "\n" not in str(info.value)
+
+
+def test_a_value_after_a_flag_ends_at_the_program():
+    s = settings("torchrun --nproc_per_node 8 --nnodes 2 pretrain_gpt.py " + LLAMA_8B +
+                 "--recompute-granularity full --recompute-method uniform")
+    assert (s["gpus"], s["recompute"]) == (16, "full")
+    assert settings(LLAMA_8B + "--fp8-format hybrid")["fp8"] is True
+
+
+def test_a_launch_that_expands_past_1_mib_is_refused_at_once(tmp_path):
+    """34 doublings of a variable took 3.2 GB and 17.7 s before a MemoryError."""
+    import time
+
+    from helpers import assert_user_error
+
+    laughs = tmp_path / "laughs.sh"
+    laughs.write_text("\n".join(["A0=xx", *(f"A{i + 1}=$A{i}$A{i}" for i in range(34)),
+                                 "pretrain_gpt.py --tensor-model-parallel-size $A34"]) + "\n")
+    started = time.monotonic()
+    assert_user_error("run", "--from-megatron", laughs, "--gpus", 8, "--no-plot", "--out", tmp_path / "o",
+                      contains=f"{laughs}: '$A19$A19' expands to 2,097,152 characters, more than 1,048,576 (1 MiB)")
+    assert time.monotonic() - started < 5
+    wide = "A=" + "x" * 1000 + "\n--tensor-model-parallel-size " + "$A" * 2000
+    with pytest.raises(SpecError, match="expands to 2,000,000 characters"):
+        settings(wide)
+    many = "A=" + "x" * 100_000 + "\n" + " ".join(["$A"] * 20)
+    with pytest.raises(SpecError, match=r"the arguments expand to more than 1,048,576 characters \(1 MiB\)"):
+        settings(many)
+    for args in ("--tensor-model-parallel-size 0", "--pipeline-model-parallel-size 0"):
+        assert_user_error("run", "--from-megatron", LLAMA_8B + args, "--gpus", 8, "--no-plot", "--out",
+                          tmp_path / "o", contains=f"arguments: {args}: must be at least 1")

@@ -136,3 +136,52 @@ def test_keys_that_cannot_be_simulated_are_named_together(tmp_path):
     assert job(tmp_path, {"model": "llama3-8b"}, model={"flavor": "1B"}).settings.get("model") is None
     assert "[quantize]" in job(tmp_path, quantize={"linear": "mx"}).ignored
     assert job(tmp_path, model={"converters": ["float8"]}).settings["fp8"] is True
+
+
+@pytest.mark.parametrize("sections, message", [
+    ({"parallelism": {"tensor_parallel_degree": 0}}, "parallelism.tensor_parallel_degree = 0: must be at least 1"),
+    ({"parallelism": {"data_parallel_replicate_degree": 0, "data_parallel_shard_degree": -1}},
+     "parallelism.data_parallel_replicate_degree = 0: must be at least 1"),
+    ({"parallelism": {"data_parallel_replicate_degree": -4}},
+     "parallelism.data_parallel_replicate_degree = -4: must be at least 1"),
+    ({"parallelism": {"data_parallel_shard_degree": -5}},
+     r"parallelism.data_parallel_shard_degree = -5: must be -1 \(the ranks left over\) or at least 1"),
+    ({"parallelism": {"data_parallel_shard_degree": 0}}, "data_parallel_shard_degree = 0: must be -1"),
+    ({"training": {"global_batch_size": -5}},
+     r"training.global_batch_size = -5: must be -1 \(local_batch_size x DP\) or at least 1"),
+    ({"parallelism": {"pipeline_parallel_layers_per_stage": 0}},
+     "parallelism.pipeline_parallel_layers_per_stage = 0: must be at least 1"),
+    ({"parallelism": {"pipeline_parallel_first_stage_less_layers": -10}},
+     "parallelism.pipeline_parallel_first_stage_less_layers = -10: must be at least 0"),
+    ({"training": {"batch_size": 4}}, r"training.local_batch_size = 8 and training.batch_size = 4: give one "
+                                      r"\(batch_size is torchtitan's older name of local_batch_size\)"),
+    ({"parallelism": {"module_fqns_per_model_part": [1, 2]}},
+     r"module_fqns_per_model_part = \[1, 2\]: must be a list of non-empty lists of module names, one per pipeline"),
+    ({"parallelism": {"module_fqns_per_model_part": ["layers.0", "layers.1"]}}, "must be a list of non-empty lists"),
+    ({"parallelism": {"module_fqns_per_model_part": [[], []]}}, "must be a list of non-empty lists"),
+    ({"parallelism": {"module_fqns_per_model_part": [["layers.0"], ["layers.1"]]}},
+     r"module_fqns_per_model_part: covers 2 of the 32 layers \(missing layers.2 and 29 more\); every layer must be "
+     r"in exactly one stage"),
+    ({"parallelism": {"module_fqns_per_model_part": [["layers.0"], ["layers.0"]]}},
+     "layers.0 is in stage 0 and stage 1; each layer belongs to one stage"),
+    ({"parallelism": {"module_fqns_per_model_part": [["layers.32"], ["layers.1"]]}},
+     "'layers.32' in stage 0: the model has layers.0 to layers.31"),
+])
+def test_values_torchtitan_would_refuse_are_one_line(tmp_path, sections, message):
+    """Each of these raised a Python error or was silently reinterpreted (an even split, -1 for a
+    negative degree, a key ignored)."""
+    with pytest.raises(SpecError, match=message) as info:
+        job(tmp_path, **sections)
+    assert "\n" not in str(info.value) and str(info.value).startswith(str(tmp_path / "job.toml"))
+
+
+def test_the_quoted_jobs_are_one_line_on_the_command_line(tmp_path):
+    from helpers import assert_user_error
+
+    path = tmp_path / "job.toml"
+    for key, value in (("tensor_parallel_degree", 0), ("data_parallel_replicate_degree", 0),
+                       ("module_fqns_per_model_part", [1, 2])):
+        path.write_text(_toml({"model": {"name": "llama3", "flavor": "8B"},
+                               "parallelism": {key: value, "data_parallel_shard_degree": -1}}))
+        assert_user_error("run", "--from-torchtitan", path, "--gpus", 8, "--no-plot", "--out", tmp_path / "o",
+                          contains=f"parallelism.{key} = ")

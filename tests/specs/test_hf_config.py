@@ -4,6 +4,7 @@ unsupported types and layouts, missing and mistyped keys."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -206,3 +207,29 @@ def test_hf_unsupported_layouts():
         model_from_hf_config({**QWEN3_235B, "mlp_only_layers": [5]}, "src")
     dense_first = model_from_hf_config({**QWEN3_235B, "mlp_only_layers": [0, 1]}, "src")
     assert dense_first.dense_layers == 2 and dense_first.moe_layers == 92
+
+
+@pytest.mark.parametrize("key", ["num_key_value_heads", "head_dim"])
+def test_zero_heads_or_width_is_refused(key):
+    """0 became multi-head attention or the default width; null keeps the default."""
+    config = {"model_type": "llama", "hidden_size": 256, "num_hidden_layers": 2, "num_attention_heads": 4,
+              "intermediate_size": 1024, "vocab_size": 1000}
+    with pytest.raises(SpecError, match=f"config.json: {key} = 0: must be > 0"):
+        model_from_hf_config({**config, key: 0}, "config.json")
+    assert model_from_hf_config({**config, key: None}, "config.json").kv_heads == 4
+
+
+def test_a_key_given_twice_is_refused(tmp_path):
+    from helpers import assert_user_error
+
+    path = tmp_path / "config.json"
+    path.write_text('{"model_type": "llama", "hidden_size": 256, "num_hidden_layers": 2, "num_attention_heads": 4, '
+                    '"intermediate_size": 1024, "vocab_size": 1000, "hidden_size": 512}')
+    message = f"{path}: the key 'hidden_size' is given twice in one object (256 and 512); keep one"
+    with pytest.raises(SpecError, match=re.escape(message)):
+        load_model(str(path))
+    assert_user_error("run", "--model", path, "--gpus", 8, "--no-plot", "--out", tmp_path / "o", contains=message)
+    nested = tmp_path / "nested.json"
+    nested.write_text('{"a": {"x": 1, "x": 2}}')
+    with pytest.raises(SpecError, match="the key 'x' is given twice"):
+        load_model(str(nested))

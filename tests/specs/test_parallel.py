@@ -101,3 +101,26 @@ def test_recompute_modules_are_selective_recompute_s_and_must_exist_in_the_model
         with pytest.raises(SpecError, match=rf"recompute_modules='{name}': {model.name} has no {name} module; "
                                             r"valid for it: core_attn"):
             validate_parallel(bad, model, 8)
+
+
+def test_a_tp_above_the_vocabulary_is_refused():
+    """vocab_size smaller than tp divided by zero in the kernel timing."""
+    from helpers import tiny_model
+
+    with pytest.raises(SpecError, match=re.escape("tp=2 exceeds the vocabulary of tiny (vocab_size = 1): each "
+                                                  "tensor-parallel rank holds a slice of the embedding and the LM "
+                                                  "head (valid tp: at most 1)")):
+        validate_parallel(resolve_parallel(8, tp=2, gbs=8), tiny_model(vocab=1), 8)
+    validate_parallel(resolve_parallel(8, tp=2, gbs=8), tiny_model(vocab=2), 8)
+
+
+def test_a_tp_above_the_vocabulary_of_a_config_json_is_one_line(tmp_path):
+    import json
+
+    from helpers import assert_user_error
+
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"model_type": "llama", "hidden_size": 256, "num_hidden_layers": 2,
+                                "num_attention_heads": 4, "intermediate_size": 1024, "vocab_size": 1}))
+    assert_user_error("run", "--model", path, "--topology", "h100-ib", "--gpus", 8, "--tp", 2, "--pp", 1, "--gbs", 8,
+                      "--seq", 256, "--no-plot", "--out", tmp_path / "o", contains="(vocab_size = 1)")

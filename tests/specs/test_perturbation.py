@@ -74,3 +74,17 @@ def test_check_names_the_missing_gpu_or_node():
         Perturbations(slow_nodes=((8, 0.5),)).check(gpus=64, nodes=8)
     with pytest.raises(SpecError, match="--node-gpu 6-9: no such node"):
         Perturbations(node_gpus=((6, 9, "a100-80g"),)).check(gpus=64, nodes=8)
+
+
+@pytest.mark.parametrize("text", ["leaf0-spine0,leaf0-spine0", "leaf0-spine0,spine0-leaf0"])
+def test_a_failed_link_given_twice_is_refused_naming_it(text):
+    """Removing the link the second time was a NetworkXError."""
+    from helpers import assert_user_error
+
+    second = text.split(",")[1]
+    with pytest.raises(SpecError, match=f"--fail-link {text}: the link leaf0-spine0 is given twice \\(as leaf0-spine0 "
+                                        f"and {second}\\); a failed link is removed in both directions"):
+        pt.parse_failed(text)
+    assert_user_error("run", "--model", "llama3-8b", "--topology", "h100-ib", "--gpus", 32, "--gbs", 32, "--seq", 512,
+                      "--no-plot", "--fail-link", text, contains="is given twice")
+    assert pt.parse_failed("leaf0-spine0,leaf0-spine1") == (("leaf0", "spine0"), ("leaf0", "spine1"))
