@@ -210,8 +210,9 @@ def parse_failed(text: str | None) -> tuple[tuple[str, str], ...]:
     out = []
     for item in _items(text):
         a, b = _link("--fail-link", item, item)
-        first = seen.setdefault(frozenset((a, b)), item)
-        if first is not item:
+        first = seen.get(frozenset((a, b)))
+        seen.setdefault(frozenset((a, b)), item)
+        if first is not None:
             raise SpecError(f"--fail-link {clip(text)}: the link {first} is given twice (as {first} and {item}); a "
                             f"failed link is removed in both directions, so name it once")
         out.append((a, b))
