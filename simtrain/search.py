@@ -4,7 +4,9 @@ Layouts are enumerated as in the course notes' ``parallel_plan.py`` (TP within a
 DP derived), for an MoE model with every valid EP and expert-TP degree and each token dispatcher,
 crossed with the schedules, micro-batch sizes, ZeRO stages and recompute policies asked for
 (:mod:`simtrain.candidates`). The closed form ranks them and drops what does not fit; the
-simulator then runs the candidates (all, or the analytic top K) in parallel processes. Every finished candidate is
+simulator then runs the candidates in parallel processes: all of them, or with a top K in the
+closed form's order until the rest are proven slower than the K best simulated (each one's step
+lower bound, :mod:`simtrain.workload.bound`, above the K-th best step). Every finished candidate is
 appended to a results file as one JSON line, so an interrupted search resumes where it stopped:
 a last line cut off mid-write (the process killed during the append) is truncated away and its
 candidate runs again; any other line that is not such a row is a one-line error naming the line.
@@ -208,8 +210,10 @@ def simulated_search(base: dict, *, gpus: int, gpus_per_node: int, top: int | No
 
     >>> out = simulated_search({"model": "llama3-8b", "topology": "seed-h100", "nodes": 1, "seq": 8192,
     ...                         "gbs": 64}, gpus=8, gpus_per_node=8, top=2, jobs=1, results=None, resume=False)
-    >>> out["candidates_fit"], [r["analytic_rank"] for r in sorted(out["ranking"], key=lambda r: r["analytic_rank"])]
-    (16, [1, 2])
+    >>> out["candidates_fit"], out["candidates_simulated"] + out["candidates_bounded"]
+    (16, 16)
+    >>> [r["simulated_rank"] for r in out["ranking"][:2]]
+    [1, 2]
     """
     if results is not None:  # before any work: a bad path or row, and a torn last line repaired
         check_results_path(results, resume)
@@ -229,11 +233,16 @@ def simulated_search(base: dict, *, gpus: int, gpus_per_node: int, top: int | No
         raise SpecError(f"no configuration fits: none of the {len(candidates)} layouts of {gpus} GPUs passes "
                         f"the closed-form memory ledger (try more GPUs, a longer --gbs, or --recompute full)")
     estimated.sort(key=lambda ce: ce[1]["step_time_s"])
-    chosen = estimated[:top] if top else estimated
-    done = run_candidates([c for c, _ in chosen], jobs=jobs, results=results, resume=resume, progress=progress,
-                          executor=executor, scheduler=scheduler, notice=notice)
+    run = dict(jobs=jobs, results=results, executor=executor, scheduler=scheduler, notice=notice)
+    if top:
+        chosen, done, skipped = _proven_top(estimated, top, resume=resume, progress=progress, **run)
+    else:
+        chosen, skipped = estimated, 0
+        done = run_candidates([c for c, _ in chosen], resume=resume, progress=progress, **run)
     rows = []
-    for analytic_rank, (c, est) in enumerate(chosen, 1):
+    position = {c.key: k for k, (c, _) in enumerate(estimated, 1)}  # the closed form's rank among all that fit
+    for c, est in chosen:
+        analytic_rank = position[c.key]
         rep = done[c.key]["report"]
         label = _label(c.as_dict())
         chosen = rep.get("config", {}).get("recompute_layers")
@@ -253,5 +262,56 @@ def simulated_search(base: dict, *, gpus: int, gpus_per_node: int, top: int | No
         r["simulated_rank"] = i
     rho = spearman([r["analytic_step_time_s"] for r in ok], [r["simulated_step_time_s"] for r in ok])
     return {"candidates_enumerated": len(candidates), "candidates_fit": len(estimated),
-            "candidates_simulated": len(rows), "spearman": rho,
+            "candidates_simulated": len(rows), "candidates_bounded": skipped, "spearman": rho,
             "ranking": ok, "failed": [r for r in rows if r["error"] is not None]}
+
+
+def _proven_top(estimated: list[tuple[Candidate, dict]], top: int, *, resume: bool, progress, **run
+                ) -> tuple[list[tuple[Candidate, dict]], dict[str, dict], int]:
+    """Simulate the candidates in the closed form's order, a wave of ``jobs`` at a time, skipping
+    one only where its step lower bound (:func:`simtrain.workload.bound.step_lower_bound`) exceeds
+    the ``top``-th best simulated step of the candidates that fit: it can then neither enter the
+    top ``top`` (a slower one ranks after them, one that does not fit after every one that
+    fits). Returns the simulated candidates with their estimates, the finished rows and how many
+    were skipped."""
+    from simtrain import api
+    from simtrain.workload.bound import step_lower_bound
+
+    chosen: list[tuple[Candidate, dict]] = []
+    done: dict[str, dict] = {}
+    fitting: list[float] = []  # simulated step times of the candidates that fit
+    skipped, wave = 0, max(1, run["jobs"])
+    queue = list(estimated)
+    while queue:
+        batch = []
+        while queue and len(batch) < wave:
+            c, est = queue.pop(0)
+            if len(fitting) >= top and _bound(c, api, step_lower_bound) > sorted(fitting)[top - 1]:
+                skipped += 1
+                continue
+            batch.append((c, est))
+        if not batch:
+            break
+        offset, total = len(chosen), len(chosen) + len(batch) + len(queue)
+        first = not chosen
+
+        def step(k: int, _n: int, label: str, offset: int = offset, total: int = total, first: bool = first) -> None:
+            if progress is not None and (first or label not in ("start", "resumed")):
+                progress(offset + k, total, label)
+
+        done.update(run_candidates([c for c, _ in batch], resume=resume or bool(chosen), progress=step, **run))
+        chosen += batch
+        for c, _ in batch:
+            rep = done[c.key]["report"]
+            if rep.get("error") is None and rep.get("fits_in_memory", True):
+                fitting.append(rep["step_time_s"])
+    return chosen, done, skipped
+
+
+def _bound(candidate: Candidate, api, step_lower_bound) -> float:
+    """The candidate's step lower bound; 0 (no skipping) where none is known or it does not resolve."""
+    try:
+        bound = step_lower_bound(api.resolve(candidate.as_dict(), strict=False))
+    except SimtrainError:
+        return 0.0
+    return 0.0 if bound is None else bound

@@ -199,16 +199,21 @@ def cmd_search(args: argparse.Namespace) -> int:
         check_finite(out, "search result")
         print(json.dumps(out, sort_keys=True))
         return 0
+    bounded = out["candidates_bounded"]
     print(f"{out['candidates_enumerated']} layouts enumerated, {out['candidates_fit']} fit in memory by the "
-          f"closed form, {out['candidates_simulated']} simulated")
+          f"closed form, {out['candidates_simulated']} simulated"
+          + (f", {bounded} skipped: their step lower bound exceeds the top {args.top}'s" if bounded else ""))
     rows = []
-    for r in out["ranking"]:
+    shown = out["ranking"][:args.top] if args.top else out["ranking"]
+    for r in shown:
         fits = "" if r["fits_in_memory"] else "  (simulated peak exceeds memory)"
         rows.append([str(r["simulated_rank"]), str(r["analytic_rank"]), r["label"],
                      f"{r['simulated_mfu']:.1%}", f"{r['analytic_mfu']:.1%}",
                      f"{r['simulated_step_time_s']:.3f}", f"{r['analytic_step_time_s']:.3f}" + fits])
     print(table(rows, ["sim rank", "analytic rank", "layout", "sim MFU", "analytic MFU", "sim step s",
                        "analytic step s"]))
+    if len(shown) < len(out["ranking"]):
+        print(f"(the top {len(shown)} of {len(out['ranking'])} simulated; --json lists them all)")
     rho = out["spearman"]
     print(f"\nSpearman rank correlation between the two orders: {rho:.3f}" if rho is not None else
           "\nSpearman rank correlation: undefined (fewer than two candidates)")
@@ -267,7 +272,9 @@ def _add_search_flags(p: argparse.ArgumentParser) -> None:
                    help="pipeline schedules to try, comma-separated (default 1f1b)")
     add_list_flags(p, DEGREE_LISTS + _SEARCH_LISTS)
     add_expert_flags(p)
-    p.add_argument("--top", type=positive_int, metavar="K", help="simulate only the analytic top K")
+    p.add_argument("--top", type=positive_int, metavar="K",
+                   help="the K fastest by simulation: candidates run in the closed form's order until a lower bound "
+                        "of each one left (its busiest rank's compute) shows it slower than the K-th best")
     p.add_argument("--jobs", type=jobs_int, default=min(8, os.cpu_count() or 1), metavar="J",
                    help="parallel processes (with --executor dask and no --scheduler: workers of the local dask "
                    "cluster) (default: the CPUs, at most 8)")

@@ -186,7 +186,7 @@ def best_layout(variant: dict, args: argparse.Namespace, price: float | None, ba
         raise SpecError(f"topology {variant['label']}: no layout of {gpus} GPUs fits in memory when simulated "
                         f"({found['candidates_simulated']} tried); try more GPUs or --recompute full")
     best = fitting[0]
-    report = api.simulate(api.resolve(best["settings"])).report
+    report = api.simulate(api.resolve(best["settings"], strict=False)).report
     return {**variant, "gpus": gpus, "gpu": cluster.gpu.name, "layout": best["label"], "ep": best["ep"],
             "settings": best["settings"], **{k: report[k] for k in ROW_KEYS}}
 
@@ -313,7 +313,9 @@ def add_command(sub: Any) -> None:
                    help="pipeline schedules to try (default 1f1b)")
     add_list_flags(p, DEGREE_LISTS + (("mbs", (1,)), ("zero", (1,)), ("recompute", ("auto",))))
     add_expert_flags(p)
-    p.add_argument("--top", type=positive_int, metavar="K", help="simulate only the closed form's top K per cluster")
+    p.add_argument("--top", type=positive_int, metavar="K",
+                   help="per cluster, simulate until the K fastest layouts are proven (search --top); 1 finds the best "
+                        "with the fewest simulations")
     p.add_argument("--jobs", type=jobs_int, default=min(8, os.cpu_count() or 1), metavar="J",
                    help="parallel processes (default: the CPUs, at most 8)")
     add_setting_flag(p, OUTPUTS["out"], with_default=True, help="folder of the plot and a sweep's topology files "
