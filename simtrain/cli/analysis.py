@@ -57,6 +57,9 @@ def cmd_analytic(args: argparse.Namespace) -> int:
     from simtrain.outputs.tables import run_summary
 
     run = run_args(args)
+    run.refuse_outputs(("out", "html", "plot", "window", "xlim", "ranks", "streams", "require_fit"),
+                       "simtrain analytic writes no files and checks no fit: it prints the closed form's "
+                       "estimate (simtrain run or compare writes the outputs)")
     sc = _resolve(run)
     config = scenario_config(sc)
     report = _analytic_for(sc)
@@ -108,6 +111,12 @@ def cmd_compare(args: argparse.Namespace) -> int:
     run = run_args(args, output_defaults={"out": None})
     chart = chart_of(run.outputs)
     out = run.outputs["out"] or ("out" if run.outputs["html"] else None)  # --html alone writes to out/
+    if out is None:
+        run.refuse_outputs(("plot", "window", "xlim", "ranks", "streams"),
+                           "it acts on timeline.png, which compare writes only with --out DIR or --html; "
+                           "give one of them")
+    run.refuse_outputs(("require_fit",), "compare reports the fit beside the closed form's and does not fail on "
+                       "it (simtrain run --require-fit does)")
     check_out_spares_inputs(run, out)
     with run_progress(run.outputs) as bar:
         bar.phase("resolve")

@@ -222,7 +222,7 @@ def add_collective_command(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--topology", required=True, help="topology preset or .toml file")
     p.add_argument("--nodes", type=positive_int, help="number of nodes (default: the topology's)")
     p.add_argument("--algo", help=f"force an algorithm: {', '.join(ALGORITHMS)} (default: tuner)")
-    p.add_argument("--nvls", action=argparse.BooleanOptionalAction, default=None,
+    p.add_argument("--nvls", action=_OneWay, default=None,
                    help="enable (--no-nvls: disable) NVLink SHARP on NVSwitch nodes (default: the topology's nvls)")
     p.add_argument("--network", choices=COLLECTIVE_NETWORKS, default="analytic",
                    help="analytic (closed form) or flow (max-min fair flows, shows contention)")
@@ -231,3 +231,13 @@ def add_collective_command(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=cmd_collective)
     return p
+
+
+class _OneWay(argparse.BooleanOptionalAction):
+    """``--X`` / ``--no-X`` where giving both is an error rather than the last one winning."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        before = getattr(namespace, self.dest)
+        super().__call__(parser, namespace, values, option_string)
+        if before is not None and before != getattr(namespace, self.dest):
+            parser.error(f"{option_string}: {'--' + self.dest} and {'--no-' + self.dest} both given; give one")

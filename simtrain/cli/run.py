@@ -89,6 +89,18 @@ class RunArgs:
     imported: Any = None  # simtrain.imports.Imported
     flags: dict[str, Any] = field(default_factory=dict)  # the settings given as flags
     inputs: tuple[tuple[str, str], ...] = ()  # (flag, path) of each input that may be a file
+    given_outputs: tuple[str, ...] = ()  # the output settings given (as flags or by --config)
+
+    def refuse_outputs(self, names: tuple[str, ...], why: str) -> None:
+        """A one-line error naming the first of the output settings ``names`` that was given,
+        with ``why`` it has no effect."""
+        for name in names:
+            if name in self.given_outputs:
+                setting = OUTPUTS[name]
+                value = self.outputs[name]
+                flag = (setting.off_flag if not value else setting.cli_flags[0]) if setting.kind is bool \
+                    else f"{setting.cli_flags[0]} {value}"
+                raise SimtrainError(f"{flag}: {why}")
 
 
 #: Settings whose value may name an input file (a model TOML or config.json, a topology TOML, a
@@ -123,7 +135,8 @@ def run_args(args: argparse.Namespace, output_defaults: Mapping[str, Any] | None
     inputs = [(f"--{name.replace('_', '-')}", getattr(args, name)) for name in ("config", "from_torchtitan",
                                                                                    "from_megatron") if getattr(args, name)]
     inputs += [(f"--{name}", scenario[name]) for name in FILE_SETTINGS if isinstance(scenario.get(name), str)]
-    return RunArgs(scenario, outputs, imported, flags, tuple(inputs))
+    given = tuple(n for n in OUTPUTS if n in out_flags or n in settings)
+    return RunArgs(scenario, outputs, imported, flags, tuple(inputs), given)
 
 
 def check_out_spares_inputs(run: RunArgs, out: str | None) -> None:

@@ -17,6 +17,7 @@ import copy
 import json
 import os
 import sys
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,13 @@ from simtrain.cli.analysis import DEGREE_LISTS, add_expert_flags, add_list_flags
 from simtrain.cli.run import add_setting_flag
 from simtrain.cli.types import jobs_int, list_type, positive_int
 from simtrain.errors import SpecError
+from simtrain.outputs.files import output_set
 from simtrain.settings import OUTPUTS, SETTINGS
+
+#: The folder of the swept topologies' files, inside --out.
+TOPOLOGIES = "whatif-topologies"
+#: The files and folder of one whatif run in --out, moved in as one set (the plot last).
+WHATIF_FILES = ("whatif.png", "whatif-sweep.png", TOPOLOGIES)
 
 #: Where a sweep key goes when the topology file does not set it (the keys of
 #: :mod:`simtrain.topology.spec` and :mod:`simtrain.specs.power`); a key the file sets is changed
@@ -71,6 +78,8 @@ def parse_prices(text: str | None) -> dict[str, float]:
             value = float("nan")
         if not name.strip() or not 0 < value < float("inf"):
             raise SpecError(f"--prices {text}: {item!r}: expected NAME=USD with USD a finite number > 0")
+        if name.strip() in out:
+            raise SpecError(f"--prices {text}: {name.strip()} is given twice; give each price once")
         out[name.strip()] = value
     return out
 
@@ -136,6 +145,7 @@ def variants(topologies: list[tuple[str, int | None]], sweep: tuple[str, tuple[f
             raise SpecError(f"--clusters {name}:{gpus}: {exc}") from None
 
     out = []
+    stems: dict[str, int] = {}
     for name, gpus in topologies:
         label = name if gpus is None else f"{name}, {gpus} GPUs"
         if sweep is None:
@@ -145,8 +155,11 @@ def variants(topologies: list[tuple[str, int | None]], sweep: tuple[str, tuple[f
         key, values = sweep
         data = _table(name)
         stem = Path(name).stem
+        stems[stem] = stems.get(stem, 0) + 1
+        if stems[stem] > 1:  # a file and a preset (or two files) of one name: each its own files
+            stem = f"{stem}-{stems[stem]}"
         for value in values:
-            path = write_topology(overridden(data, key, value), folder / f"{stem}-{key}-{value:g}.toml")
+            path = write_topology(overridden(data, key, value), folder / f"{stem}-{key}-{value!r}.toml")
             check(path, gpus)
             out.append({"topology": name, "gpus": gpus, "sweep_value": value, "source": path,
                         "label": f"{label} {key}={value:g}"})
@@ -182,6 +195,11 @@ def best_layout(variant: dict, args: argparse.Namespace, price: float | None, ba
     except SpecError as exc:
         raise SpecError(f"topology {variant['label']}: {exc}") from None
     fitting = [r for r in found["ranking"] if r["fits_in_memory"]]
+    if not fitting and found["failed"]:  # say why they failed rather than that none fits
+        first = found["failed"][0]
+        raise SpecError(f"topology {variant['label']}: no layout of {gpus} GPUs could be simulated "
+                        f"({len(found['failed'])} of {found['candidates_simulated']} failed); {first['label']}: "
+                        f"{first['error']}")
     if not fitting:
         raise SpecError(f"topology {variant['label']}: no layout of {gpus} GPUs fits in memory when simulated "
                         f"({found['candidates_simulated']} tried); try more GPUs or --recompute full")
@@ -221,29 +239,42 @@ def whatif(args: argparse.Namespace) -> dict[str, Any]:
                             f"(NAME:GPUS); drop --gpus")
         clusters, flag = parse_clusters(args.clusters), "--clusters"
     else:
-        names = [t.strip() for t in args.topologies.split(",") if t.strip()]
-        if not names:
-            raise SpecError(f"--topologies {args.topologies!r}: expected NAME,NAME,... (see simtrain list topologies)")
+        names = [t.strip() for t in args.topologies.split(",")]
+        if not any(names) or "" in names[:-1] or len(set(filter(None, names))) < len(list(filter(None, names))):
+            twice = next((n for n in names if n and names.count(n) > 1), None)
+            why = f"{twice} is given twice" if twice else "an empty name"
+            raise SpecError(f"--topologies {args.topologies!r}: {why}; expected NAME,NAME,... each once "
+                            f"(see simtrain list topologies)")
+        names = [n for n in names if n]
         clusters, flag = [(name, None) for name in names], "--topologies"
     names = [name for name, _ in clusters]
     unknown = sorted(set(prices) - set(names))
     if unknown:
         raise SpecError(f"--prices {args.prices}: {unknown[0]} is not one of {flag} {', '.join(names)}")
     out = Path(args.out)
-    todo = variants(clusters, sweep, out / "whatif-topologies")
-    with Progress(sys.stderr, background=True, enabled=wanted(args.progress, sys.stderr, args.json)) as bar:
-        rows = [best_layout(v, args, prices.get(v["topology"], args.price_per_gpu_hour_usd), bar) for v in todo]
-    rank(rows)
-    rows.sort(key=lambda r: (r["sweep_value"] if r["sweep_value"] is not None else 0, r["time_rank"]))
-    plots = {}
-    if args.plot:
-        from simtrain.outputs.whatif import draw_ranking, draw_sweep
+    plot = "whatif.png" if sweep is None else "whatif-sweep.png"
+    staged = output_set(out, names=WHATIF_FILES, marker=plot) if (args.plot or sweep) else nullcontext(None)
+    with staged as stage:  # this run's own folder, its files moved into --out as one set at the end
+        folder = out if stage is None else stage
+        todo = variants(clusters, sweep, folder / TOPOLOGIES)
+        with Progress(sys.stderr, background=True, enabled=wanted(args.progress, sys.stderr, args.json)) as bar:
+            rows = [best_layout(v, args, prices.get(v["topology"], args.price_per_gpu_hour_usd), bar) for v in todo]
+        rank(rows)
+        rows.sort(key=lambda r: (r["sweep_value"] if r["sweep_value"] is not None else 0, r["time_rank"]))
+        plots = {}
+        if args.plot:
+            from simtrain.outputs.whatif import draw_ranking, draw_sweep
 
-        title = f"{args.model}, {args.train_tokens:,} tokens"
-        if sweep is None:
-            plots["ranking"] = draw_ranking(rows, out / "whatif.png", title)
-        else:
-            plots["sweep"] = draw_sweep(rows, sweep[0], out / "whatif-sweep.png", title)
+            title = f"{args.model}, {args.train_tokens:,} tokens"
+            if sweep is None:
+                plots["ranking"] = draw_ranking(rows, folder / plot, title)
+            else:
+                plots["sweep"] = draw_sweep(rows, sweep[0], folder / plot, title)
+    if stage is not None:  # the paths the files have now
+        for row in rows:
+            if row["sweep_value"] is not None:
+                row["source"] = str(out / TOPOLOGIES / Path(row["source"]).name)
+        plots = {k: str(out / Path(v).name) for k, v in plots.items()}
     return {"model": args.model, "train_tokens": args.train_tokens, "seq": args.seq, "gbs": args.gbs,
             "sweep": {"key": sweep[0], "values": list(sweep[1])} if sweep else None, "results": rows,
             "plots": plots}

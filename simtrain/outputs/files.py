@@ -149,11 +149,13 @@ def remove_stale(folder: str | os.PathLike, now_s: float) -> list[str]:
 
 
 @contextmanager
-def output_set(out_dir: str | os.PathLike, flag: str = "--out") -> Iterator[Path]:
+def output_set(out_dir: str | os.PathLike, flag: str = "--out", names: tuple[str, ...] = OUTPUT_NAMES,
+               marker: str = MARKER) -> Iterator[Path]:
     """A staging folder inside ``out_dir`` (created if missing) to write one run's outputs into;
     when the block ends without an error, its files replace the folder's previous set as a whole
     (module docstring), otherwise the previous set is left as it was. Errors of the file system
-    are one line naming ``flag`` and the folder."""
+    are one line naming ``flag`` and the folder. ``names`` are the files (or folders) of a set,
+    ``marker`` the one moved in last (``simtrain whatif`` writes its own set)."""
     out = Path(out_dir)
     started_s = time.time()
     try:
@@ -168,7 +170,7 @@ def output_set(out_dir: str | os.PathLike, flag: str = "--out") -> Iterator[Path
             os.replace(stage / f"{LOCK_NAME}.new", stage / LOCK_NAME)
             try:
                 yield stage
-                _swap(stage, out, started_s)
+                _swap(stage, out, started_s, names, marker)
             except OSError as exc:
                 what = _output_name(exc.filename)
                 raise SpecError(f"{flag} {out}: cannot write {what} ({exc.strerror}); the outputs already "
@@ -190,20 +192,33 @@ def _output_name(filename: Any) -> str:
     return name
 
 
-def _swap(stage: Path, out: Path, started_s: float) -> None:
-    """Replace ``out``'s set by ``stage``'s files, under the folder lock (module docstring)."""
+def _swap(stage: Path, out: Path, started_s: float, names: tuple[str, ...] = OUTPUT_NAMES,
+          marker: str = MARKER) -> None:
+    """Replace ``out``'s set by ``stage``'s files (and folders), under the folder lock (module
+    docstring)."""
     new = sorted(n for n in os.listdir(stage) if n != LOCK_NAME and not n.endswith(".tmp"))
     with open(out / LOCK_NAME, "a") as lock:
         _lock(lock.fileno(), fcntl.LOCK_EX if fcntl else 0)  # waits for a concurrent swap
         remove_stale(out, started_s)
-        for name in (MARKER, *(n for n in OUTPUT_NAMES if n != MARKER)):
-            try:
-                os.unlink(out / name)
-            except FileNotFoundError:
-                pass
-        for name in (*(n for n in new if n != MARKER), *(n for n in new if n == MARKER)):
+        for name in (marker, *(n for n in names if n != marker)):
+            _remove(out / name, stage)
+        for name in (*(n for n in new if n != marker), *(n for n in new if n == marker)):
             os.replace(stage / name, out / name)
         _fsync_folder(out)
+
+
+def _remove(path: Path, stage: Path) -> None:
+    """Remove the file or folder ``path`` if there is one: a folder is first renamed into
+    ``stage`` (one rename, so no half-removed folder is ever seen under its name)."""
+    try:
+        if path.is_dir() and not path.is_symlink():
+            gone = stage / f".old-{path.name}"
+            os.replace(path, gone)
+            shutil.rmtree(gone, ignore_errors=True)
+        else:
+            os.unlink(path)
+    except FileNotFoundError:
+        pass
 
 
 def _fsync_folder(folder: Path) -> None:

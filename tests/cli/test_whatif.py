@@ -3,7 +3,9 @@ slower, and bad input is one line with exit status 2."""
 
 from __future__ import annotations
 
+import json
 import math
+from pathlib import Path
 
 import pytest
 
@@ -70,7 +72,9 @@ def test_more_nic_bandwidth_is_never_slower(tmp_path):
     assert [r["sweep_value"] for r in rows] == [100, 400]
     assert rows[1]["step_time_s"] <= rows[0]["step_time_s"]
     assert all(r["cost_rank"] is None and r["cost_to_train_usd"] is None for r in rows)  # no price given
-    assert (tmp_path / "whatif-topologies" / "h100-ib-nic_gbps-100.toml").is_file()
+    assert (tmp_path / "whatif-topologies" / "h100-ib-nic_gbps-100.0.toml").is_file()
+    assert all(Path(r["source"]).is_file() for r in rows)  # the files where the run left them
+    assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".simtrain-run")]  # no staging left
     assert open(out["plots"]["sweep"], "rb").read(4) == b"\x89PNG"
 
 
@@ -139,3 +143,51 @@ def test_whatif_takes_the_singular_schedule_too():
     args = build_parser().parse_args(["whatif", "--model", "llama3-8b", "--topologies", "h100-ib",
                                       "--train-tokens", "1000", "--schedule", "zb-h1,1f1b"])
     assert args.schedules == ("zb-h1", "1f1b")
+
+
+_SWEEP = ("whatif", "--model", "llama3-8b", "--seq", 1024, "--gbs", 8, "--gpus", 8, "--train-tokens", "1B",
+          "--cp", 1, "--top", 1, "--jobs", 1, "--sweep", "nic_gbps=100,200", "--json")
+
+
+def _b200_copy(tmp_path: Path) -> Path:
+    """A topology file named like the h100-ib preset whose GPUs are B200s."""
+    from simtrain.topology.cluster import preset_table
+    from simtrain.outputs.whatif import write_topology
+
+    table = preset_table("h100-ib")
+    table["gpu"] = "b200"
+    (tmp_path / "sub").mkdir()
+    return write_topology(table, tmp_path / "sub" / "h100-ib.toml")
+
+
+def test_two_bases_of_one_name_keep_their_own_swept_files(tmp_path):
+    other = _b200_copy(tmp_path)
+    out = cli_json(*_SWEEP, "--topologies", f"h100-ib,{other}", "--out", tmp_path / "o")
+    gpu = {(r["topology"], r["sweep_value"]): r["gpu"] for r in out["results"]}
+    assert gpu == {("h100-ib", 100): "h100-sxm", ("h100-ib", 200): "h100-sxm",
+                   (str(other), 100): "b200", (str(other), 200): "b200"}
+    assert len({r["source"] for r in out["results"]}) == 4
+
+
+def test_concurrent_whatif_runs_into_one_folder_keep_their_own_rows(tmp_path):
+    import subprocess
+    import sys
+
+    other = _b200_copy(tmp_path)
+    runs = [subprocess.Popen([sys.executable, "-m", "simtrain", *map(str, _SWEEP), "--topologies", base, "--out",
+                              str(tmp_path / "o")], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            for base in ("h100-ib", str(other))]
+    results = [json.loads(p.communicate(timeout=300)[0]) for p in runs]
+    assert {r["gpu"] for r in results[0]["results"]} == {"h100-sxm"}
+    assert {r["gpu"] for r in results[1]["results"]} == {"b200"}
+
+
+@pytest.mark.quick
+@pytest.mark.parametrize("argv, words", [
+    (("--topologies", "h100-ib", "--prices", "h100-ib=2,h100-ib=3"), "--prices h100-ib=2,h100-ib=3: h100-ib is given twice"),
+    (("--topologies", "h100-ib,,a100-hdr"), "an empty name"),
+    (("--topologies", "h100-ib,h100-ib"), "h100-ib is given twice"),
+])
+def test_a_name_given_twice_or_empty_is_refused(argv, words, tmp_path):
+    assert_user_error("whatif", "--model", "llama3-8b", *argv, "--train-tokens", "1B", "--out", tmp_path,
+                      contains=words)
