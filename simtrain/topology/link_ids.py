@@ -190,7 +190,7 @@ class LinkIds:
         """Fill the rows of routes between two nodes whose GPUs have NICs under leaves, where the
         fabric's structure gives the middles and they are equally wide; the routes filled."""
         done = np.zeros(len(src), dtype=bool)
-        fabric = self._fabric_table()
+        fabric = self.fabric_table()
         cand = apart & (self._leaf[src] >= 0) & (self._leaf[dst] >= 0)
         if fabric is None or not cand.any():
             return done
@@ -222,11 +222,20 @@ class LinkIds:
         done[idx] = True
         return done
 
-    def _fabric_table(self) -> dict[str, Any] | None:
+    def fabric_table(self) -> dict[str, Any] | None:
         """The fabric's link ids by leaf, pod, spine and core, the ECMP order; None: no such table."""
         if self._fabric is None:
             self._fabric = _fabric_table(self) or {}
         return self._fabric or None
+
+
+def member_links(ids: LinkIds, gpus: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Per GPU of ``gpus`` (valid GPU numbers): the ids of its six links beside its node (GPU ->
+    NIC -> leaf and leaf -> NIC -> GPU as its routes take them, GPU -> NVSwitch -> GPU; -1 where
+    it has none), the index of its NIC's leaf (-1: none) and its :meth:`LinkIds.nic_numbers`."""
+    nics = ids.nic_numbers(gpus)  # learns them
+    own = np.concatenate([ids._head[gpus], ids._tail[gpus], ids._nvswitch[gpus]], axis=1)
+    return own, ids._leaf[gpus], nics
 
 
 def _fabric_table(ids: LinkIds) -> dict[str, Any] | None:
