@@ -205,7 +205,9 @@ class LinkIds:
         a, b = src[idx], dst[idx]
         rows[idx, 0:2] = self._head[a]
         rows[idx, 6:8] = self._tail[b]
-        crc = np.array([zlib.crc32(f"{s}-{d}".encode()) for s, d in zip(a.tolist(), b.tolist())], dtype=np.int64)
+        crc = np.zeros(len(idx), dtype=np.int64)  # ECMP picks a middle where the leaves differ
+        apart = np.flatnonzero(la != lb)
+        crc[apart] = [zlib.crc32(f"{s}-{d}".encode()) for s, d in zip(a[apart].tolist(), b[apart].tolist())]
         spines = fabric["spines"]
         near = (la != lb) & (pa == pb)  # through one spine of their pod
         s = fabric["spine_order"][crc[near] % spines]
