@@ -162,9 +162,11 @@ class GroupShapes:
         fabric_caps = [cap[fabric[t][leaves]] for t in ("up", "down")] + \
             [cap[fabric[t][pods]] for t in ("to_core", "from_core")]
         per_node, kinds = np.bincount(node), router.node_routes.kind
-        node_kinds = tuple(self._kinds.setdefault(kinds(v), len(self._kinds)) if per_node[i] > 1 else -1
-                           for i, v in enumerate(nodes.tolist()))
-        switches = bytes(f"node{v}/nvswitch" in cluster.graph for v in nodes.tolist())
+        multi = np.flatnonzero(per_node > 1)  # the nodes holding two or more members, with their kinds
+        node_kinds = (multi.tobytes(), tuple(self._kinds.setdefault(kinds(v), len(self._kinds))
+                                             for v in nodes[multi].tolist()))
+        names = cluster.graph._node  # the graph's nodes (a plain dict): which have an NVSwitch
+        switches = bytes(f"node{v}/nvswitch" in names for v in nodes.tolist())
         local = np.where(per_node[node] > 1, arr % gpn, -1)  # where routes inside a node read it
         return (n, node.tobytes(), local.tobytes(), nic_no.tobytes(), _numbered(own)[0].tobytes(),
                 own_caps.tobytes(), leaf_no.tobytes(), pod_no.tobytes(), fabric_caps[0].shape,
