@@ -212,12 +212,11 @@ def unit_cost(unit: list[Phase], cluster: Cluster) -> tuple[float, float]:
     return (sum(phase_time(p, cluster) - p.latency_s for p in unit), sum(p.latency_s for p in unit))
 
 
-def hop_cost(op: str, algo: str, gpus: Sequence[int], router: Router,
-             registry: Mapping[str, CollectiveAlgorithm] = REGISTRY) -> tuple[float, float] | None:
-    """:func:`unit_cost` of :func:`unit_phases`, bit for bit, from the algorithm's ``hops``
-    without building a flow or a route per hop (:func:`~simtrain.network.phases.hops_time`): what
-    a ring or a tree over 100,000 GPUs costs to price. None where the algorithm has no ``hops`` or
-    the group is a single GPU; SpecError where it cannot run there, as :func:`unit_phases`."""
+def hop_arrays(op: str, algo: str, gpus: Sequence[int], router: Router,
+               registry: Mapping[str, CollectiveAlgorithm] = REGISTRY) -> tuple | None:
+    """The flows of the one phase of ``algo``'s unit as arrays (sources, destinations, bytes) from
+    its ``hops``: what :func:`hop_cost` prices. None where the algorithm has no ``hops`` or the
+    group is a single GPU; SpecError where it cannot run there, as :func:`unit_phases`."""
     op, gpus = normalize_op(op), tuple(gpus)
     record = find_algorithm(algo, registry)
     if record.hops is None or len(gpus) < 2:
@@ -225,12 +224,25 @@ def hop_cost(op: str, algo: str, gpus: Sequence[int], router: Router,
     why = applicable(algo, op, gpus, router.cluster, True, registry)
     if why is not None:
         raise SpecError(why)
-    return (hops_time(*record.hops(op, gpus, router), router), 0.0)  # one phase, latency 0
+    return record.hops(op, gpus, router)
 
 
-def tuning_shape(gpus: Sequence[int], router: Router) -> GroupShape:
-    """The group as NCCL's tuning model prices it, with its channels (:func:`price`)."""
-    return group_shape(gpus, router, channel_count(node_blocks(gpus, router.cluster), router))
+def hop_cost(op: str, algo: str, gpus: Sequence[int], router: Router,
+             registry: Mapping[str, CollectiveAlgorithm] = REGISTRY) -> tuple[float, float] | None:
+    """:func:`unit_cost` of :func:`unit_phases`, bit for bit, from the algorithm's ``hops``
+    (:func:`hop_arrays`) without building a flow or a route per hop
+    (:func:`~simtrain.network.phases.hops_time`): what a ring or a tree over 100,000 GPUs costs
+    to price. None where :func:`hop_arrays` is."""
+    hops = hop_arrays(op, algo, gpus, router, registry)
+    return None if hops is None else (hops_time(*hops, router), 0.0)  # one phase, latency 0
+
+
+def tuning_shape(gpus: Sequence[int], router: Router, channels: int | None = None) -> GroupShape:
+    """The group as NCCL's tuning model prices it, with its channels (:func:`price`; ``channels``:
+    its :func:`~simtrain.network.channels.channel_count` when already known)."""
+    if channels is None:
+        channels = channel_count(node_blocks(gpus, router.cluster), router)
+    return group_shape(gpus, router, channels)
 
 
 def price(op: str, algo: str, gpus: Sequence[int], nbytes: float, router: Router,

@@ -17,6 +17,7 @@ from simtrain.network.algorithms import (REGISTRY, CollectiveAlgorithm, Price, c
                                          unit_phases)
 from simtrain.network.phases import Phase
 from simtrain.network.protocols import GroupShape, latency_s, protocols
+from simtrain.network.shapes import GroupShapes, ring_learned, same_node_key
 from simtrain.topology.cluster import Cluster
 from simtrain.topology.routes import Router
 
@@ -25,15 +26,18 @@ class Planner:
     """Algorithm, protocol, uncontended time and phases per (collective, group, bytes) on
     ``cluster``. ``algo`` forces an algorithm where it applies (elsewhere the tuner decides);
     ``nvls`` enables or disables NVLink SHARP (None: as the topology says); ``registry`` is the
-    set of algorithms to choose from."""
+    set of algorithms to choose from; ``by_shape`` prices the groups of one shape once
+    (:mod:`simtrain.network.shapes`; off: every group alone, the same numbers)."""
 
     def __init__(self, cluster: Cluster, router: Router | None = None, *, algo: str | None = None,
-                 nvls: bool | None = None, registry: Mapping[str, CollectiveAlgorithm] = REGISTRY) -> None:
+                 nvls: bool | None = None, registry: Mapping[str, CollectiveAlgorithm] = REGISTRY,
+                 by_shape: bool = True) -> None:
         self.cluster = cluster
         self.router = router if router is not None else Router(cluster)
         self.registry = registry
         self.algo = check_algorithm(algo, registry) if algo is not None else None
         self.nvls = cluster.nvls if nvls is None else nvls
+        self.by_shape = GroupShapes(self.router) if by_shape and registry is REGISTRY else None
         self._units: dict[tuple, list[Phase]] = {}
         self._prices: dict[tuple, Price] = {}
         self._plans: dict[tuple, list[Phase]] = {}
@@ -61,7 +65,7 @@ class Planner:
         best = self._prices.get(key)
         if best is None:
             gpus = key[1]
-            same = self._same_node_key(op, gpus, nbytes)
+            same = same_node_key(self.router, self.registry, op, gpus, nbytes)
             best = self._node_prices.get(same) if same else None
             if best is not None:
                 self._prices[key] = best
@@ -81,34 +85,9 @@ class Planner:
                 if best is None or cand.time_s < best.time_s or (cand.time_s == best.time_s and i < first):
                     best, first = cand, i
             self._prices[key] = best
-            if same and self._ring_learned(same[2], same[3]):
+            if same and ring_learned(self.router, same[2], same[3]):
                 self._node_prices[same] = best
         return best
-
-    def _same_node_key(self, op: str, gpus: tuple[int, ...], nbytes: float) -> tuple | None:
-        """For a ring-family collective on two or more GPUs of one node: (op, bytes, the node's
-        kind, the GPUs' local numbers), under which the price is the same on every node of that
-        kind once the ring's routes are learned for it (:mod:`simtrain.topology.node_routes`): the
-        candidates there are the ring and NVLS (trees and hierarchical need two nodes), the ring's
-        links are its learned routes' and NVLS's each GPU's link to its NVSwitch, with the
-        capacities the kind lists, and their latencies come from the group's shape (one node: no
-        fabric latency), the same on every node. None otherwise."""
-        if op not in ("all_reduce", "all_gather", "reduce_scatter") or len(gpus) < 2 \
-                or self.registry is not REGISTRY or not self.router.structural:
-            return None
-        gpn = self.cluster.gpus_per_node
-        if any(g.__class__ is not int for g in gpus):
-            return None
-        node = gpus[0] // gpn
-        if not 0 <= node < self.cluster.num_nodes or any(g // gpn != node for g in gpus):
-            return None
-        return (op, nbytes, self.router.node_routes.kind(node), tuple(g - node * gpn for g in gpus))
-
-    def _ring_learned(self, kind: tuple, local: tuple[int, ...]) -> bool:
-        """Whether every hop of the ring over local GPUs ``local`` follows a route learned for
-        nodes of ``kind``."""
-        routes = self.router.node_routes
-        return all(routes.reused(kind, a, b) for a, b in zip(local, local[1:] + local[:1]))
 
     def _cost(self, op: str, algo: str, gpus: tuple[int, ...]) -> tuple[list[Phase] | None, tuple[float, float]]:
         """The unit of ``algo`` (None where it is priced from its hops and not built) and its
@@ -119,7 +98,8 @@ class Planner:
         key = (op, algo, gpus)
         unit, cost = self._units.get(key), self._costs.get(key)
         if cost is None:
-            cost = hop_cost(op, algo, gpus, self.router, self.registry) if unit is None else None
+            cost = None if unit is not None else hop_cost(op, algo, gpus, self.router, self.registry) \
+                if self.by_shape is None else self.by_shape.hop_cost(op, algo, gpus)
             if cost is None:
                 unit = self._unit(op, algo, gpus)
                 cost = unit_cost(unit, self.cluster)
@@ -130,7 +110,8 @@ class Planner:
         """:func:`~simtrain.network.algorithms.tuning_shape` of ``gpus``, once per group."""
         shape = self._shapes.get(gpus)
         if shape is None:
-            shape = self._shapes[gpus] = tuning_shape(gpus, self.router)
+            channels = None if self.by_shape is None else self.by_shape.channels(gpus)
+            shape = self._shapes[gpus] = tuning_shape(gpus, self.router, channels)
         return shape
 
     def _choices(self, op: str, gpus: tuple[int, ...]) -> tuple[list[str], list[float]]:
@@ -140,7 +121,8 @@ class Planner:
         out = self._choice.get((op, gpus))
         if out is None:
             chosen = self.algo and forced(op, gpus, self.cluster, self.algo, self.nvls, False, self.registry)
-            algos = [chosen] if chosen else candidates(op, gpus, self.cluster, self.nvls, self.registry)
+            algos = [chosen] if chosen else candidates(op, gpus, self.cluster, self.nvls, self.registry) \
+                if self.by_shape is None else self.by_shape.candidates(op, gpus, self.nvls)
             out = self._choice[(op, gpus)] = (algos, self._bounds(op, gpus, algos))
         return out
 

@@ -190,7 +190,7 @@ class LinkIds:
         """Fill the rows of routes between two nodes whose GPUs have NICs under leaves, where the
         fabric's structure gives the middles and they are equally wide; the routes filled."""
         done = np.zeros(len(src), dtype=bool)
-        fabric = self._fabric_table()
+        fabric = self.fabric_table()
         cand = apart & (self._leaf[src] >= 0) & (self._leaf[dst] >= 0)
         if fabric is None or not cand.any():
             return done
@@ -205,7 +205,9 @@ class LinkIds:
         a, b = src[idx], dst[idx]
         rows[idx, 0:2] = self._head[a]
         rows[idx, 6:8] = self._tail[b]
-        crc = np.array([zlib.crc32(f"{s}-{d}".encode()) for s, d in zip(a.tolist(), b.tolist())], dtype=np.int64)
+        crc = np.zeros(len(idx), dtype=np.int64)  # ECMP picks a middle where the leaves differ
+        apart = np.flatnonzero(la != lb)
+        crc[apart] = [zlib.crc32(f"{s}-{d}".encode()) for s, d in zip(a[apart].tolist(), b[apart].tolist())]
         spines = fabric["spines"]
         near = (la != lb) & (pa == pb)  # through one spine of their pod
         s = fabric["spine_order"][crc[near] % spines]
@@ -222,11 +224,20 @@ class LinkIds:
         done[idx] = True
         return done
 
-    def _fabric_table(self) -> dict[str, Any] | None:
+    def fabric_table(self) -> dict[str, Any] | None:
         """The fabric's link ids by leaf, pod, spine and core, the ECMP order; None: no such table."""
         if self._fabric is None:
             self._fabric = _fabric_table(self) or {}
         return self._fabric or None
+
+
+def member_links(ids: LinkIds, gpus: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Per GPU of ``gpus`` (valid GPU numbers): the ids of its six links beside its node (GPU ->
+    NIC -> leaf and leaf -> NIC -> GPU as its routes take them, GPU -> NVSwitch -> GPU; -1 where
+    it has none), the index of its NIC's leaf (-1: none) and its :meth:`LinkIds.nic_numbers`."""
+    nics = ids.nic_numbers(gpus)  # learns them
+    own = np.concatenate([ids._head[gpus], ids._tail[gpus], ids._nvswitch[gpus]], axis=1)
+    return own, ids._leaf[gpus], nics
 
 
 def _fabric_table(ids: LinkIds) -> dict[str, Any] | None:

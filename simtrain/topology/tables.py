@@ -15,11 +15,12 @@ def static_tables(g: Any) -> tuple[dict, dict, dict, dict, dict]:
     """The router's tables of graph ``g``: each edge's (capacity, latency), each node's latency,
     each switch's and each GPU's non-GPU neighbours (sorted), and the switch a port is routed
     from."""
-    kind = dict(g.nodes(data="kind"))
+    attrs = g._node  # networkx's own node dict (what ``g.nodes`` views), read as plain dicts
+    kind = {n: d.get("kind") for n, d in attrs.items()}
     succ = plain_adjacency(g)  # plain dicts, not views: a million edges on 131,072 GPUs
     edges = {(u, v): (d["capacity_Bps"], d["latency_s"]) for u, out in succ.items() for v, d in out.items()}
-    node_lat = dict(g.nodes(data="latency_s", default=0.0))
-    nbrs = {n: tuple(sorted(v for v in out if kind[v] != "gpu")) for n, out in succ.items()}
+    node_lat = {n: d.get("latency_s", 0.0) for n, d in attrs.items()}
+    nbrs = {n: tuple(sorted([v for v in out if kind[v] != "gpu"])) for n, out in succ.items()}
     adj = {n: nb for n, nb in nbrs.items() if kind[n] != "gpu"}
     ports = {n: nb for n, nb in nbrs.items() if kind[n] == "gpu"}
     # a port with a single non-GPU neighbour (a NIC under its leaf) is routed from there

@@ -57,7 +57,7 @@ def test_routes_are_the_routers_on_every_preset(name):
     router = Router(cluster)
     _check_routes(cluster, router)
     # the tables, not the router, gave the routes across nodes
-    assert (router.link_ids()._fabric_table() is None) == (cluster.fabric_kind == "none")
+    assert (router.link_ids().fabric_table() is None) == (cluster.fabric_kind == "none")
 
 
 @pytest.mark.quick
@@ -68,7 +68,7 @@ def test_routes_on_a_degraded_fabric_and_after_a_failed_link():
     cluster = load_topology("h100-3tier", nodes=40)
     slow = perturb_links(cluster, (("leaf0", "pod0/spine1", 0.01), ("pod1/spine1", "core1", 0.01)), ())
     router = Router(slow)
-    table = router.link_ids()._fabric_table()
+    table = router.link_ids().fabric_table()
     assert not table["even_up"][0] and not table["even_down"][0] and table["even_up"][1:].all()
     assert table["even_to_core"].tolist() == [True, False, True] == table["even_from_core"].tolist()
     _check_routes(slow, router, count=3000, seed=6)
