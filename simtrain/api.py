@@ -12,7 +12,6 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 
 from simtrain import budget, engine
 from simtrain.api_types import check_choice, check_fields, check_instance, check_path, check_settings
@@ -340,16 +339,13 @@ def scenario_config(sc: Scenario) -> dict[str, Any]:
     return out
 
 
-LINK_PID_BASE = 1_000_000  # trace process ids of link-utilisation counter tracks
-
-
 def write_outputs(result: SimResult, out_dir: str | Path, plot: bool = True, *, html: bool = False,
                   chart: ChartOptions | None = None, comparison: SideBySide | None = None) -> dict[str, str]:
     """Write report.json, trace.json, (unless ``plot`` is false) timeline.png showing what
     ``chart`` selects and (with ``html``) report.html, with ``comparison`` in it, into ``out_dir``."""
     from simtrain.metrics import memory_timeline
     from simtrain.outputs.files import final_paths, output_set, write_json_atomic
-    from simtrain.outputs.trace import CounterTrack, rank_pid, write_trace
+    from simtrain.outputs.trace import run_counters, write_trace
 
     check_instance("write_outputs", "result", result, SimResult, "the result of simtrain.api.simulate")
     check_path("write_outputs", "out_dir", out_dir)
@@ -357,15 +353,7 @@ def write_outputs(result: SimResult, out_dir: str | Path, plot: bool = True, *, 
         paths = {"report": str(out / "report.json"), "trace": str(out / "trace.json")}
         write_json_atomic(result.report, paths["report"])
         memory = memory_timeline(result.timeline, result.static_bytes)
-        counters: list = [CounterTrack("memory", rank_pid(rank), np.asarray(t, dtype=np.float64), level / GiB,
-                                       key="GiB") for rank, (t, level) in sorted(memory.items())]
-        for i, (link, samples) in enumerate(sorted(result.link_series.items())):
-            pid = LINK_PID_BASE + i
-            counters.append({"ph": "M", "name": "process_name", "pid": pid, "tid": 0,
-                             "args": {"name": f"link {link}"}})
-            t, u = (np.asarray(c, dtype=np.float64).reshape(-1) for c in zip(*samples)) if samples else \
-                (np.zeros(0), np.zeros(0))
-            counters.append(CounterTrack(f"link {link}", pid, t, u, key="utilisation"))
+        counters = run_counters(memory, result.link_series)
         write_trace(result.timeline, paths["trace"], rank_labels=result.rank_labels, counters=counters)
         sc = result.scenario
         title = (f"{sc.model.name} on {sc.parallel.world} x {sc.gpu.name}: TP{sc.parallel.tp} "

@@ -53,11 +53,11 @@ def test_dask_local_cluster_search_equals_local_and_resumes(tmp_path):
     assert remote["ranking"] == local["ranking"]
     assert remote["spearman"] == local["spearman"]
     lines = results.read_text().splitlines()
-    assert len(lines) == 3
+    assert len(lines) == remote["candidates_simulated"] >= 3
     results.write_text(lines[0] + "\n")  # one candidate done before an interruption
     resumed = cli_json(*SEARCH, "--executor", "dask", "--jobs", 2, "--results", results, "--resume")
     assert resumed["ranking"] == local["ranking"]
-    assert len(results.read_text().splitlines()) == 3
+    assert len(results.read_text().splitlines()) == len(lines)
 
 
 @pytest.mark.quick

@@ -11,19 +11,21 @@ pids and tids start at 1, not 0: Perfetto treats pid 0 (the Linux idle task) spe
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, Union
 
 import numpy as np
 
 from simtrain import __version__
+from simtrain.outputs.counters import Counter, CounterTrack, _counter_texts, _expanded, counter_events
 from simtrain.outputs.files import atomic_open
+from simtrain.outputs.trace_text import _F, _S, _dumps, _each, _each_int, _each_run, _f, _text
 from simtrain.timeline import Timeline
 from simtrain.workload.program import KINDS, STREAMS
-from simtrain.units import US_PER_S
+from simtrain.units import GiB, US_PER_S
+
+__all__ = ["GROUP_BY", "LINK_PID_BASE", "CounterTrack", "counter_events", "node_pid", "rank_pid", "run_counters",
+           "stream_tid", "trace_events", "write_trace"]
 
 GROUP_BY = ("rank", "node")
 _US = US_PER_S
@@ -42,34 +44,6 @@ def node_pid(node: int) -> int:
 def stream_tid(stream: str, local_rank: int = 0) -> int:
     """The trace tid of ``stream`` (of the ``local_rank``-th GPU of a node when grouped by node)."""
     return int(local_rank) * len(STREAMS) + STREAMS.index(stream) + 1
-
-
-@dataclass(frozen=True)
-class CounterTrack:
-    """A counter track given as columns: the same events as :func:`counter_events` of
-    ``zip(times_s, values)``, formatted by :func:`write_trace` without a dict per sample."""
-
-    name: str
-    pid: int
-    times_s: np.ndarray
-    values: np.ndarray
-    key: str = "value"
-
-    def events(self) -> list[dict]:
-        """The track's counter events as dicts."""
-        return counter_events(self.name, self.pid, list(zip(self.times_s.tolist(), self.values.tolist())),
-                              key=self.key)
-
-
-def counter_events(name: str, pid: int, samples: Sequence[tuple[float, float]], *,
-                   key: str = "value") -> list[dict]:
-    """Counter ("C") events: one per ``(time_s, value)`` sample, a step track named ``name``.
-
-    ``pid`` places the track on a process (see :func:`rank_pid`); Perfetto names the track
-    ``"<name> <key>"``.
-    """
-    return [{"ph": "C", "name": name, "pid": int(pid), "ts": float(t) * _US,
-             "args": {key: float(v)}} for t, v in samples]
 
 
 def _meta(name: str, pid: int, tid: int, value: str | int) -> dict:
@@ -204,138 +178,10 @@ class _Parts:
         return out
 
 
-_f = float.__repr__
-_text = json.encoder.encode_basestring_ascii
-_S = '{"cat":"pp","id":%d,"name":"pp","ph":"s","pid":%d,"tid":%d,"ts":%s}'
-_F = '{"bp":"e","cat":"pp","id":%d,"name":"pp","ph":"f","pid":%d,"tid":%d,"ts":%s}'
-_INF = float("inf")
-
-
-def _each(values: np.ndarray, fmt) -> list[str]:
-    """``fmt`` of every value, computed once per distinct value (by bit pattern, so that -0.0 and
-    0.0 stay apart). A column of few distinct values (judged on an evenly spaced sample) finds them
-    by hashing and each value's place by binary search, which beats sorting the whole column;
-    otherwise the column is sorted. Both give the same texts."""
-    bits = np.ascontiguousarray(values, dtype=np.float64).view(np.int64)
-    if len(np.unique(bits[::max(1, len(bits) // 512)])) <= 64:
-        uniq = np.unique(bits)
-        inverse = np.searchsorted(uniq, bits)
-    else:
-        uniq, inverse = np.unique(bits, return_inverse=True)
-    return _texts_at([fmt(v) for v in uniq.view(np.float64).tolist()], inverse)
-
-
-def _each_run(values: np.ndarray) -> list[str]:
-    """``float.__repr__`` of every value, computed once per run of equal neighbours (spans come in
-    start-time order, so equal start times are neighbours; any order gives the same texts)."""
-    if not len(values):
-        return []
-    bits = np.ascontiguousarray(values, dtype=np.float64).view(np.int64)
-    starts = np.ones(len(bits), dtype=bool)
-    starts[1:] = bits[1:] != bits[:-1]
-    return _texts_at(list(map(_f, values[starts].tolist())), np.cumsum(starts) - 1)
-
-
-def _texts_at(texts: list[str], index: np.ndarray) -> list[str]:
-    """``[texts[i] for i in index]``, gathered by numpy (an object array) rather than in Python."""
-    table = np.empty(len(texts), dtype=object)
-    table[:] = texts
-    return table[index.ravel()].tolist()
-
-
-def _each_int(values: np.ndarray, fmt) -> list[str]:
-    """``fmt`` of every (integer) value, computed once per distinct value: looked up in a table
-    indexed by value when the values span a range not much longer than the array, else sorted."""
-    v = values.astype(np.int64)
-    lo, hi = int(v.min()), int(v.max())
-    if hi - lo > 4 * len(v) + 4096:
-        uniq, inverse = np.unique(v, return_inverse=True)
-        return _texts_at([fmt(k) for k in uniq.tolist()], inverse)
-    present = np.zeros(hi - lo + 1, dtype=bool)
-    present[v - lo] = True
-    table = np.empty(hi - lo + 1, dtype=object)
-    for k in np.flatnonzero(present).tolist():
-        table[k] = fmt(k + lo)
-    return table[v - lo].tolist()
-
-
 def _place(r: int, s: int, group_by: str, gpus_per_node: int | None) -> tuple[int, int]:
     if group_by == "rank":
         return rank_pid(r), s + 1
     return node_pid(r // gpus_per_node), (r % gpus_per_node) * len(STREAMS) + s + 1
-
-
-def _dumps(obj: Any) -> str:
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"))
-
-
-#: What ``counters`` of :func:`trace_events` and :func:`write_trace` may hold: event dicts and
-#: whole counter tracks.
-Counter = Union[dict, CounterTrack]
-
-
-def _expanded(counters: Sequence[Counter]) -> list[dict]:
-    """``counters`` with every :class:`CounterTrack` replaced by its events."""
-    out: list[dict] = []
-    for c in counters:
-        if isinstance(c, CounterTrack):
-            out += c.events()
-        else:
-            out.append(c)
-    return out
-
-
-def _track_text(track: CounterTrack) -> str:
-    """The events of ``track`` as :func:`_counter_texts` formats them, joined by commas: the text
-    around each sample once, each distinct value and each run of equal times formatted once."""
-    times = np.asarray(track.times_s, dtype=np.float64) * _US
-    values = np.asarray(track.values, dtype=np.float64)
-    n = len(times)
-    if not n:
-        return ""
-    head = '{"args":{' + _text(track.key) + ":"
-    mid = '},"name":' + _text(track.name) + f',"ph":"C","pid":{int(track.pid)},"ts":'
-    chunks: list[str | None] = [None] * (5 * n)
-    chunks[0::5] = [head] * n
-    chunks[1::5] = _each(values, _f)
-    chunks[2::5] = [mid] * n
-    chunks[3::5] = _each_run(times)
-    chunks[4::5] = ["},"] * n
-    chunks[-1] = "}"
-    return "".join(chunks)
-
-
-def _counter_texts(counters: Sequence[Counter]) -> list[str]:
-    """Counter events as :func:`counter_events` builds them (a float sample of one str key, an int
-    pid, a float time, all finite), formatted directly; the text around the sample and the time is
-    formatted once per (key, name, pid). A :class:`CounterTrack` of finite samples is formatted
-    from its columns (:func:`_track_text`). Any other event goes through the JSON encoder."""
-    around: dict[tuple[str, str, int], tuple[str, str]] = {}
-    out = []
-    for e in counters:
-        if isinstance(e, CounterTrack):
-            if np.all(np.isfinite(e.times_s)) and np.all(np.isfinite(e.values)):
-                text = _track_text(e)
-                if text:
-                    out.append(text)
-            else:  # NaN or infinity: the encoder's spelling of them
-                out += [_dumps(x) for x in e.events()]
-            continue
-        if type(e) is dict and len(e) == 5 and e.get("ph") == "C":
-            args, name, pid, ts = e.get("args"), e.get("name"), e.get("pid"), e.get("ts")
-            if type(args) is dict and len(args) == 1 and type(name) is str and type(pid) is int \
-                    and type(ts) is float and -_INF < ts < _INF:
-                (key, value), = args.items()
-                if type(key) is str and type(value) is float and -_INF < value < _INF:
-                    text = around.get((key, name, pid))
-                    if text is None:
-                        text = around[key, name, pid] = (
-                            '{"args":{' + _text(key) + ":",
-                            '},"name":' + _text(name) + f',"ph":"C","pid":{pid},"ts":')
-                    out.append(text[0] + _f(value) + text[1] + _f(ts) + "}")
-                    continue
-        out.append(_dumps(e))
-    return out
 
 
 def trace_events(timeline: Timeline, *, rank_labels: Mapping[int, str] | None = None,
@@ -416,3 +262,24 @@ def write_trace(timeline: Timeline, path: str | os.PathLike, **kw) -> None:
                 fh.write(text)
                 first = False
         fh.write("]}")
+
+
+#: Trace process ids of the link-utilisation tracks: the i-th link (in name order) is pid
+#: ``LINK_PID_BASE + i``, above any rank's.
+LINK_PID_BASE = 1_000_000
+
+
+def run_counters(memory: Mapping[int, tuple[np.ndarray, np.ndarray]],
+                 link_series: Mapping[str, Sequence[tuple[float, float]]]) -> list[Counter]:
+    """A run's counter tracks: each simulated rank's memory in use (GiB, on the rank's process)
+    and each link's utilisation (flow fidelity; a process per link, named ``link <u->v>``)."""
+    out: list[Counter] = [CounterTrack("memory", rank_pid(rank), np.asarray(t, dtype=np.float64),
+                                       np.asarray(level, dtype=np.float64) / GiB, key="GiB")
+                          for rank, (t, level) in sorted(memory.items())]
+    for i, (link, samples) in enumerate(sorted(link_series.items())):
+        pid = LINK_PID_BASE + i
+        out.append({"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": f"link {link}"}})
+        t, u = (np.asarray(c, dtype=np.float64).reshape(-1) for c in zip(*samples)) if samples else \
+            (np.zeros(0), np.zeros(0))
+        out.append(CounterTrack(f"link {link}", pid, t, u, key="utilisation"))
+    return out

@@ -9,7 +9,7 @@ from collections import Counter
 import pytest
 
 from helpers import add_span, two_rank_timeline
-from simtrain.outputs.trace import _each, _each_int, _each_run, counter_events, rank_pid, trace_events, write_trace
+from simtrain.outputs.trace import counter_events, rank_pid, trace_events, write_trace
 from simtrain.timeline import TimelineBuilder
 from simtrain.workload.program import STREAMS
 
@@ -104,14 +104,6 @@ def test_write_trace_is_deterministic(tmp_path):
     assert not list(tmp_path.glob(".*.tmp"))
 
 
-def test_counter_events():
-    evs = counter_events("memory", rank_pid(3), [(0.0, 1.0), (2e-3, 5.0)])
-    assert evs == [
-        {"ph": "C", "name": "memory", "pid": 4, "ts": 0.0, "args": {"value": 1.0}},
-        {"ph": "C", "name": "memory", "pid": 4, "ts": 2e-3 * 1e6, "args": {"value": 5.0}},
-    ]
-
-
 def _awkward_timeline():
     """Spans whose JSON is easy to get wrong by hand: non-ASCII and quoted names, -0.0 and huge or
     tiny floats, no micro-batch, two steps (a step mark), a flow."""
@@ -159,24 +151,6 @@ def test_written_trace_spells_non_finite_numbers_as_the_encoder_does(tmp_path):
     text = (tmp_path / "t.json").read_text(encoding="utf-8")
     assert text == json.dumps(trace_events(tl), sort_keys=True, separators=(",", ":"))
     assert '"bytes":Infinity,"flops":NaN' in text
-
-
-def test_each_value_formatted_once_in_either_way():
-    """Few distinct floats (hashed) and many (sorted), small-range ints (a table) and far-apart
-    ones (sorted) all give the text of each value in place; -0.0 stays apart from 0.0."""
-    import numpy as np
-
-    few = np.array([0.0, -0.0, 1.5, 0.0, 1e22])
-    assert _each(few, repr) == ["0.0", "-0.0", "1.5", "0.0", "1e+22"]
-    many = np.arange(2000) / 7.0
-    assert _each(many[::-1], repr) == [repr(x) for x in (np.arange(2000) / 7.0)[::-1].tolist()]
-    assert _each(np.zeros(0), repr) == []
-    assert _each_int(np.array([3, -1, 3, 0]), lambda v: f"<{v}>") == ["<3>", "<-1>", "<3>", "<0>"]
-    far = np.array([5, 10**12, -(10**12), 5], dtype=np.int64)
-    assert _each_int(far, str) == ["5", "1000000000000", "-1000000000000", "5"]
-    runs = np.array([0.0, 0.0, -0.0, 1.5, 1.5, 0.0, 1e-7])
-    assert _each_run(runs) == ["0.0", "0.0", "-0.0", "1.5", "1.5", "0.0", "1e-07"]
-    assert _each_run(np.zeros(0)) == []
 
 
 def _wide_ranging_timeline():

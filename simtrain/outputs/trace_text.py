@@ -1,0 +1,69 @@
+"""JSON text of trace values, each distinct value (or run of equal ones) formatted once: the
+spellings of ``json.dumps`` (``float.__repr__`` for floats, ``str`` for ints, ASCII-escaped
+strings), gathered by numpy rather than formatted value by value (:mod:`simtrain.outputs.trace`,
+:mod:`simtrain.outputs.counters`)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+
+_f = float.__repr__
+_text = json.encoder.encode_basestring_ascii
+_S = '{"cat":"pp","id":%d,"name":"pp","ph":"s","pid":%d,"tid":%d,"ts":%s}'
+_F = '{"bp":"e","cat":"pp","id":%d,"name":"pp","ph":"f","pid":%d,"tid":%d,"ts":%s}'
+_INF = float("inf")
+
+
+def _each(values: np.ndarray, fmt) -> list[str]:
+    """``fmt`` of every value, computed once per distinct value (by bit pattern, so that -0.0 and
+    0.0 stay apart). A column of few distinct values (judged on an evenly spaced sample) finds them
+    by hashing and each value's place by binary search, which beats sorting the whole column;
+    otherwise the column is sorted. Both give the same texts."""
+    bits = np.ascontiguousarray(values, dtype=np.float64).view(np.int64)
+    if len(np.unique(bits[::max(1, len(bits) // 512)])) <= 64:
+        uniq = np.unique(bits)
+        inverse = np.searchsorted(uniq, bits)
+    else:
+        uniq, inverse = np.unique(bits, return_inverse=True)
+    return _texts_at([fmt(v) for v in uniq.view(np.float64).tolist()], inverse)
+
+
+def _each_run(values: np.ndarray) -> list[str]:
+    """``float.__repr__`` of every value, computed once per run of equal neighbours (spans come in
+    start-time order, so equal start times are neighbours; any order gives the same texts)."""
+    if not len(values):
+        return []
+    bits = np.ascontiguousarray(values, dtype=np.float64).view(np.int64)
+    starts = np.ones(len(bits), dtype=bool)
+    starts[1:] = bits[1:] != bits[:-1]
+    return _texts_at(list(map(_f, values[starts].tolist())), np.cumsum(starts) - 1)
+
+
+def _texts_at(texts: list[str], index: np.ndarray) -> list[str]:
+    """``[texts[i] for i in index]``, gathered by numpy (an object array) rather than in Python."""
+    table = np.empty(len(texts), dtype=object)
+    table[:] = texts
+    return table[index.ravel()].tolist()
+
+
+def _each_int(values: np.ndarray, fmt) -> list[str]:
+    """``fmt`` of every (integer) value, computed once per distinct value: looked up in a table
+    indexed by value when the values span a range not much longer than the array, else sorted."""
+    v = values.astype(np.int64)
+    lo, hi = int(v.min()), int(v.max())
+    if hi - lo > 4 * len(v) + 4096:
+        uniq, inverse = np.unique(v, return_inverse=True)
+        return _texts_at([fmt(k) for k in uniq.tolist()], inverse)
+    present = np.zeros(hi - lo + 1, dtype=bool)
+    present[v - lo] = True
+    table = np.empty(hi - lo + 1, dtype=object)
+    for k in np.flatnonzero(present).tolist():
+        table[k] = fmt(k + lo)
+    return table[v - lo].tolist()
+
+
+def _dumps(obj: Any) -> str:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"))

@@ -1,0 +1,26 @@
+"""JSON text of trace values: each distinct value formatted once, in place, as the encoder spells it."""
+
+from __future__ import annotations
+
+import pytest
+
+from simtrain.outputs.trace_text import _each, _each_int, _each_run
+
+
+@pytest.mark.quick
+def test_each_value_formatted_once_in_either_way():
+    """Few distinct floats (hashed) and many (sorted), small-range ints (a table) and far-apart
+    ones (sorted) all give the text of each value in place; -0.0 stays apart from 0.0."""
+    import numpy as np
+
+    few = np.array([0.0, -0.0, 1.5, 0.0, 1e22])
+    assert _each(few, repr) == ["0.0", "-0.0", "1.5", "0.0", "1e+22"]
+    many = np.arange(2000) / 7.0
+    assert _each(many[::-1], repr) == [repr(x) for x in (np.arange(2000) / 7.0)[::-1].tolist()]
+    assert _each(np.zeros(0), repr) == []
+    assert _each_int(np.array([3, -1, 3, 0]), lambda v: f"<{v}>") == ["<3>", "<-1>", "<3>", "<0>"]
+    far = np.array([5, 10**12, -(10**12), 5], dtype=np.int64)
+    assert _each_int(far, str) == ["5", "1000000000000", "-1000000000000", "5"]
+    runs = np.array([0.0, 0.0, -0.0, 1.5, 1.5, 0.0, 1e-7])
+    assert _each_run(runs) == ["0.0", "0.0", "-0.0", "1.5", "1.5", "0.0", "1e-07"]
+    assert _each_run(np.zeros(0)) == []
