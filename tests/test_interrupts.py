@@ -249,10 +249,11 @@ def test_search_resume_repairs_a_torn_line_and_runs_its_candidate_again(tmp_path
     argv = (*SEARCH, "--top", "1", "--jobs", "1", "--json", "--results", str(path))
     code, out, err = cli(*argv)
     assert code == 0, err
-    line = path.read_text()
-    path.write_text(line[: len(line) // 2])
+    line = path.read_text().splitlines()[0]
+    path.write_text(line[: len(line) // 2])  # the first candidate's row, cut off mid-write
     code, out, err = cli(*argv, "--resume")
     assert code == 0, err
     assert "line 1 was cut off mid-write; dropped it, candidate TP=" in err and len(err.splitlines()) == 1
-    (again,) = path.read_text().splitlines()  # the candidate ran again, on a line of its own
-    assert json.loads(again)["key"] == json.loads(line)["key"]
+    again = path.read_text().splitlines()  # the candidate ran again, on a line of its own, then the rest
+    assert json.loads(again[0])["key"] == json.loads(line)["key"]
+    assert len(again) == json.loads(out)["candidates_simulated"]

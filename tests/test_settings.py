@@ -126,7 +126,8 @@ def test_errors_name_the_defaults_they_clash_with():
 @pytest.mark.parametrize("command", ["run", "analytic"])
 @pytest.mark.parametrize("schedule", ["1f1b", "gpipe", "zb-h1", "zb-v", "dualpipe"])
 def test_vpp_with_a_schedule_without_virtual_stages_is_an_error(command, schedule):
-    assert_user_error(command, "--schedule", schedule, "--vpp", 2, "--no-plot", "--out", "unused",
+    outputs = ("--no-plot", "--out", "unused") if command == "run" else ()  # analytic writes nothing
+    assert_user_error(command, "--schedule", schedule, "--vpp", 2, *outputs,
                       contains=(f"--vpp 2: schedule {schedule} has no virtual stages",
                                 "only interleaved-1f1b takes --vpp"))
 

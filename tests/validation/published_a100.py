@@ -78,10 +78,11 @@ def paper_flops(case: dict[str, Any]) -> float:
 
 def settings_of(case: dict[str, Any], model_path: str) -> dict[str, Any]:
     """The simulator settings of one case: its layout and batch, the stock topology and
-    :data:`ASSUMPTIONS`."""
+    :data:`ASSUMPTIONS` (the pipeline-send and TP-order ones where the layout has sends or TP)."""
     keys = ("gpus", "tp", "pp", "dp", "cp", "mbs", "gbs", "seq", "schedule", "recompute", "sp")
+    acts = {"overlap_p2p_comm": case["pp"] > 1, "tp_backward_overlap": case["tp"] > 1}  # else nothing to order
     return {"model": model_path, "topology": TOPOLOGY, "vpp": case["vpp"] or 1,
-            **{k: case[k] for k in keys}, **ASSUMPTIONS}
+            **{k: case[k] for k in keys}, **{k: v for k, v in ASSUMPTIONS.items() if acts.get(k, True)}}
 
 
 def load_cases(cases_path: Path = CASES) -> list[dict[str, Any]]:
