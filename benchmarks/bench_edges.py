@@ -60,6 +60,10 @@ COMMANDS: dict[str, tuple[bool, list[str]]] = {
     "E14": (False, ["run", *L70, "--gpus", "32768", "--tp", "8", "--pp", "8", "--gbs", "4096"]),
     "E15": (False, ["topology", "h100-ib", "--nodes", "12500"]),
     "E16": (False, ["mesh", "--gpus", "100000", "--tp", "8", "--pp", "5"]),
+    "E17": (True, ["schedule", "zb-auto", "--pp", "64", "--microbatches", "4096"]),
+    "E18": (True, ["schedule", "zb-h2", "--pp", "64", "--microbatches", "4096"]),
+    "E19": (True, ["schedule", "1f1b", "--pp", "64", "--microbatches", "15000"]),
+    "E20": (True, ["schedule", "zb-auto", "--pp", "32", "--microbatches", "1024"]),
 }
 
 

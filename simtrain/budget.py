@@ -142,16 +142,43 @@ def schedule_cells(pp: int, m: int, vpp: int = 1) -> int:
     return pp * max(1, vpp) * m
 
 
-def check_schedule(name: str, pp: int, m: int, vpp: int = 1) -> None:
+#: CPU microseconds per cell to plan a schedule: zb-auto searches its order cell by cell
+#: (measured about 175-195 us per cell at pp 16-32, 256 micro-batches, on the 2-core machine of
+#: ``benchmarks/bench_edges.py``); every other generator lays out its cells in 1-10 us each.
+PLAN_US_PER_CELL = {"zb-auto": 200.0}
+#: The same for the generators without an entry in :data:`PLAN_US_PER_CELL`.
+DEFAULT_PLAN_US_PER_CELL = 10.0
+#: CPU microseconds per cell to replay a schedule at fixed costs and report it (``simtrain
+#: schedule``): 26-70 us measured over every built-in generator at pp 16-32 (dualpipev the most).
+REPLAY_US_PER_CELL = 70.0
+#: The most estimated seconds of schedule work one command takes on before it is refused: so
+#: that ``simtrain schedule`` answers in about ten seconds (``benchmarks/bench_edges.py`` E17-E20).
+MAX_SCHEDULE_SECONDS = 8.0
+
+
+def schedule_seconds(name: str, pp: int, m: int, vpp: int = 1, replay: bool = False) -> float:
+    """Estimated CPU seconds to plan schedule ``name`` (and, with ``replay``, to replay it):
+    its cells times :data:`PLAN_US_PER_CELL` (plus :data:`REPLAY_US_PER_CELL`)."""
+    per_cell = PLAN_US_PER_CELL.get(name, DEFAULT_PLAN_US_PER_CELL) + (REPLAY_US_PER_CELL if replay else 0.0)
+    return schedule_cells(pp, m, vpp) * per_cell * 1e-6
+
+
+def check_schedule(name: str, pp: int, m: int, vpp: int = 1, replay: bool = False) -> None:
     """A one-line :class:`ScheduleError` when generating schedule ``name`` would exceed
-    :data:`MAX_SCHEDULE_CELLS`."""
+    :data:`MAX_SCHEDULE_CELLS`, or its planning (and with ``replay`` its replay) is estimated
+    beyond :data:`MAX_SCHEDULE_SECONDS` (:func:`schedule_seconds`)."""
     cells = schedule_cells(pp, m, vpp)
-    if cells <= MAX_SCHEDULE_CELLS:
-        return
     chunks = f" x vpp={vpp:,}" if vpp and vpp > 1 else ""
-    raise ScheduleError(f"schedule {name}: pp={pp:,} x micro-batches={m:,}{chunks} = {cells:,} cells, more "
-                        f"than the {MAX_SCHEDULE_CELLS:,} a schedule can hold; use fewer micro-batches "
-                        f"(a smaller global batch or a larger micro-batch), fewer stages or fewer chunks")
+    fewer = "use fewer micro-batches (a smaller global batch or a larger micro-batch), fewer stages or fewer chunks"
+    if cells > MAX_SCHEDULE_CELLS:
+        raise ScheduleError(f"schedule {name}: pp={pp:,} x micro-batches={m:,}{chunks} = {cells:,} cells, more "
+                            f"than the {MAX_SCHEDULE_CELLS:,} a schedule can hold; {fewer}")
+    seconds = schedule_seconds(name, pp, m, vpp, replay)
+    if seconds > MAX_SCHEDULE_SECONDS:
+        most = int(MAX_SCHEDULE_SECONDS / (seconds / cells))
+        raise ScheduleError(f"schedule {name}: pp={pp:,} x micro-batches={m:,}{chunks} = {cells:,} cells would take "
+                            f"about {seconds:,.0f} s to {'plan and replay' if replay else 'plan'}, more than the "
+                            f"{MAX_SCHEDULE_SECONDS:g} s a command takes on; at most {most:,} cells: {fewer}")
 
 
 def operations_lower_bound(layers: int, microbatches: int, *, pipelines: int = 1, tp: int = 1,

@@ -172,3 +172,28 @@ def test_available_memory_is_read_where_the_system_says():
     total = next(int(line.split()[1]) * 1024 for line in meminfo.read_text().splitlines()
                  if line.startswith("MemTotal:"))
     assert 0 < available_memory_bytes() <= total
+
+
+@pytest.mark.quick
+@pytest.mark.parametrize("argv", [
+    ("zb-auto", "--pp", 64, "--microbatches", 4096), ("zb-h2", "--pp", 64, "--microbatches", 4096),
+    ("dualpipev", "--pp", 64, "--microbatches", 4096), ("zb-v", "--pp", 64, "--microbatches", 4096),
+    ("1f1b", "--pp", 64, "--microbatches", 15000), ("zb-auto", "--pp", 32, "--microbatches", 1024),
+])
+def test_a_schedule_whose_work_is_estimated_beyond_the_bound_is_refused_first(argv):
+    """Its cells times the measured cost per cell of planning (zb-auto's search included) and
+    replaying it, before the schedule is built."""
+    line = assert_user_error("schedule", *argv, contains=("cells would take about", "to plan and replay",
+                                                          "more than the 8 s a command takes on", "at most"))
+    assert f"schedule {argv[0]}:" in line
+
+
+@pytest.mark.quick
+def test_the_schedule_estimate_counts_the_planner_and_the_replay():
+    from simtrain import budget
+
+    assert budget.schedule_seconds("zb-auto", 32, 256) > 10 * budget.schedule_seconds("1f1b", 32, 256)
+    assert budget.schedule_seconds("1f1b", 32, 256, replay=True) > budget.schedule_seconds("1f1b", 32, 256)
+    assert budget.schedule_seconds("interleaved-1f1b", 8, 64, vpp=2) == 2 * budget.schedule_seconds(
+        "interleaved-1f1b", 8, 64)
+    budget.check_schedule("zb-auto", 32, 256, replay=True)  # within the bound: no error

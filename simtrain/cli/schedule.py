@@ -55,6 +55,10 @@ def cmd_schedule(args: argparse.Namespace) -> int:
     params = {"vpp": args.vpp} if args.vpp else {}
     if args.name == "zb-auto":
         params.update(costs=(F, I, W), comm=args.comm)
+    if args.name in REGISTRY:  # plan and replay together: refused before either starts
+        from simtrain.budget import check_schedule
+
+        check_schedule(args.name, args.pp, args.microbatches, args.vpp or 1, replay=True)
     sched = load_schedule(args.name, args.pp, args.microbatches, **params)
     run = run_schedule(sched, F, I, W, comm=args.comm)  # the closed form of the schedule built
     report = schedule_report(run)
