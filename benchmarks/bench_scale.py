@@ -59,7 +59,7 @@ SCENARIOS: dict[str, tuple[str, str, dict, dict]] = {
            dict(base=dict(model="llama3-70b", topology="seed-h100", nodes=8, seq=8192, gbs=512), gpus=64,
                 top=None, schedules=None),
            dict(base=dict(model="llama3-70b", topology="seed-h100", nodes=8, seq=8192, gbs=32), gpus=64,
-                top=2, schedules=("1f1b",))),
+                top=1, schedules=("1f1b",))),
     "S5": ("405B 131,072 GPUs, analytic", "run",
            dict(L405, gpus=131072, dp=1024, gbs=16384),
            dict(L405, gpus=4096, pp=4, dp=128, gbs=512)),

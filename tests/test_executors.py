@@ -14,7 +14,7 @@ from simtrain.errors import SpecError
 from simtrain.executors import check_executor, run_unordered
 
 SEARCH = ("search", "--model", "llama3-8b", "--topology", "seed-h100", "--gpus", 8, "--seq", 8192,
-          "--gbs", 64, "--top", 3)
+          "--gbs", 64, "--top", 1)
 
 
 def square(x: int) -> int:
@@ -53,7 +53,7 @@ def test_dask_local_cluster_search_equals_local_and_resumes(tmp_path):
     assert remote["ranking"] == local["ranking"]
     assert remote["spearman"] == local["spearman"]
     lines = results.read_text().splitlines()
-    assert len(lines) == remote["candidates_simulated"] >= 3
+    assert len(lines) == remote["candidates_simulated"] >= 2
     results.write_text(lines[0] + "\n")  # one candidate done before an interruption
     resumed = cli_json(*SEARCH, "--executor", "dask", "--jobs", 2, "--results", results, "--resume")
     assert resumed["ranking"] == local["ranking"]
