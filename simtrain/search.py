@@ -266,14 +266,10 @@ def simulated_search(base: dict, *, gpus: int, gpus_per_node: int, top: int | No
             "ranking": ok, "failed": [r for r in rows if r["error"] is not None]}
 
 
-#: Candidates a top-K search sends out at a time: the skips are decided between waves, from the
-#: steps of the waves before, so the candidates simulated do not depend on ``--jobs``.
-WAVE = 8
-
-
 def _proven_top(estimated: list[tuple[Candidate, dict]], top: int, *, resume: bool, progress, **run
                 ) -> tuple[list[tuple[Candidate, dict]], dict[str, dict], int]:
-    """Simulate the candidates in the closed form's order, a :data:`WAVE` at a time, skipping
+    """Simulate the candidates in the closed form's order, ``jobs`` at a time (so with more jobs a
+    few more may run; the top ``top`` is the same), skipping
     one only where its step lower bound (:func:`simtrain.workload.bound.step_lower_bound`) exceeds
     the ``top``-th best simulated step of the candidates that fit: it can then neither enter the
     top ``top`` (a slower one ranks after them, one that does not fit after every one that
@@ -285,7 +281,7 @@ def _proven_top(estimated: list[tuple[Candidate, dict]], top: int, *, resume: bo
     chosen: list[tuple[Candidate, dict]] = []
     done: dict[str, dict] = {}
     fitting: list[float] = []  # simulated step times of the candidates that fit
-    skipped, wave = 0, WAVE
+    skipped, wave = 0, max(1, run["jobs"])
     queue = list(estimated)
     while queue:
         batch = []

@@ -17,7 +17,7 @@ from simtrain.errors import SpecError
 TOKENS = 10**12
 #: llama3-8b on two 8-GPU nodes with a small batch: each cluster's search takes about a second.
 BASE = ("whatif", "--model", "llama3-8b", "--gpus", 16, "--seq", 2048, "--gbs", 32, "--train-tokens", TOKENS,
-        "--jobs", 1)
+        "--top", 1, "--jobs", 1)
 
 
 def test_clusters_rank_by_the_time_and_cost_the_table_gives(tmp_path):
@@ -39,7 +39,7 @@ def test_clusters_rank_by_the_time_and_cost_the_table_gives(tmp_path):
 
 def test_clusters_of_different_sizes_rank_in_one_table_and_one_chart(tmp_path):
     argv = ("whatif", "--model", "llama3-8b", "--clusters", "h100-ib:16,b200-ib:8,a100-hdr:32", "--seq", 2048,
-            "--gbs", 32, "--train-tokens", "1T", "--prices", "h100-ib=3,b200-ib=5,a100-hdr=1.5", "--top", 2,
+            "--gbs", 32, "--train-tokens", "1T", "--prices", "h100-ib=3,b200-ib=5,a100-hdr=1.5", "--top", 1,
             "--jobs", 1, "--out", tmp_path)
     out = cli_json(*argv)
     rows = out["results"]
@@ -60,7 +60,7 @@ def test_clusters_of_different_sizes_rank_in_one_table_and_one_chart(tmp_path):
 
 def test_an_moe_models_best_layout_uses_expert_parallelism(tmp_path):
     out = cli_json("whatif", "--model", "mixtral-8x7b", "--topologies", "h100-ib", "--gpus", 16, "--seq", 2048,
-                   "--gbs", 32, "--cp", 1, "--top", 3, "--train-tokens", "1T", "--jobs", 1, "--no-plot",
+                   "--gbs", 32, "--cp", 1, "--top", 1, "--train-tokens", "1T", "--jobs", 1, "--no-plot",
                    "--out", tmp_path)
     row = out["results"][0]
     assert row["ep"] == row["settings"]["ep"] == 8 and "EP=8" in row["layout"]
