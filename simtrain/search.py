@@ -275,42 +275,40 @@ def _proven_top(estimated: list[tuple[Candidate, dict]], top: int, *, resume: bo
     top ``top`` (a slower one ranks after them, one that does not fit after every one that
     fits). Returns the simulated candidates with their estimates, the finished rows and how many
     were skipped."""
-    from simtrain import api
-    from simtrain.workload.bound import step_lower_bound
-
     chosen: list[tuple[Candidate, dict]] = []
     done: dict[str, dict] = {}
     fitting: list[float] = []  # simulated step times of the candidates that fit
-    skipped, wave = 0, max(1, run["jobs"])
-    queue = list(estimated)
-    while queue:
+    skipped, wave, k = 0, max(1, run["jobs"]), 0
+    while k < len(estimated):
+        threshold = sorted(fitting)[top - 1] if len(fitting) >= top else None  # fixed within a round
         batch = []
-        while queue and len(batch) < wave:
-            c, est = queue.pop(0)
-            if len(fitting) >= top and _bound(c, api, step_lower_bound) > sorted(fitting)[top - 1]:
+        while k < len(estimated) and len(batch) < wave:
+            c, est = estimated[k]
+            k += 1
+            if threshold is not None and _bound(c) > threshold:
                 skipped += 1
-                continue
-            batch.append((c, est))
+            else:
+                batch.append((c, est))
         if not batch:
-            break
-        offset, total = len(chosen), len(chosen) + len(batch) + len(queue)
-        first = not chosen
+            continue
+        offset, total, first = len(chosen), len(chosen) + len(batch) + len(estimated) - k, not chosen
 
-        def step(k: int, _n: int, label: str, offset: int = offset, total: int = total, first: bool = first) -> None:
-            if progress is not None and (first or label not in ("start", "resumed")):
-                progress(offset + k, total, label)
+        def step(n: int, _total: int, label: str, offset: int = offset, total: int = total, first: bool = first):
+            if progress is not None and (first or label not in ("start", "resumed")):  # one start per search
+                progress(offset + n, total, label)
 
-        done.update(run_candidates([c for c, _ in batch], resume=resume or bool(chosen), progress=step, **run))
+        done.update(run_candidates([c for c, _ in batch], resume=resume or not first, progress=step, **run))
         chosen += batch
-        for c, _ in batch:
-            rep = done[c.key]["report"]
-            if rep.get("error") is None and rep.get("fits_in_memory", True):
-                fitting.append(rep["step_time_s"])
+        reports = [done[c.key]["report"] for c, _ in batch]
+        fitting += [r["step_time_s"] for r in reports if r.get("error") is None and r.get("fits_in_memory", True)]
     return chosen, done, skipped
 
 
-def _bound(candidate: Candidate, api, step_lower_bound) -> float:
+def _bound(candidate: Candidate) -> float:
     """The candidate's step lower bound; 0 (no skipping) where none is known or it does not resolve."""
+    from simtrain import api
+    from simtrain.workload.bound import step_lower_bound
+
     try:
         bound = step_lower_bound(api.resolve(candidate.as_dict(), strict=False))
     except SimtrainError:

@@ -192,6 +192,9 @@ def test_a_schedule_whose_work_is_estimated_beyond_the_bound_is_refused_first(ar
 def test_the_schedule_estimate_counts_the_planner_and_the_replay():
     from simtrain import budget
 
+    # an estimate from the per-cell constants, not a timing: 8,192 cells at 200 us, at 10 + 70 us
+    assert budget.schedule_seconds("zb-auto", 32, 256) == pytest.approx(32 * 256 * 200e-6)
+    assert budget.schedule_seconds("1f1b", 32, 256, replay=True) == pytest.approx(32 * 256 * 80e-6)
     assert budget.schedule_seconds("zb-auto", 32, 256) > 10 * budget.schedule_seconds("1f1b", 32, 256)
     assert budget.schedule_seconds("1f1b", 32, 256, replay=True) > budget.schedule_seconds("1f1b", 32, 256)
     assert budget.schedule_seconds("interleaved-1f1b", 8, 64, vpp=2) == 2 * budget.schedule_seconds(

@@ -24,7 +24,9 @@ _EP = "it applies to MoE models with ep > 1"
 def check_applies(model: ModelSpec, par: ParallelSpec, settings: Mapping[str, Any]) -> None:
     """A one-line :class:`SpecError` for the first setting of ``settings`` (resolved, defaults
     filled in) that is away from its default on a run it cannot change."""
-    for name, value, reason in _inapplicable(model, par, settings):
+    first = next(_inapplicable(model, par, settings), None)
+    if first is not None:
+        name, value, reason = first
         raise SpecError(f"{name}={value!r}: {reason}")
 
 
