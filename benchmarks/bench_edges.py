@@ -64,7 +64,20 @@ COMMANDS: dict[str, tuple[bool, list[str]]] = {
     "E18": (True, ["schedule", "zb-h2", "--pp", "64", "--microbatches", "4096"]),
     "E19": (True, ["schedule", "1f1b", "--pp", "64", "--microbatches", "15000"]),
     "E20": (True, ["schedule", "zb-auto", "--pp", "32", "--microbatches", "1024"]),
+    "E21": (True, ["run", *L8, "--gpus", "16", "--tp", "2", "--pp", "2", "--seq", "2048", "--gbs", "16",
+                   "--steps", "1000"]),
+    "E22": (False, ["run", "--model", "{dir}/layers-20000.json", "--topology", "h100-ib", "--gpus", "8", "--tp",
+                    "2", "--pp", "4", "--seq", "1024", "--gbs", "8"]),
+    "E23": (True, ["run", "--model", "{dir}/layers-200000.json", "--topology", "h100-ib", "--gpus", "8", "--tp",
+                   "2", "--pp", "4", "--seq", "1024", "--gbs", "8"]),
 }
+
+
+def hf_config(layers: int) -> str:
+    """A small Llama-shaped Hugging Face config.json with ``layers`` decoder layers."""
+    return json.dumps({"model_type": "llama", "hidden_size": 256, "num_hidden_layers": layers,
+                       "num_attention_heads": 4, "intermediate_size": 1024, "vocab_size": 32000,
+                       "max_position_embeddings": 4096})
 
 
 def _cap(memory_mib: int):
@@ -81,6 +94,8 @@ def run_one(name: str, limit_s: float, memory_mib: int = 8192) -> dict:
     _, argv = COMMANDS[name]
     with tempfile.TemporaryDirectory() as tmp:
         Path(tmp, "spines.toml").write_text(SPINES_TOML, encoding="utf-8")
+        for layers in (20_000, 200_000):
+            Path(tmp, f"layers-{layers}.json").write_text(hf_config(layers), encoding="utf-8")
         args = [a.replace("{dir}", tmp) for a in argv]
         cmd = [sys.executable, "-m", "simtrain", *args]
         if args[0] == "run":

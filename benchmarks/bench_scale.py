@@ -52,7 +52,7 @@ SCENARIOS: dict[str, tuple[str, str, dict, dict]] = {
                 dict(L405, gpus=64, pp=4, dp=2, schedule="interleaved-1f1b", vpp=2, gbs=8, network="flow")),
     "S3": ("70B 1,024 GPUs 1F1B --no-fold", "run",
            dict(model="llama3-70b", topology="h100-ib", gpus=1024, tp=8, pp=8, dp=16, seq=8192, gbs=512,
-                schedule="1f1b", fold=False),
+                schedule="1f1b", fold=False, max_events=10_000_000),  # 5.4M operations
            dict(model="llama3-70b", topology="h100-ib", gpus=64, tp=8, pp=4, dp=2, seq=8192, gbs=16,
                 schedule="1f1b", fold=False)),
     "S4": ("70B 64 GPUs search, all schedules", "search",

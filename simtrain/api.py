@@ -252,7 +252,7 @@ def simulate(scenario: Scenario, options: WorkloadOptions | None = None, *,
                             tp=par.tp if opts.tp_comm else 1, steps=opts.steps, max_events=scenario.max_events)
     schedule = build_schedule(scenario, opts)
     with paused_gc():  # hundreds of thousands of ops, none in a reference cycle
-        program = lower(model, par, scenario.gpu, schedule, mesh, opts)
+        program = lower(model, par, scenario.gpu, schedule, mesh, opts, max_ops=scenario.max_events)
     check_forced(scenario.collective_algo, program, cluster, scenario.network)  # as collective --algo
     router = _router(cluster, pert)
     perturbed.check_reachable(program, router, pert.failed_links)

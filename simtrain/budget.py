@@ -207,11 +207,56 @@ def check_operations(layers: int, microbatches: int, *, pipelines: int, tp: int,
     fewer = ("use fewer micro-batches (a smaller --gbs or a larger --mbs)"
              + (", fewer --steps" if steps > 1 else "") + (" or drop --no-fold" if pipelines > 1 else ""))
     what = (f"{f'{steps:,} steps' if steps > 1 else 'the step'} would run at least {ops:,} operations "
-            f"({microbatches:,} micro-batches x {layers} layers{times}{folded})")
+            f"({microbatches:,} micro-batches x {layers:,} layers{times}{folded})")
     if ops > max_events:
         raise SpecError(f"max_events={max_events:,}: {what}; raise --max-events, {fewer}")
     raise SpecError(f"{what}, which hold at least {need / 2**30:,.1f} GiB ({BYTES_PER_OPERATION} bytes each), more "
                     f"than the {have / 2**30:,.1f} GiB of memory available; {fewer}")
+
+
+#: CPU microseconds a simulated operation costs from lowering to report, for the time a refusal
+#: names: 9-18 us measured over the A100 validation rows (``tests/validation``) on the 2-core
+#: machine, the middle of that range.
+US_PER_OPERATION = 12.0
+#: Bytes a simulated operation holds until the report is written, as a refusal names them (the
+#: mean of ``benchmarks/bench_scale.py``'s S1 and S3 peaks; :data:`BYTES_PER_OPERATION` is the
+#: lower bound the up-front check uses).
+TYPICAL_BYTES_PER_OPERATION = 900
+
+
+def check_lowered(first_ops: int, *, ranks: int, steps: int, max_events: int, share: float | None = None) -> None:
+    """A one-line :class:`SpecError` when a run whose first simulated rank emitted ``first_ops``
+    operations in its first step would emit more than ``max_events`` over its ``ranks`` simulated
+    ranks and ``steps`` steps, or more than the memory available holds: called by the lowering
+    after that first step, before the rest is built. Every step of a rank emits the same
+    operations, and a rank's count grows with its layer passes; ``share`` is the first rank's
+    part of the layer passes of all simulated ranks (``1 / ranks`` when they are even), so the
+    estimate is ``first_ops / share * steps``."""
+    share = 1.0 / ranks if share is None else share
+    if ranks * steps <= 1:
+        return
+    ops = round(first_ops / share) * steps
+    need, have = ops * TYPICAL_BYTES_PER_OPERATION, available_memory_bytes()
+    if ops <= max_events and (have is None or ops * BYTES_PER_OPERATION <= have):
+        return
+    of = (f"{first_ops:,} in the first step of the first of {ranks:,} simulated ranks"
+          + (f", x {steps:,} steps" if steps > 1 else ""))
+    what = (f"the run would simulate about {ops:,} operations ({of}), about {need / 2**30:,.1f} GiB and "
+            f"{_duration(ops * US_PER_OPERATION * 1e-6)} of CPU")
+    fewer = ("fewer layers, fewer micro-batches (a smaller --gbs or a larger --mbs)"
+             + (", fewer --steps" if steps > 1 else ""))
+    if ops > max_events:
+        raise SpecError(f"max_events={max_events:,}: {what}; raise --max-events to run it, or simulate {fewer}")
+    raise SpecError(f"{what}, more than the {have / 2**30:,.1f} GiB of memory available; simulate {fewer}")
+
+
+def _duration(seconds: float) -> str:
+    """``40 s``, ``3 min``, ``2.5 h``."""
+    if seconds < 120:
+        return f"{seconds:,.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:,.0f} min"
+    return f"{seconds / 3600:,.1f} h"
 
 
 def available_memory_bytes() -> int | None:

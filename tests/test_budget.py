@@ -152,7 +152,7 @@ def test_a_run_that_cannot_fit_in_memory_is_refused_before_the_schedule(tmp_path
     monkeypatch.setattr(budget, "available_memory_bytes", lambda: 4 * 2**30)
     argv = ("run", "--model", "llama3-8b", "--topology", "h100-ib", "--gpus", "8", "--tp", "8", "--pp", "1",
             "--gbs", "100000", "--out", str(tmp_path))
-    assert_user_error(*argv, contains=("at least 25,600,000 operations", "at least 19.1 GiB (800 bytes each)",
+    assert_user_error(*argv, "--max-events", "100000000", contains=("at least 25,600,000 operations", "at least 19.1 GiB (800 bytes each)",
                                        "more than the 4.0 GiB of memory available", "fewer micro-batches"))
     monkeypatch.setattr(budget, "available_memory_bytes", lambda: None)  # unknown: only --max-events bounds it
     assert_user_error(*argv, "--max-events", "1000", contains=("max_events=1,000",))
@@ -200,3 +200,52 @@ def test_the_schedule_estimate_counts_the_planner_and_the_replay():
     assert budget.schedule_seconds("interleaved-1f1b", 8, 64, vpp=2) == 2 * budget.schedule_seconds(
         "interleaved-1f1b", 8, 64)
     budget.check_schedule("zb-auto", 32, 256, replay=True)  # within the bound: no error
+
+
+L8_16 = {"model": "llama3-8b", "topology": "h100-ib", "gpus": 16, "tp": 2, "pp": 2, "seq": 2048, "gbs": 16}
+
+
+@pytest.mark.quick
+@pytest.mark.parametrize("settings", [dict(L8_16, steps=3),
+                                      dict(L8_16, gpus=8, pp=4, dp=1, gbs=8, first_stage_layers=5),
+                                      dict(L8_16, schedule="interleaved-1f1b", vpp=2, recompute="full")])
+def test_the_lowered_estimate_counts_every_layer_and_step(settings, monkeypatch):
+    """The estimate made after the first rank's first step (its operations / its share of the
+    layer passes x steps) is the run's operation count: exact where every rank emits alike,
+    within 5% where the stages differ (the first stage here holds 5 of 32 layers)."""
+    from simtrain import budget
+
+    seen = []
+    real = budget.check_lowered
+    monkeypatch.setattr(budget, "check_lowered", lambda first, **kw: seen.append((first, kw)) or real(first, **kw))
+    report = api.simulate(api.resolve(settings)).report
+    (first, kw), = seen
+    estimate = round(first / kw["share"]) * kw["steps"]
+    assert kw["steps"] == settings.get("steps", 1) and kw["ranks"] == report["simulated_ranks"]
+    assert abs(estimate - report["num_events"]) <= 0.05 * report["num_events"], (estimate, report["num_events"])
+    if "first_stage_layers" not in settings:
+        assert estimate == report["num_events"]
+
+
+@pytest.mark.quick
+def test_steps_beyond_the_budget_are_refused_after_the_first_step(tmp_path):
+    """The issue's ``--steps 1000`` on 16 GPUs: 2,160,000 operations, over the 2,000,000 default,
+    which the up-front lower bound (1,024 per step) cannot see; refused after 1,080 are lowered."""
+    argv = ("run", "--model", "llama3-8b", "--topology", "h100-ib", "--gpus", "16", "--tp", "2", "--pp", "2",
+            "--seq", "2048", "--gbs", "16", "--out", str(tmp_path))
+    assert_user_error(*argv, "--steps", "1000",
+                      contains=("max_events=2,000,000", "about 2,160,000 operations", "x 1,000 steps",
+                                "GiB", "s of CPU", "raise --max-events", "fewer --steps"))
+    assert_user_error(*argv, "--steps", "3", "--max-events", "5000", contains=("about 6,480 operations",))
+    assert api.simulate(api.resolve({**L8_16, "steps": 3, "max_events": 6480})).report["num_events"] == 6480
+    assert not list(tmp_path.iterdir())  # refused before any output
+
+
+@pytest.mark.quick
+def test_a_run_beyond_the_memory_available_is_refused_after_the_first_step(monkeypatch):
+    from simtrain import budget
+    from simtrain.errors import SpecError
+
+    monkeypatch.setattr(budget, "available_memory_bytes", lambda: 4_000_000)  # 5,000 operations at 800 B
+    with pytest.raises(SpecError, match=r"about 6,480 operations .* more than the 0\.0 GiB of memory available"):
+        api.simulate(api.resolve({**L8_16, "steps": 3}))

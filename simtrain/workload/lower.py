@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from simtrain import costs
+from simtrain import budget, costs
 from simtrain.errors import SpecError
 from simtrain.schedules.ir import Action, Schedule
 from simtrain.specs.gpu import GpuSpec
@@ -49,8 +49,9 @@ class _Lowering:
     """State of one lowering pass; used once by :func:`lower`."""
 
     def __init__(self, model: ModelSpec, par: ParallelSpec, gpu: GpuSpec, schedule: Schedule,
-                 mesh: DeviceMesh, opts: WorkloadOptions):
+                 mesh: DeviceMesh, opts: WorkloadOptions, max_ops: int | None = None):
         self.model, self.sched, self.mesh, self.opts = model, schedule, mesh, opts
+        self.max_ops = max_ops  # budget.check_lowered after the first rank's first step
         self.world = par.world
         self.em = Emitter(model, par, gpu, mesh, opts.fold, opts.calibration, dict(opts.speeds), dict(opts.gpus))
         self.prog = self.em.prog
@@ -89,6 +90,10 @@ class _Lowering:
             for step in range(self.opts.steps):
                 self.step = step
                 optimizer = self._step(rank, optimizer)
+                if self.max_ops is not None and rank == prog.ranks[0] and step == 0:
+                    work = [self._work(prog.pipeline_rank_of[r]) for r in prog.ranks]
+                    budget.check_lowered(len(prog.ops), ranks=len(prog.ranks), steps=self.opts.steps,
+                                         max_events=self.max_ops, share=work[0] / sum(work))
         prog.layers_per_chunk = [len(c) for c in self.chunks]
         prog.kernel_sources = dict(em.timer.counts)
         for op_id, key in self.needs:
@@ -98,6 +103,12 @@ class _Lowering:
                                 f"{key[3]} from stage {key[2]}")
             prog.ops[op_id].deps.append(src)
         return prog
+
+    def _work(self, pipeline_rank: int) -> int:
+        """Layer passes of a pipeline rank's step, each action counting one more (its ends and
+        transfers): what its operation count grows with (:func:`simtrain.budget.check_lowered`)."""
+        halves = (h for a in self.sched.actions[pipeline_rank] for h in (a.halves() if a.kind == "FB" else (a,)))
+        return sum(len(self.chunks[self.sched.chunk_of_stage(h.stage)]) + 1 for h in halves)
 
     def _step(self, rank: int, previous: int | None) -> int | None:
         """One step of ``rank``'s program: its actions, reductions, the global gradient norm
@@ -253,6 +264,8 @@ def _first_non_dp(prog: Program, first_op: int) -> int | None:
 
 
 def lower(model: ModelSpec, par: ParallelSpec, gpu: GpuSpec, schedule: Schedule, mesh: DeviceMesh,
-          opts: WorkloadOptions | None = None) -> Program:
-    """Per-rank programs for one training step."""
-    return _Lowering(model, par, gpu, schedule, mesh, opts or WorkloadOptions()).build()
+          opts: WorkloadOptions | None = None, max_ops: int | None = None) -> Program:
+    """Per-rank programs for one training step (each of ``opts.steps``); with ``max_ops``, a run
+    estimated beyond that many operations (or the memory available) is refused after its first
+    rank's first step (:func:`simtrain.budget.check_lowered`)."""
+    return _Lowering(model, par, gpu, schedule, mesh, opts or WorkloadOptions(), max_ops).build()
