@@ -59,19 +59,16 @@ def cmd_schedule(args: argparse.Namespace) -> int:
         from simtrain.budget import check_schedule
 
         check_schedule(args.name, args.pp, args.microbatches, args.vpp or 1, replay=True)
-    sched = load_schedule(args.name, args.pp, args.microbatches, **params)
-    run = run_schedule(sched, F, I, W, comm=args.comm)  # the closed form of the schedule built
-    report = schedule_report(run)
-    check_finite(report, f"schedule {sched.name}")
-    if args.gantt:
-        from simtrain.outputs.gantt import draw_gantt
-
-        title = (f"{sched.name}: p={sched.num_ranks}, m={sched.num_microbatches}"
-                 + (f", v={args.vpp}" if args.vpp else "") + f", F,I,W = {F:g},{I:g},{W:g}, p2p {args.comm:g}"
-                 + f"; makespan {run.makespan:g}")
-        draw_gantt(run.timeline, args.gantt, title=title, textbook=True, ranks=chart.ranks, window=chart.window,
-                   rank_labels={r: f"rank {r}" for r in range(sched.num_ranks)},
-                   time_label="time (units of the given costs)")
+    with _progress(args.json) as bar:  # up to about 8 s of planning and replay (simtrain.budget)
+        bar.phase(f"plan {args.name}")
+        sched = load_schedule(args.name, args.pp, args.microbatches, **params)
+        bar.phase("replay")
+        run = run_schedule(sched, F, I, W, comm=args.comm)  # the closed form of the schedule built
+        report = schedule_report(run)
+        check_finite(report, f"schedule {sched.name}")
+        if args.gantt:
+            bar.phase("draw")
+            _draw_gantt(args, sched, run, chart, (F, I, W))
     if args.json:
         print(json.dumps(report, sort_keys=True))
         return 0
@@ -91,6 +88,29 @@ def cmd_schedule(args: argparse.Namespace) -> int:
     if args.gantt:
         print(f"wrote {args.gantt}")
     return 0
+
+
+def _progress(json_output: bool) -> Any:
+    """A progress bar on stderr, drawn only on a terminal and without ``--json``
+    (:mod:`simtrain.outputs.progress`)."""
+    import sys
+
+    from simtrain.outputs.progress import Progress, wanted
+
+    return Progress(sys.stderr, background=True, enabled=wanted("auto", sys.stderr, json_output))
+
+
+def _draw_gantt(args: argparse.Namespace, sched: Any, run: Any, chart: Any, costs: tuple[float, float, float]) -> None:
+    """``--gantt``: the replayed schedule drawn as a textbook chart."""
+    from simtrain.outputs.gantt import draw_gantt
+
+    F, I, W = costs  # noqa: N806,E741
+    title = (f"{sched.name}: p={sched.num_ranks}, m={sched.num_microbatches}"
+             + (f", v={args.vpp}" if args.vpp else "") + f", F,I,W = {F:g},{I:g},{W:g}, p2p {args.comm:g}"
+             + f"; makespan {run.makespan:g}")
+    draw_gantt(run.timeline, args.gantt, title=title, textbook=True, ranks=chart.ranks, window=chart.window,
+               rank_labels={r: f"rank {r}" for r in range(sched.num_ranks)},
+               time_label="time (units of the given costs)")
 
 
 def _makespan(name: str, pp: int, m: int, costs: tuple[float, float, float], comm: float) -> float | None:

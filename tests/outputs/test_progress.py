@@ -110,3 +110,24 @@ def test_bad_progress_value_is_one_line():
     assert_user_error("run", "--progress", "loud", contains=("progress = 'loud'", "auto"))
     assert_user_error("search", "--model", "llama3-8b", "--topology", "seed-h100", "--gpus", "8", "--seq", "8192",
                       "--gbs", "64", "--progress", "loud", contains=("progress = 'loud'", "auto"))
+
+
+def test_schedule_command_shows_its_phases_on_a_terminal(monkeypatch):
+    """``simtrain schedule`` (up to about 8 s of planning and replay) names its phase on a
+    terminal, and draws nothing with --json."""
+    from contextlib import redirect_stderr, redirect_stdout
+
+    from simtrain.cli.main import main
+    from simtrain.outputs import progress
+
+    real = progress.Progress.__init__
+
+    def eager(self, stream, **kw):  # draw at once: the command is short here
+        real(self, stream, **{**kw, "delay_s": 0.0})
+
+    monkeypatch.setattr(progress.Progress, "__init__", eager)
+    for extra, drawn in (((), True), (("--json",), False)):
+        tty = FakeTty()
+        with redirect_stderr(tty), redirect_stdout(io.StringIO()):
+            assert main(["schedule", "zb-auto", "--pp", "4", "--microbatches", "8", *extra]) == 0
+        assert ("plan zb-auto" in tty.getvalue() and "replay" in tty.getvalue()) is drawn, tty.getvalue()
