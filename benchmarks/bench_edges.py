@@ -68,7 +68,9 @@ COMMANDS: dict[str, tuple[bool, list[str]]] = {
                    "--steps", "1000"]),
     "E22": (False, ["run", "--model", "{dir}/layers-20000.json", "--topology", "h100-ib", "--gpus", "8", "--tp",
                     "2", "--pp", "4", "--seq", "1024", "--gbs", "8"]),
-    "E23": (True, ["run", "--model", "{dir}/layers-200000.json", "--topology", "h100-ib", "--gpus", "8", "--tp",
+    "E23": (True, ["run", "--model", "{dir}/layers-40000.json", "--topology", "h100-ib", "--gpus", "8", "--tp",
+                   "2", "--pp", "4", "--seq", "1024", "--gbs", "8"]),
+    "E24": (True, ["run", "--model", "{dir}/layers-200000.json", "--topology", "h100-ib", "--gpus", "8", "--tp",
                    "2", "--pp", "4", "--seq", "1024", "--gbs", "8"]),
 }
 
@@ -94,7 +96,7 @@ def run_one(name: str, limit_s: float, memory_mib: int = 8192) -> dict:
     _, argv = COMMANDS[name]
     with tempfile.TemporaryDirectory() as tmp:
         Path(tmp, "spines.toml").write_text(SPINES_TOML, encoding="utf-8")
-        for layers in (20_000, 200_000):
+        for layers in (20_000, 40_000, 200_000):
             Path(tmp, f"layers-{layers}.json").write_text(hf_config(layers), encoding="utf-8")
         args = [a.replace("{dir}", tmp) for a in argv]
         cmd = [sys.executable, "-m", "simtrain", *args]
