@@ -47,11 +47,9 @@ from simtrain.network.protocol import NetworkModel
 from simtrain.workload.program import STREAM, Program
 from simtrain.timeline import Timeline, program_timeline
 
-#: Most operations a run simulates unless ``--max-events`` says more. A simulated operation holds
-#: about 900 bytes until the report is written and costs 9-18 us of CPU from lowering to report
-#: (``benchmarks/bench_scale.py``; the A100 validation's GPT-1T rows: 1,310,848 operations, 16 s),
-#: so 2,000,000 operations stay under 2 GiB and about half a minute; the largest published run of
-#: ``tests/validation`` holds 1.31M.
+#: Most operations a run simulates unless ``--max-events`` says more: at about 900 bytes and 12 us
+#: each (:data:`simtrain.budget.US_PER_OPERATION`), under 2 GiB and half a minute; the largest
+#: published run of ``tests/validation`` (GPT-1T) holds 1,310,848.
 DEFAULT_MAX_EVENTS = 2_000_000
 
 

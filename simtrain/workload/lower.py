@@ -91,7 +91,7 @@ class _Lowering:
                 self.step = step
                 optimizer = self._step(rank, optimizer)
                 if self.max_ops is not None and rank == prog.ranks[0] and step == 0:
-                    work = [self._work(prog.pipeline_rank_of[r]) for r in prog.ranks]
+                    work = [_work(self.sched, self.chunks, prog.pipeline_rank_of[r]) for r in prog.ranks]
                     budget.check_lowered(len(prog.ops), ranks=len(prog.ranks), steps=self.opts.steps,
                                          max_events=self.max_ops, share=work[0] / sum(work))
         prog.layers_per_chunk = [len(c) for c in self.chunks]
@@ -103,12 +103,6 @@ class _Lowering:
                                 f"{key[3]} from stage {key[2]}")
             prog.ops[op_id].deps.append(src)
         return prog
-
-    def _work(self, pipeline_rank: int) -> int:
-        """Layer passes of a pipeline rank's step, each action counting one more (its ends and
-        transfers): what its operation count grows with (:func:`simtrain.budget.check_lowered`)."""
-        halves = (h for a in self.sched.actions[pipeline_rank] for h in (a.halves() if a.kind == "FB" else (a,)))
-        return sum(len(self.chunks[self.sched.chunk_of_stage(h.stage)]) + 1 for h in halves)
 
     def _step(self, rank: int, previous: int | None) -> int | None:
         """One step of ``rank``'s program: its actions, reductions, the global gradient norm
@@ -255,6 +249,13 @@ class _Lowering:
                           comm="p2p", group_set=self.prog.group_set_id(pairs), peer=peer, peer_stage=to_stage)
         self.sends[(self._pipeline(rank), self.step, stage, mb, what)] = op.id
         self.last_send[rank] = op.id
+
+
+def _work(sched: Schedule, chunks: list[list[int]], pipeline_rank: int) -> int:
+    """Layer passes of a pipeline rank's step, each action counting one more (its ends and
+    transfers): what its operation count grows with (:func:`simtrain.budget.check_lowered`)."""
+    halves = (h for a in sched.actions[pipeline_rank] for h in (a.halves() if a.kind == "FB" else (a,)))
+    return sum(len(chunks[sched.chunk_of_stage(h.stage)]) + 1 for h in halves)
 
 
 def _first_non_dp(prog: Program, first_op: int) -> int | None:
