@@ -395,7 +395,6 @@ class _CollectiveEnd:
 
 def run(program: Program, network: NetworkModel, max_events: int = DEFAULT_MAX_EVENTS,
         comm_interference: float = 0.0) -> RunResult:
-    """Simulate ``program`` on ``network``, compute slowed by ``comm_interference`` while
-    communication runs beside it; returns the timeline, the number of ops run and the compute
-    time communication added on each simulated rank."""
+    """Simulate ``program`` on ``network``, compute slowed by ``comm_interference`` while communication
+    runs beside it; returns the timeline, the ops run and the compute time communication added per rank."""
     return _Run(program, network, max_events, comm_interference).run()

@@ -50,8 +50,7 @@ class _Lowering:
 
     def __init__(self, model: ModelSpec, par: ParallelSpec, gpu: GpuSpec, schedule: Schedule,
                  mesh: DeviceMesh, opts: WorkloadOptions, max_ops: int | None = None):
-        self.model, self.sched, self.mesh, self.opts = model, schedule, mesh, opts
-        self.max_ops = max_ops  # budget.check_lowered after the first rank's first step
+        self.model, self.sched, self.mesh, self.opts, self.max_ops = model, schedule, mesh, opts, max_ops
         self.world = par.world
         self.em = Emitter(model, par, gpu, mesh, opts.fold, opts.calibration, dict(opts.speeds), dict(opts.gpus))
         self.prog = self.em.prog
@@ -74,9 +73,8 @@ class _Lowering:
         self.templates = ActionTemplates(self.em, self.dp)
 
     def build(self) -> Program:
-        """Every simulated rank's program: its actions in schedule order, then its gradient
-        reductions, the global gradient norm and the optimizer step; finally each action waits for
-        the transfer it needs."""
+        """Every simulated rank's program: its actions in schedule order, then its gradient reductions,
+        the global gradient norm and the optimizer step; finally each action waits for its transfer."""
         prog, em, dp = self.prog, self.em, self.dp
         touched = self.opts.touched
         for group, stands_for in fold_classes(self.mesh, self.opts.fold, self.by_ep, touched):
@@ -90,10 +88,8 @@ class _Lowering:
             for step in range(self.opts.steps):
                 self.step = step
                 optimizer = self._step(rank, optimizer)
-                if self.max_ops is not None and rank == prog.ranks[0] and step == 0:
-                    work = [_work(self.sched, self.chunks, prog.pipeline_rank_of[r]) for r in prog.ranks]
-                    budget.check_lowered(len(prog.ops), ranks=len(prog.ranks), steps=self.opts.steps,
-                                         max_events=self.max_ops, share=work[0] / sum(work))
+                if (rank, step) == (prog.ranks[0], 0):
+                    _check_budget(self)
         prog.layers_per_chunk = [len(c) for c in self.chunks]
         prog.kernel_sources = dict(em.timer.counts)
         for op_id, key in self.needs:
@@ -249,6 +245,17 @@ class _Lowering:
                           comm="p2p", group_set=self.prog.group_set_id(pairs), peer=peer, peer_stage=to_stage)
         self.sends[(self._pipeline(rank), self.step, stage, mb, what)] = op.id
         self.last_send[rank] = op.id
+
+
+def _check_budget(lw: _Lowering) -> None:
+    """After the first rank's first step: the run refused where ``max_ops`` cannot hold it
+    (:func:`simtrain.budget.check_lowered`, with that rank's share of the layer passes)."""
+    if lw.max_ops is None:
+        return
+    prog = lw.prog
+    work = [_work(lw.sched, lw.chunks, prog.pipeline_rank_of[r]) for r in prog.ranks]
+    budget.check_lowered(len(prog.ops), ranks=len(prog.ranks), steps=lw.opts.steps, max_events=lw.max_ops,
+                         share=work[0] / sum(work))
 
 
 def _work(sched: Schedule, chunks: list[list[int]], pipeline_rank: int) -> int:
