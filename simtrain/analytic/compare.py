@@ -29,7 +29,9 @@ CAUSES = {
            "closed form's ring bandwidth"),
     "cp": ("simulated ring steps are exposed when a chunk's attention is shorter than one K/V "
            "transfer; the closed form hides the ring behind the whole attention time at once",
-           "the simulation hides ring transfers behind attention chunk by chunk"),
+           "the simulation hides ring transfers behind attention chunk by chunk, and each simulated GPU "
+           "passes its 1/TP share of the KV heads where the closed form keeps the course notes' volume, "
+           "the micro-batch's whole K and V (not divided by TP)"),
     "ep": ("the simulation's all-to-all waits for the busiest expert rank (routing skew) and pays "
            "NCCL's latency per peer",
            "the simulation sends to the EP peers of the same node over NVLink and overlaps the "

@@ -8,8 +8,10 @@ Everything here is a function of the specs; nothing touches the simulation. Modu
 * :mod:`~simtrain.costs.shape`: :class:`Shape`, a rank's micro-batch, and linear layers' GEMMs;
 * :mod:`~simtrain.costs.elementwise`, :mod:`~simtrain.costs.attention`,
   :mod:`~simtrain.costs.mlp`, :mod:`~simtrain.costs.ends`: the kernels of each block and pass;
-* :mod:`~simtrain.costs.profiles` and :mod:`~simtrain.costs.timing`: kernel times per GPU
-  architecture (GEMM efficiency by shape, attention, memory-bound kernels, launches);
+* :mod:`~simtrain.costs.timing` (with the architectures' profiles in
+  :mod:`simtrain.specs.arch`): kernel times per GPU architecture (GEMM efficiency by shape,
+  attention, memory-bound kernels, launches); :mod:`~simtrain.costs.dispatch`: the MoE
+  token dispatch; :mod:`~simtrain.costs.measure`: the kernels ``simtrain calibrate`` measures;
 * :mod:`~simtrain.costs.calibration`: measured kernel times that replace the model;
 * :mod:`~simtrain.costs.sizes`: communication volumes and memory.
 

@@ -38,6 +38,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from simtrain.errors import SpecError
+
 PROTOCOLS = ("LL", "LL128", "Simple")
 
 #: ``baseLat`` (us) by algorithm family, per protocol LL, LL128, Simple.
@@ -117,8 +119,19 @@ def tree_cap_Bps(proto: str, shape: GroupShape) -> float:
         bus = LL_MAX_GBPS[nodes]
     else:
         table = TREE_LL128_CHANNEL_GBPS if proto == "LL128" else TREE_CHANNEL_GBPS
-        bus = shape.channels * table[ARCH_ROW[shape.arch]][nodes]
+        bus = shape.channels * table[arch_row(shape.arch)][nodes]
     return 0.5 * bus * 1e9
+
+
+def arch_row(arch: str) -> int:
+    """The row of NCCL's per-channel tables for GPU generation ``arch`` (:data:`ARCH_ROW`); an
+    architecture without one is a one-line :class:`SpecError` naming the table to extend."""
+    row = ARCH_ROW.get(arch)
+    if row is None:
+        raise SpecError(f"gpu architecture {arch!r} has no row in NCCL's tuning tables "
+                        f"(simtrain.network.protocols.ARCH_ROW, rows for: {', '.join(ARCH_ROW)}); "
+                        f"add one (Volta 0, Ampere 1, Hopper 2)")
+    return row
 
 
 def latency_s(family: str, op: str, proto: str, shape: GroupShape) -> float:

@@ -73,3 +73,14 @@ def test_tree_cap_per_channel_by_generation_and_nodes():
         pytest.approx(0.5 * 4 * 17.8e9)
     assert tree_cap_Bps("LL128", GroupShape(ranks=16, nodes=2, channels=8)) == pytest.approx(0.5 * 8 * 36.7e9)
     assert tree_cap_Bps("LL", TWO_NODES) == pytest.approx(0.5 * 39.0e9)  # llMaxBws, in total
+
+
+@pytest.mark.quick
+def test_every_architecture_has_a_row_and_a_missing_one_is_one_line():
+    from simtrain.errors import SpecError
+    from simtrain.network.protocols import ARCH_ROW
+    from simtrain.specs.arch import ARCHS
+
+    assert set(ARCHS) <= set(ARCH_ROW)
+    with pytest.raises(SpecError, match=r"^gpu architecture 'rubin' has no row in NCCL's tuning tables .*ARCH_ROW"):
+        tree_cap_Bps("Simple", GroupShape(ranks=16, nodes=2, channels=8, arch="rubin"))
