@@ -219,8 +219,11 @@ def test_the_lowered_estimate_counts_every_layer_and_step(settings, monkeypatch)
     real = budget.check_lowered
     monkeypatch.setattr(budget, "check_lowered", lambda first, **kw: seen.append((first, kw)) or real(first, **kw))
     report = api.simulate(api.resolve(settings)).report
-    (first, kw), = seen
+    (first, kw), partial = seen[-1], seen[:-1]
+    assert not kw["partial"] and all(k["partial"] for _, k in partial)
     estimate = round(first / kw["share"]) * kw["steps"]
+    for f, k in partial:  # from an eighth and half of the first rank's actions: mostly low
+        assert round(f / k["share"]) * k["steps"] <= 1.05 * report["num_events"]
     assert kw["steps"] == settings.get("steps", 1) and kw["ranks"] == report["simulated_ranks"]
     assert abs(estimate - report["num_events"]) <= 0.05 * report["num_events"], (estimate, report["num_events"])
     if "first_stage_layers" not in settings:
@@ -249,3 +252,20 @@ def test_a_run_beyond_the_memory_available_is_refused_after_the_first_step(monke
     monkeypatch.setattr(budget, "available_memory_bytes", lambda: 4_000_000)  # 5,000 operations at 800 B
     with pytest.raises(SpecError, match=r"about 6,480 operations .* more than the 0\.0 GiB of memory available"):
         api.simulate(api.resolve({**L8_16, "steps": 3}))
+
+
+@pytest.mark.quick
+def test_a_run_of_one_simulated_rank_is_refused_before_most_of_it_is_built(monkeypatch):
+    """With PP 1 the first rank is the whole run: the estimate from an eighth of its actions
+    refuses it (here 4,214 operations against 2,000) after about 550 are lowered."""
+    from simtrain import budget
+    from simtrain.errors import SpecError
+
+    seen = []
+    real = budget.check_lowered
+    monkeypatch.setattr(budget, "check_lowered", lambda first, **kw: seen.append(first) or real(first, **kw))
+    settings = dict(L8_16, gpus=8, pp=1, dp=4, gbs=32, max_events=3000)
+    with pytest.raises(SpecError, match=r"max_events=3,000: the run would simulate about [0-9,]+ operations \(\d+ in "
+                                        r"12\.5% of the layer passes of a step\)"):
+        api.simulate(api.resolve(settings))
+    assert seen and seen[-1] < 1000

@@ -24,7 +24,7 @@ MoE routing skew one per pipeline rank and EP position (:mod:`simtrain.workload.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from simtrain import budget, costs
 from simtrain.errors import SpecError
@@ -111,7 +111,7 @@ class _Lowering:
         if previous is not None:
             for op in prog.ops[first:]:
                 op.deps.append(previous)
-        for action in self.sched.actions[prog.pipeline_rank_of[rank]]:
+        for action in _probed(self, rank):
             self._action(rank, action)
         reductions = dp.reduce(rank)
         prog.static_bytes[rank], updated = dp.static_of_rank(rank)
@@ -247,21 +247,40 @@ class _Lowering:
         self.last_send[rank] = op.id
 
 
-def _check_budget(lw: _Lowering) -> None:
-    """After the first rank's first step: the run refused where ``max_ops`` cannot hold it
-    (:func:`simtrain.budget.check_lowered`, with that rank's share of the layer passes)."""
+def _probed(lw: _Lowering, rank: int) -> Iterator[Action]:
+    """``rank``'s actions in schedule order; in the first rank's first step, the run's budget is
+    checked after an eighth and after half of them (:func:`_check_budget`), so that even a run of
+    one simulated rank is refused before most of its program is built."""
+    actions = lw.sched.actions[lw.prog.pipeline_rank_of[rank]]
+    if lw.max_ops is None or rank != lw.prog.ranks[0] or lw.step != 0 or len(actions) < 8:
+        yield from actions
+        return
+    points = {len(actions) // 8, len(actions) // 2}
+    for k, action in enumerate(actions, 1):
+        yield action
+        if k in points:
+            _check_budget(lw, k)
+
+
+def _check_budget(lw: _Lowering, done: int | None = None) -> None:
+    """After ``done`` actions of the first rank's first step (None: all of that step): the run
+    refused where ``max_ops`` cannot hold it (:func:`simtrain.budget.check_lowered`, with the
+    share of the layer passes lowered so far)."""
     if lw.max_ops is None:
         return
     prog = lw.prog
     work = [_work(lw.sched, lw.chunks, prog.pipeline_rank_of[r]) for r in prog.ranks]
+    so_far = work[0] if done is None else _work(lw.sched, lw.chunks, prog.pipeline_rank_of[prog.ranks[0]], done)
     budget.check_lowered(len(prog.ops), ranks=len(prog.ranks), steps=lw.opts.steps, max_events=lw.max_ops,
-                         share=work[0] / sum(work))
+                         share=so_far / sum(work), partial=done is not None)
 
 
-def _work(sched: Schedule, chunks: list[list[int]], pipeline_rank: int) -> int:
-    """Layer passes of a pipeline rank's step, each action counting one more (its ends and
-    transfers): what its operation count grows with (:func:`simtrain.budget.check_lowered`)."""
-    halves = (h for a in sched.actions[pipeline_rank] for h in (a.halves() if a.kind == "FB" else (a,)))
+def _work(sched: Schedule, chunks: list[list[int]], pipeline_rank: int, upto: int | None = None) -> int:
+    """Layer passes of a pipeline rank's step (of its first ``upto`` actions), each action
+    counting one more (its ends and transfers): what its operation count grows with
+    (:func:`simtrain.budget.check_lowered`)."""
+    actions = sched.actions[pipeline_rank][:upto]
+    halves = (h for a in actions for h in (a.halves() if a.kind == "FB" else (a,)))
     return sum(len(chunks[sched.chunk_of_stage(h.stage)]) + 1 for h in halves)
 
 

@@ -107,3 +107,25 @@ def test_memory_order_between_schedules(tmp_path):
     assert peak["gpipe"] > peak["1f1b"]
     assert peak["zb-h2"] > peak["zb-h1"]
     assert peak["interleaved-1f1b"] > peak["1f1b"]
+
+
+@pytest.mark.quick
+@pytest.mark.parametrize("schedule", ["1f1b", "gpipe", "zb-h1", "zb-h2", "zb-v", "dualpipe", "dualpipev",
+                                      "interleaved-1f1b"])
+def test_the_counted_plan_equals_the_walked_plan_bit_for_bit(schedule):
+    """Whole-byte sizes: counting each action's layers gives the layer-by-layer walk's peak
+    exactly, for every recompute depth; fractional sizes take the walk."""
+    from simtrain.api import build_schedule
+    from simtrain.workload import memory
+    from simtrain.workload.options import WorkloadOptions
+    from simtrain.workload.stages import split_layers
+
+    sc = api.resolve(dict(model="llama3-8b", topology="h100-ib", gpus=8, tp=2, pp=4, seq=2048, gbs=16,
+                          schedule=schedule, vpp=2 if schedule == "interleaved-1f1b" else 1))
+    sched = build_schedule(sc, WorkloadOptions())
+    chunks = split_layers(sc.model, sc.parallel, sc.gpu, sched.chain_length, WorkloadOptions())
+    for recomputed in range(0, max(len(c) for c in chunks) + 2):
+        for full, kept, logits in ((1e9, 3e7, 5e8), (123456789.0, 1.0, 0.0), (7.0, 7.0, 7.0)):
+            for row in sched.actions:
+                args = (row, sched, chunks, recomputed, full, kept, logits)
+                assert memory._rank_peak_counted(*args) == memory._rank_peak(*args)
