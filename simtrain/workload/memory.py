@@ -89,30 +89,36 @@ def _rank_peak_counted(row, schedule, chunks, recomputed: int, full: float, kept
     so its peak is its end; a backward frees the layers it does not recompute (the chunk's last,
     walked first), then recomputes and frees the others, peaking at the first recompute."""
     last_chunk = len(chunks) - 1
+    steps: dict[tuple[str, int], tuple[float, float | None, float]] = {}  # (kind, stage) -> its effect
     level = peak = 0.0
     for action in row:
         for a in action.halves():
-            chunk_index = schedule.chunk_of_stage(a.stage)
-            n = len(chunks[chunk_index])
-            n_rc = min(max(recomputed, 0), n)
-            n_full = n - n_rc
-            kind = a.kind
-            if kind == "F":
-                level += n_rc * kept + n_full * full
-                if chunk_index == last_chunk:
-                    level += logits
-                peak = max(peak, level)
-                continue
-            if kind in ("B", "I") and chunk_index == last_chunk:
-                level -= logits  # the LM head's backward runs first
-            if kind == "B":
-                level -= n_full * full
-                if n_rc:
-                    peak = max(peak, level + full)
-                level -= n_rc * kept
-            elif kind == "I":
-                level += n_rc * full
-                peak = max(peak, level)
-            elif kind == "W":
-                level -= n_full * full + n_rc * (kept + full)
+            step = steps.get((a.kind, a.stage))
+            if step is None:
+                chunk_index = schedule.chunk_of_stage(a.stage)
+                step = steps[(a.kind, a.stage)] = _counted_step(a.kind, len(chunks[chunk_index]), recomputed,
+                                                                full, kept, logits if chunk_index == last_chunk else 0.0)
+            before, at, after = step
+            level += before
+            if at is not None:
+                peak = max(peak, level + at)
+            level += after
     return peak
+
+
+def _counted_step(kind: str, n: int, recomputed: int, full: float, kept: float,
+                  logits: float) -> tuple[float, float | None, float]:
+    """What one action of ``kind`` over a chunk of ``n`` layers does to the level (its last chunk
+    holding ``logits``): (added before the peak, the peak above that level or None, added
+    after)."""
+    n_rc = min(max(recomputed, 0), n)
+    n_full = n - n_rc
+    if kind == "F":
+        return n_rc * kept + n_full * full + logits, 0.0, 0.0
+    if kind == "B":  # frees the layers it does not recompute, peaks at the first recompute
+        return -logits - n_full * full, (full if n_rc else None), -n_rc * kept
+    if kind == "I":
+        return -logits + n_rc * full, 0.0, 0.0
+    if kind == "W":
+        return -(n_full * full + n_rc * (kept + full)), None, 0.0
+    return 0.0, None, 0.0
