@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from simtrain.cli.run import add_run_flags, run_args
+from simtrain.cli.run import add_run_flags, run_args, run_progress
 from simtrain.cli.types import check_inputs_kept, check_output_file, int_in
 from simtrain.costs.kernels import Kernel
 from simtrain.errors import SpecError
@@ -45,6 +45,21 @@ def calibrate(settings: dict[str, Any], out: str | Path, time_of: Callable[[Kern
     return len(table.entries), comment
 
 
+class CountedTimer:
+    """``time_of`` that also reports how many kernels it has timed to ``done(count)`` (a progress
+    bar's update), keeping the timer's ``device`` for the table's comment."""
+
+    def __init__(self, time_of: Callable[[Kernel], float], done: Callable[[int], None]):
+        self.time_of, self.done, self.count = time_of, done, 0
+        self.device = getattr(time_of, "device", "a stand-in timer")
+
+    def __call__(self, kernel: Kernel) -> float:
+        seconds = self.time_of(kernel)
+        self.count += 1
+        self.done(self.count)
+        return seconds
+
+
 def cmd_calibrate(args: argparse.Namespace) -> int:
     from simtrain.costs.measure import TorchTimer
 
@@ -52,7 +67,9 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     check_output_file(run.outputs["out"], ("",), "--out")  # before any kernel is timed
     check_inputs_kept([("--out", run.outputs["out"])], run.inputs)
     timer = TorchTimer(device=args.device, warmup=args.warmup, repeat=args.repeat)
-    count, comment = calibrate(run.settings, run.outputs["out"], timer)
+    with run_progress(run.outputs) as bar:  # each kernel runs warmup + repeat times: can take minutes
+        bar.phase("measure", unit="kernels")
+        count, comment = calibrate(run.settings, run.outputs["out"], CountedTimer(timer, bar.update))
     if run.outputs["json"]:
         import json
 

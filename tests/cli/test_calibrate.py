@@ -40,3 +40,28 @@ def test_a_bad_calibration_file_is_one_line(tmp_path):
     assert_user_error("run", *FLAGS, "--calibration", bad, "--out", tmp_path, "--no-plot",
                       contains=(f"{bad}, line 2", "takes 4 positive integers"))
     assert_user_error("run", *FLAGS, "--calibration", tmp_path / "none.csv", contains=("file not found",))
+
+
+def test_the_command_counts_the_kernels_it_times_for_its_progress_bar(monkeypatch, tmp_path):
+    """``calibrate`` can run for minutes on a GPU: its bar counts the kernels timed, and the
+    table's comment still names the timer's device."""
+    from simtrain.cli.calibrate import CountedTimer
+    from simtrain.costs import measure
+
+    class Stub:
+        device = "stub-gpu"
+
+        def __init__(self, **_):
+            pass
+
+        def __call__(self, kernel):
+            return 1e-2
+
+    counts = []
+    timer = CountedTimer(Stub(), counts.append)
+    assert timer("any kernel") == 1e-2 and timer("another") == 1e-2 and counts == [1, 2]
+    assert timer.device == "stub-gpu"
+    monkeypatch.setattr(measure, "TorchTimer", Stub)
+    code, out, err = cli("calibrate", *FLAGS, "--out", tmp_path / "cal.csv")
+    assert code == 0, err
+    assert "timed on stub-gpu" in out and read_calibration(tmp_path / "cal.csv").entries
