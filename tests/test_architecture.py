@@ -170,3 +170,16 @@ def test_every_test_module_has_a_quick_test():
         if has_tests and not _marks_quick(tree):
             without.append(test.relative_to(TESTS).as_posix())
     assert not without, f"test modules with no test marked pytest.mark.quick: {without}"
+
+
+@pytest.mark.quick
+def test_ruff_finds_nothing():
+    """Static checks: ruff with the rules of ``pyproject.toml`` (pyflakes' unused and undefined
+    names, and syntax) over the package, the tests, the benchmarks and the docs' scripts."""
+    import subprocess
+    import sys
+
+    root = PACKAGE.parent
+    proc = subprocess.run([sys.executable, "-m", "ruff", "check", "--no-cache", "--output-format", "concise",
+                           "simtrain", "tests", "benchmarks", "docs"], cwd=root, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr

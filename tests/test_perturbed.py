@@ -8,7 +8,7 @@ import pytest
 
 from simtrain import api
 from simtrain.errors import SpecError
-from simtrain.workload.program import KIND, STREAM
+from simtrain.workload.program import STREAM
 
 from helpers import assert_close
 

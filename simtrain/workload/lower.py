@@ -75,7 +75,7 @@ class _Lowering:
     def build(self) -> Program:
         """Every simulated rank's program: its actions in schedule order, then its gradient reductions,
         the global gradient norm and the optimizer step; finally each action waits for its transfer."""
-        prog, em, dp = self.prog, self.em, self.dp
+        prog, em = self.prog, self.em
         touched = self.opts.touched
         for group, stands_for in fold_classes(self.mesh, self.opts.fold, self.by_ep, touched):
             for pp_index, rank in enumerate(group):
