@@ -249,7 +249,8 @@ def check_lowered(first_ops: int, *, ranks: int, steps: int, max_events: int, sh
     margin = PARTIAL_MARGIN if partial else 1.0
     if ops <= max_events * margin and (have is None or ops * BYTES_PER_OPERATION <= have * margin):
         return
-    where = f"{share:.1%} of the layer passes of a step" if partial else f"the first step of the first of {ranks:,} simulated ranks"
+    where = (f"{share:.1%} of the layer passes of a step" if partial
+             else f"the first step of the first of {ranks:,} simulated ranks")
     of = f"{first_ops:,} in {where}" + (f", x {steps:,} steps" if steps > 1 else "")
     what = (f"the run would simulate about {ops:,} operations ({of}), about {need / 2**30:,.1f} GiB and "
             f"{_duration(ops * US_PER_OPERATION * 1e-6)} of CPU")

@@ -59,7 +59,9 @@ def cmd_schedule(args: argparse.Namespace) -> int:
         from simtrain.budget import check_schedule
 
         check_schedule(args.name, args.pp, args.microbatches, args.vpp or 1, replay=True)
-    with _progress(args.json) as bar:  # up to about 8 s of planning and replay (simtrain.budget)
+    from simtrain.cli.run import run_progress
+
+    with run_progress({"json": args.json}) as bar:  # up to about 8 s of planning and replay (budget)
         bar.phase(f"plan {args.name}")
         sched = load_schedule(args.name, args.pp, args.microbatches, **params)
         bar.phase("replay")
@@ -88,16 +90,6 @@ def cmd_schedule(args: argparse.Namespace) -> int:
     if args.gantt:
         print(f"wrote {args.gantt}")
     return 0
-
-
-def _progress(json_output: bool) -> Any:
-    """A progress bar on stderr, drawn only on a terminal and without ``--json``
-    (:mod:`simtrain.outputs.progress`)."""
-    import sys
-
-    from simtrain.outputs.progress import Progress, wanted
-
-    return Progress(sys.stderr, background=True, enabled=wanted("auto", sys.stderr, json_output))
 
 
 def _draw_gantt(args: argparse.Namespace, sched: Any, run: Any, chart: Any, costs: tuple[float, float, float]) -> None:

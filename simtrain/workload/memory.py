@@ -43,51 +43,20 @@ def memory_plan(model: ModelSpec, par: ParallelSpec, gpu: GpuSpec, schedule: Sch
     full = costs.layer_activation_bytes(model, sh, full_recompute=False)
     kept = costs.layer_activation_bytes(model, sh, full_recompute=True)
     logits = costs.logits_bytes(model, sh) if opts.lm_head else 0.0
-    whole = all(float(x).is_integer() and x >= 0 for x in (full, kept, logits))
-    most = (full + kept + logits) * (max(len(c) for c in chunks) + 1)  # bytes one action holds at most
     peaks = []
     for pp_index, row in enumerate(schedule.actions):
         static = layout.static_of_pipeline_rank(pp_index)[0] + layout.reduce_buffer_bytes(pp_index, opts)
-        plan = _rank_peak_counted if whole and most * 2 * (len(row) + 1) < 2**52 else _rank_peak
-        peaks.append(static + plan(row, schedule, chunks, recomputed, full, kept, logits))
+        peaks.append(static + _rank_peak(row, schedule, chunks, recomputed, full, kept, logits))
     return peaks
 
 
 def _rank_peak(row, schedule, chunks, recomputed: int, full: float, kept: float, logits: float) -> float:
-    """The activations' high-water mark of one pipeline rank's actions, layer by layer."""
-    last_chunk = len(chunks) - 1
-    level = peak = 0.0
-    for action in row:
-        for a in action.halves():
-            chunk_index = schedule.chunk_of_stage(a.stage)
-            chunk = chunks[chunk_index]
-            rc = [i - chunk.start < recomputed for i in chunk]
-            if a.kind == "F":
-                for r in rc:
-                    level += kept if r else full
-                    peak = max(peak, level)
-                if chunk_index == last_chunk:
-                    level += logits
-                    peak = max(peak, level)
-                continue
-            if a.kind in ("B", "I") and chunk_index == last_chunk:
-                level -= logits  # the LM head's backward runs first
-            for r in reversed(rc):
-                if r and a.kind in ("B", "I"):
-                    level += full  # the recompute forward
-                    peak = max(peak, level)
-                if a.kind in ("B", "W"):
-                    level -= kept + full if r else full
-    return peak
-
-
-def _rank_peak_counted(row, schedule, chunks, recomputed: int, full: float, kept: float, logits: float) -> float:
-    """:func:`_rank_peak` with each action's layers counted instead of walked: equal to it bit for
-    bit where the sizes are whole numbers of bytes and every partial sum stays below 2**52 (each
-    is then exact, whatever the order of the additions).
-    In a chunk the first ``recomputed`` layers keep only their input; a forward only allocates,
-    so its peak is its end; a backward frees the layers it does not recompute (the chunk's last,
-    walked first), then recomputes and frees the others, peaking at the first recompute."""
+    """The activations' high-water mark of one pipeline rank's actions, each action's layers
+    counted rather than walked one by one (with whole-byte sizes the sums are exact either way;
+    ``tests/workload/test_memory.py`` checks it against the walk). In a chunk the first
+    ``recomputed`` layers keep only their input; a forward only allocates, so its peak is its
+    end; a backward frees the layers it does not recompute (the chunk's last, walked first), then
+    recomputes and frees the others, peaking at the first recompute."""
     last_chunk = len(chunks) - 1
     steps: dict[tuple[str, int], tuple[float, float | None, float]] = {}  # (kind, stage) -> its effect
     level = peak = 0.0
@@ -96,8 +65,9 @@ def _rank_peak_counted(row, schedule, chunks, recomputed: int, full: float, kept
             step = steps.get((a.kind, a.stage))
             if step is None:
                 chunk_index = schedule.chunk_of_stage(a.stage)
+                ends = logits if chunk_index == last_chunk else 0.0
                 step = steps[(a.kind, a.stage)] = _counted_step(a.kind, len(chunks[chunk_index]), recomputed,
-                                                                full, kept, logits if chunk_index == last_chunk else 0.0)
+                                                                full, kept, ends)
             before, at, after = step
             level += before
             if at is not None:

@@ -109,12 +109,41 @@ def test_memory_order_between_schedules(tmp_path):
     assert peak["interleaved-1f1b"] > peak["1f1b"]
 
 
+def _walked_peak(row, schedule, chunks, recomputed, full, kept, logits):
+    """The activations' high-water mark walked layer by layer, allocation by allocation: the
+    reference the plan's counted form must equal."""
+    last_chunk = len(chunks) - 1
+    level = peak = 0.0
+    for action in row:
+        for a in action.halves():
+            chunk_index = schedule.chunk_of_stage(a.stage)
+            chunk = chunks[chunk_index]
+            rc = [i - chunk.start < recomputed for i in chunk]
+            if a.kind == "F":
+                for r in rc:
+                    level += kept if r else full
+                    peak = max(peak, level)
+                if chunk_index == last_chunk:
+                    level += logits
+                    peak = max(peak, level)
+                continue
+            if a.kind in ("B", "I") and chunk_index == last_chunk:
+                level -= logits  # the LM head's backward runs first
+            for r in reversed(rc):
+                if r and a.kind in ("B", "I"):
+                    level += full  # the recompute forward
+                    peak = max(peak, level)
+                if a.kind in ("B", "W"):
+                    level -= kept + full if r else full
+    return peak
+
+
 @pytest.mark.quick
 @pytest.mark.parametrize("schedule", ["1f1b", "gpipe", "zb-h1", "zb-h2", "zb-v", "dualpipe", "dualpipev",
                                       "interleaved-1f1b"])
-def test_the_counted_plan_equals_the_walked_plan_bit_for_bit(schedule):
-    """Whole-byte sizes: counting each action's layers gives the layer-by-layer walk's peak
-    exactly, for every recompute depth; fractional sizes take the walk."""
+def test_the_counted_plan_equals_the_walked_plan(schedule):
+    """Counting each action's layers gives the layer-by-layer walk's peak, for every recompute
+    depth: bit for bit with whole-byte sizes (every partial sum is exact), to rounding otherwise."""
     from simtrain.api import build_schedule
     from simtrain.workload import memory
     from simtrain.workload.options import WorkloadOptions
@@ -125,7 +154,10 @@ def test_the_counted_plan_equals_the_walked_plan_bit_for_bit(schedule):
     sched = build_schedule(sc, WorkloadOptions())
     chunks = split_layers(sc.model, sc.parallel, sc.gpu, sched.chain_length, WorkloadOptions())
     for recomputed in range(0, max(len(c) for c in chunks) + 2):
-        for full, kept, logits in ((1e9, 3e7, 5e8), (123456789.0, 1.0, 0.0), (7.0, 7.0, 7.0)):
+        for full, kept, logits in ((1e9, 3e7, 5e8), (123456789.0, 1.0, 0.0), (7.0, 7.0, 7.0), (1e9 + 0.3, 0.7, 0.1)):
             for row in sched.actions:
                 args = (row, sched, chunks, recomputed, full, kept, logits)
-                assert memory._rank_peak_counted(*args) == memory._rank_peak(*args)
+                if float(full).is_integer():
+                    assert memory._rank_peak(*args) == _walked_peak(*args)
+                else:
+                    assert memory._rank_peak(*args) == pytest.approx(_walked_peak(*args), rel=1e-12)
