@@ -20,11 +20,12 @@ an op the network prices up front is one timeout (one for all members of a colle
 other runs the network's transfer steps, and one network process wakes the ops whose tokens
 finish.
 
-Speed: a stream is an object whose bound methods are the callbacks of its timeouts (not a SimPy
-process), so an op whose dependencies are done costs one event; a finished op resumes the streams
-waiting for it directly. Spans are recorded as (op id, start, end) and become the timeline's
-columns after the run (:func:`~simtrain.timeline.program_timeline`). A re-plan at the instant a
-compute op starts leaves its work as it is; one at the instant it ends is skipped.
+Speed: a stream walks op ids, reading the program's columns (:class:`~simtrain.workload.program.OpTable`);
+it is an object whose bound methods are the callbacks of its timeouts (not a SimPy process), so an
+op whose dependencies are done costs one event, and a finished op resumes the streams waiting for
+it directly. Spans are recorded as (op id, start, end) and become the timeline's columns after the
+run (:func:`~simtrain.timeline.program_timeline`). A re-plan at the instant a compute op starts
+leaves its work as it is; one at the instant it ends is skipped.
 
 After the run the engine checks its invariants (every op ran exactly once, no stream ran two ops
 at once, no op started before its dependencies ended) and the network's own. A state where ops
@@ -37,14 +38,13 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 from itertools import chain
-from operator import attrgetter
 
 import numpy as np
 import simpy
 
 from simtrain.errors import SimulationError
 from simtrain.network.protocol import NetworkModel
-from simtrain.workload.program import STREAM, Program
+from simtrain.workload.program import STREAM, OpRef, Program
 from simtrain.timeline import Timeline, program_timeline
 
 #: Most operations a run simulates unless ``--max-events`` says more: at about 900 bytes and 12 us
@@ -66,8 +66,8 @@ class _Stream:
     __slots__ = ("run", "rank", "ops", "pos", "op", "start", "left", "t0", "slow", "end", "ev", "on_end",
                  "on_solo_end", "on_p2p_end")
 
-    def __init__(self, run: "_Run", rank: int, ops: list):
-        self.run, self.rank, self.ops, self.pos = run, rank, ops, 0
+    def __init__(self, run: "_Run", rank: int, ops: list[int]):
+        self.run, self.rank, self.ops, self.pos = run, rank, ops, 0  # ops: op ids, in program order
         self.op = self.ev = None
         self.start = self.left = self.t0 = self.end = 0.0
         self.slow = 1.0
@@ -78,9 +78,10 @@ class _Stream:
         """Start ops until one has to wait (for a dependency, a timeout, a peer or members)."""
         run = self.run
         finished, ops = run.finished, self.ops
+        deps, comm, duration = run.deps, run.comm, run.duration
         while self.pos < len(ops):
             op = ops[self.pos]
-            for d in op.deps:
+            for d in deps[op]:
                 if not finished[d]:
                     w = run.waiting[d]
                     if w is None:
@@ -91,10 +92,11 @@ class _Stream:
                         run.waiting[d] = [w, self]
                     return
             now = run.env._now
-            if op.comm is None:
-                if op.duration_s > 0:
+            kind = comm[op]
+            if kind is None:
+                delay = duration[op]
+                if delay > 0:
                     self.op, self.start = op, now
-                    delay = op.duration_s
                     if run.interference > 0:
                         self.left, self.t0 = delay, now
                         self.slow = slow = run.slow_factor if run.active.get(self.rank, 0) > 0 else 1.0
@@ -105,8 +107,8 @@ class _Stream:
                     ev.callbacks.append(self.on_end)
                     return
                 self.pos += 1
-                run.finish(op.id, now)
-            elif op.comm == "p2p":
+                run.finish(op, now)
+            elif kind == "p2p":
                 run.request_peer(self, op)
                 return
             else:
@@ -135,9 +137,9 @@ class _Stream:
         run, op = self.run, self.op
         now = run.env._now
         if run.interference > 0:
-            run.slowdown[self.rank] += (now - self.start) - op.duration_s
+            run.slowdown[self.rank] += (now - self.start) - run.duration[op]
         self.pos += 1
-        run.finish(op.id, self.start)
+        run.finish(op, self.start)
         run.resume(self)
 
     # ---- communication -------------------------------------------------------------------------
@@ -153,26 +155,24 @@ class _Stream:
     def comm_done(self, now: float) -> None:
         """This stream's communication op (started at ``self.start``) ended ``now``."""
         self.pos += 1
-        self.run.finish(self.op.id, self.start)
+        self.run.finish(self.op, self.start)
         self.run.resume(self)
 
 
 class _Run:
     def __init__(self, program: Program, network: NetworkModel, max_events: int, comm_interference: float):
-        self.prog = program
-        self.net = network
-        self.max_events = max_events
-        self.interference = comm_interference
-        self.slow_factor = 1.0 + comm_interference
+        self.prog, self.net, self.max_events = program, network, max_events
+        self.interference, self.slow_factor = comm_interference, 1.0 + comm_interference
+        table = program.ops  # the columns the streams read
+        self.deps, self.comm, self.duration, self.key, self.peer = (table.deps, table.comm, table.duration_s,
+                                                                      table.key, table.peer)
 
-    # ---- bookkeeping -------------------------------------------------------------------------
     def finish(self, i: int, start: float) -> None:
         """Op ``i``, started at ``start``, ends now: record its span, wake the streams waiting for it."""
         if self.finished[i]:
             raise AssertionError(f"op ran twice: {self.prog.ops[i].label()}")
         now = self.env._now
         self.finished[i] = True
-        self.end_time[i] = now
         self.rows.append(i)
         self.starts.append(start)
         self.ends.append(now)
@@ -184,11 +184,8 @@ class _Run:
         waiter = self.waiting[i]
         if waiter is not None:
             self.waiting[i] = None
-            if type(waiter) is list:  # several streams wait for this op: in the order they came
-                for w in waiter:
-                    self.resume(w)
-            else:
-                self.resume(waiter)
+            for w in waiter if type(waiter) is list else (waiter,):  # several: in the order they came
+                self.resume(w)
 
     def resume(self, stream: _Stream) -> None:
         """Let ``stream`` start its next ops now. Inside another resumption it is queued and run
@@ -229,7 +226,7 @@ class _Run:
             for token in net.advance(env.now):
                 self.waiters.pop(token).succeed()
 
-    def _transfer(self, op):
+    def _transfer(self, op: OpRef):
         """Run the network's steps of ``op``: wait out each delay, or each token until it ends."""
         for step in self.net.transfer(op):
             if step.token is not None:
@@ -240,7 +237,7 @@ class _Run:
             elif step.delay_s > 0:
                 yield self.env.timeout(step.delay_s)
 
-    def _after(self, duration: float | None, op, done) -> None:
+    def _after(self, duration: float | None, op: OpRef, done) -> None:
         """Call ``done(event)`` once ``op``'s communication is over: the network's up-front price
         ``duration``, or (None) the network's transfer steps; at once when it takes no time."""
         if duration is None:
@@ -251,56 +248,60 @@ class _Run:
             done(None)
 
     # ---- point-to-point ----------------------------------------------------------------------
-    def request_peer(self, stream: _Stream, op) -> None:
-        """``op`` is ready: it starts when the receiver's ``pp_recv`` stream is free."""
-        queue = self.recv_queue.get(op.peer)
+    def request_peer(self, stream: _Stream, op: int) -> None:
+        """Op ``op`` is ready: it starts when the receiver's ``pp_recv`` stream is free."""
+        peer = self.peer[op]
+        queue = self.recv_queue.get(peer)
         if queue is None:
-            self.recv_queue[op.peer] = deque()
+            self.recv_queue[peer] = deque()
             self._start_p2p(stream, op)
         else:
             queue.append((stream, op))
 
-    def _start_p2p(self, stream: _Stream, op) -> None:
+    def _start_p2p(self, stream: _Stream, op: int) -> None:
         stream.op, stream.start = op, self.env._now
         self.running(stream.rank, 1)
-        self.running(op.peer, 1)
-        self._after(self.net.fixed_duration(op), op, stream.on_p2p_end)
+        self.running(self.peer[op], 1)
+        self._after(self.net.fixed_duration(ref := OpRef(self.prog.ops, op)), ref, stream.on_p2p_end)
 
     def p2p_end(self, stream: _Stream) -> None:
         op = stream.op
+        peer = self.peer[op]
         now = self.env._now
         self.running(stream.rank, -1)
-        self.running(op.peer, -1)
-        self.rows.append(~op.id)  # the receiver's span of the same transfer
+        self.running(peer, -1)
+        self.rows.append(~op)  # the receiver's span of the same transfer
         self.starts.append(stream.start)
         self.ends.append(now)
-        queue = self.recv_queue[op.peer]
+        queue = self.recv_queue[peer]
         stream.comm_done(now)
         if queue:
             self._start_p2p(*queue.popleft())
         else:
-            del self.recv_queue[op.peer]
+            del self.recv_queue[peer]
 
     # ---- collectives -------------------------------------------------------------------------
-    def arrive(self, stream: _Stream, op) -> None:
+    def arrive(self, stream: _Stream, op: int) -> None:
         """A member reaches collective ``op``; the last one prices it (or launches its transfer)
         and every member then runs it from now."""
-        need = self.prog.members[op.key]
+        key = self.key[op]
+        need = self.prog.members[key]
+        ref = OpRef(self.prog.ops, op)
         if need == 1:  # one simulated member (a folded group): the stream's own callback ends it
             stream.op, stream.start = op, self.env._now
             self.running(stream.rank, 1)
-            self._after(self.net.fixed_duration(op), op, stream.on_solo_end)
+            self._after(self.net.fixed_duration(ref), ref, stream.on_solo_end)
             return
-        members = self.arrivals.setdefault(op.key, [])
+        members = self.arrivals.setdefault(key, [])
         members.append(stream)
         if len(members) < need:
             return
-        del self.arrivals[op.key]
+        del self.arrivals[key]
         now = self.env._now
         for s in members:
             s.op, s.start = s.ops[s.pos], now
             self.running(s.rank, 1)
-        self._after(self.net.fixed_duration(op), op, _CollectiveEnd(self, members))
+        self._after(self.net.fixed_duration(ref), ref, _CollectiveEnd(self, members))
 
     # ---- driver ------------------------------------------------------------------------------
     def run(self) -> RunResult:
@@ -308,7 +309,7 @@ class _Run:
         n = len(prog.ops)
         self.env = env = simpy.Environment()
         self.timeout = env.timeout
-        self.finished, self.end_time = [False] * n, [0.0] * n
+        self.finished = [False] * n
         self.waiting: list = [None] * n  # op id -> the stream (or list of streams) waiting for it
         self.rows, self.starts, self.ends = [], [], []  # the spans: op id (~id: receiver), start, end
         self.arrivals: dict[tuple, list] = {}  # collective key -> the members arrived so far
@@ -321,8 +322,7 @@ class _Run:
         self.ready: deque[_Stream] = deque()  # streams to resume once the current one waits
         self.net.prepare(prog, lambda: env.now)
         env.process(self.network_process())
-        ops = prog.ops
-        streams = [_Stream(self, rank, [ops[i] for i in ids]) for (rank, _), ids in sorted(prog.order.items())]
+        streams = [_Stream(self, rank, ids) for (rank, _), ids in sorted(prog.order.items())]
         self.compute = {s.rank: s for (key, s) in zip(sorted(prog.order), streams) if key[1] == STREAM["compute"]}
         for s in streams:
             self.resume(s)
@@ -352,11 +352,11 @@ def _check_invariants(run: _Run) -> None:
     n = len(ops)
     rows = np.asarray(run.rows, dtype=np.int64)
     own = rows >= 0
-    start = np.zeros(n)
+    start, end = np.zeros(n), np.zeros(n)
     start[rows[own]] = np.asarray(run.starts)[own]
-    end = np.asarray(run.end_time)
+    end[rows[own]] = np.asarray(run.ends)[own]
     tol = 1e-12 * max(1.0, float(end.max(initial=0.0)))
-    deps = list(map(attrgetter("deps"), ops))
+    deps = ops.deps
     src = np.repeat(np.arange(n), np.fromiter(map(len, deps), dtype=np.int64, count=n))
     dst = np.fromiter(chain.from_iterable(deps), dtype=np.int64, count=len(src))
     bad = np.nonzero(start[src] + tol < end[dst])[0]
@@ -370,7 +370,7 @@ def _check_invariants(run: _Run) -> None:
     run.net.check()
     recv = ~rows[~own]
     if len(recv):  # each receiver's transfers, by start time, must not overlap
-        peers = np.fromiter((ops[i].peer for i in recv.tolist()), dtype=np.int64, count=len(recv))
+        peers = np.frombuffer(ops.peer, dtype=np.int64)[recv]
         order = np.lexsort((start[recv], peers))
         ids, peers = recv[order], peers[order]
         same = peers[1:] == peers[:-1]

@@ -8,14 +8,11 @@ program's ops once, after the run.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, field
-from itertools import chain
-from operator import attrgetter
 
 import numpy as np
 
-from simtrain.workload.program import KINDS, STREAM, STREAMS, Op
+from simtrain.workload.program import KINDS, STREAM, STREAMS, OpTable
 
 _INT_COLUMNS = ("rank", "stream", "kind", "name", "stage", "layer", "mb", "arrow")
 _FLOAT_COLUMNS = ("start_s", "end_s", "flops", "bytes", "alloc_bytes", "free_bytes")
@@ -200,7 +197,7 @@ class Timeline:
         return cls(cols, list(data["names"]))
 
 
-def program_timeline(ops: Sequence[Op], rows: list[int], starts: list[float], ends: list[float]) -> "Timeline":
+def program_timeline(ops: OpTable, rows: list[int], starts: list[float], ends: list[float]) -> "Timeline":
     """The timeline of a run of ``ops`` from its recorded rows: ``rows[k]`` is the id of the op
     that ran from ``starts[k]`` to ``ends[k]``, or ``~i`` for the receiver's span of transfer ``i``
     (on the peer's ``pp_recv`` stream, of the stage it delivers to, named ``recv`` for ``send``).
@@ -208,40 +205,41 @@ def program_timeline(ops: Sequence[Op], rows: list[int], starts: list[float], en
     ended, those that ended together in program order. Only compute spans allocate and free
     memory."""
     n = len(ops)
-    ints = np.fromiter(chain.from_iterable(map(attrgetter("rank", "stream", "kind", "stage", "layer", "mb"), ops)),
-                       dtype=np.int64, count=6 * n).reshape(n, 6)
-    floats = np.fromiter(chain.from_iterable(map(attrgetter("flops", "nbytes", "alloc", "free"), ops)),
-                         dtype=np.float64, count=4 * n).reshape(n, 4)
-    op_names = list(map(attrgetter("name"), ops))
-    names = dict.fromkeys(op_names, 0)  # in order of first use
+    names = dict.fromkeys(ops.name, 0)  # in order of first use
     for code, nm in enumerate(names):
         names[nm] = code
-    name = np.fromiter(map(names.__getitem__, op_names), dtype=np.int64, count=n)
+    name = np.fromiter(map(names.__getitem__, ops.name), dtype=np.int64, count=n)
     idx = np.asarray(rows, dtype=np.int64)
     recv = idx < 0
     op_of = np.where(recv, ~idx, idx)
-    compute = np.fromiter([c is None for c in map(attrgetter("comm"), ops)], dtype=bool, count=n)
-    cols = {c: ints[op_of, k] for k, c in enumerate(("rank", "stream", "kind", "stage", "layer", "mb"))}
+    cols = {c: _column(ops, c)[op_of] for c in ("rank", "stream", "kind", "stage", "layer", "mb")}
     cols["name"] = name[op_of]
     arrow = np.full(n, -1, dtype=np.int64)
     if recv.any():
         where = np.nonzero(recv)[0]
-        cols["rank"][where] = [ops[i].peer for i in op_of[where].tolist()]
-        cols["stream"][where] = STREAM["pp_recv"]
-        cols["stage"][where] = [ops[i].peer_stage for i in op_of[where].tolist()]
-        cols["name"][where] = [names.setdefault(ops[i].name.replace("send", "recv"), len(names))
-                               for i in op_of[where].tolist()]
         sent = op_of[where]
+        cols["rank"][where] = _column(ops, "peer")[sent]
+        cols["stream"][where] = STREAM["pp_recv"]
+        cols["stage"][where] = _column(ops, "peer_stage")[sent]
+        cols["name"][where] = [names.setdefault(ops.name[i].replace("send", "recv"), len(names))
+                               for i in sent.tolist()]
         order = np.lexsort((sent, np.asarray(ends, dtype=np.float64)[where]))
         arrow[sent[order]] = np.arange(len(sent))
     cols["arrow"] = arrow[op_of]
     cols["start_s"] = np.asarray(starts, dtype=np.float64)
     cols["end_s"] = np.asarray(ends, dtype=np.float64)
-    cols["flops"] = floats[op_of, 0]
-    cols["bytes"] = floats[op_of, 1]
-    cols["alloc_bytes"] = np.where(compute, floats[:, 2], 0.0)[op_of]
-    cols["free_bytes"] = np.where(compute, floats[:, 3], 0.0)[op_of]
+    cols["flops"] = _column(ops, "flops")[op_of]
+    cols["bytes"] = _column(ops, "nbytes")[op_of]
+    compute = np.fromiter([c is None for c in ops.comm], dtype=bool, count=n)
+    cols["alloc_bytes"] = np.where(compute, _column(ops, "alloc"), 0.0)[op_of]
+    cols["free_bytes"] = np.where(compute, _column(ops, "free"), 0.0)[op_of]
     return Timeline.from_columns(cols, list(names))
+
+
+def _column(ops: OpTable, name: str) -> np.ndarray:
+    """A typed column of ``ops`` as a numpy array (a view of its buffer: int64 or float64)."""
+    col = getattr(ops, name)
+    return np.frombuffer(col, dtype=np.int64 if col.typecode == "q" else np.float64)
 
 
 def rank_columns(tl: Timeline) -> dict[int, dict[str, np.ndarray]]:

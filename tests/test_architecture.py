@@ -100,7 +100,6 @@ TESTED_THROUGH_OTHERS = {
     "specs/gpu.py": "GPU presets and tables: tests/test_doctests.py and tests/topology/test_build.py",
     "specs/strict.py": "strict tables: the loaders' error tests and tests/test_fuzz_loaders.py",
     "workload/options.py": "the lowering's options, set by tests/workload/test_lower.py and tests/test_engine.py",
-    "workload/program.py": "the program vocabulary: tests/test_engine.py builds programs by hand",
 }
 # Top-level test modules that check the project across modules rather than one module.
 CROSS_CUTTING = {

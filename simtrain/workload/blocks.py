@@ -27,7 +27,7 @@ from simtrain.specs.parallel import ParallelSpec
 from simtrain.workload.data_parallel import DataParallelOps
 from simtrain.workload.emit import Emitter
 from simtrain.workload.moe_block import MoeBlock
-from simtrain.workload.program import STREAM, Op
+from simtrain.workload.program import STREAM, OpRef
 
 
 #: Each dense block's column-parallel and row-parallel GEMMs: the first and last of its forward.
@@ -115,7 +115,7 @@ class DenseBlocks:
         return self.em.cost(costs.mlp_cost, pass_kind, self.selective)
 
     def block(self, rank: int, block: str, kind: str, stage: int, layer: int, mb: int, last: int | None,
-              alloc: float = 0.0, free: float = 0.0) -> tuple[Op, int | None]:
+              alloc: float = 0.0, free: float = 0.0) -> tuple[OpRef, int | None]:
         """A dense block (``attn`` or ``mlp``) of pass F, R, B or I between its TP collectives;
         returns (its first compute op, what the next block waits for).
 

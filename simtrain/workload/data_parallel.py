@@ -38,7 +38,7 @@ from simtrain.specs.model import ModelSpec
 from simtrain.specs.parallel import ParallelSpec
 from simtrain.workload.emit import Emitter
 from simtrain.workload.options import WorkloadOptions
-from simtrain.workload.program import STREAM, Op
+from simtrain.workload.program import STREAM, OpRef
 
 EMBEDDING = -1  # layer index of the input embedding
 LM_HEAD = -2  # layer index of the LM head and final norm
@@ -201,14 +201,14 @@ class DataParallelOps:
                 for layer in bucket.layers:
                     self.param_gather[(bucket.stage, layer)] = op.id
 
-    def first_use(self, stage: int, layer: int, op: Op) -> None:
+    def first_use(self, stage: int, layer: int, op: OpRef) -> None:
         """``op`` is the first of ``layer`` in the step: it waits for the layer's bucket gather."""
         ag = self.param_gather.get((stage, layer))
         if ag is not None and (stage, layer) not in self.used:
             self.used.add((stage, layer))
             op.deps.append(ag)
 
-    def grad_done(self, stage: int, layer: int, op: Op, kind: str) -> None:
+    def grad_done(self, stage: int, layer: int, op: OpRef, kind: str) -> None:
         """Record ``op`` as the latest weight-gradient op of ``layer`` (passes B and W); while
         ``recorded`` is a list, the call is also appended to it (:mod:`simtrain.workload.templates`)."""
         if self.recorded is not None:

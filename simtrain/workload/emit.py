@@ -21,7 +21,7 @@ from simtrain.specs.gpu import GpuSpec
 from simtrain.specs.model import ModelSpec
 from simtrain.specs.parallel import ParallelSpec
 from simtrain.topology.mesh import DeviceMesh
-from simtrain.workload.program import KIND, STREAM, Op, Program
+from simtrain.workload.program import KIND, STREAM, OpRef, Program
 
 T = TypeVar("T")
 _COMPUTE = STREAM["compute"]
@@ -106,16 +106,16 @@ class Emitter:
 
     # ---- ops ---------------------------------------------------------------------------------
     def emit(self, rank: int, stream: str, kind: str, name: str, stage: int, layer: int, mb: int,
-             deps: list[int | None], cost: costs.OpCost | None = None, **kw) -> Op:
+             deps: list[int | None], cost: costs.OpCost | None = None, **kw) -> OpRef:
         """Append one op of schedule stage ``stage``; ``None`` dependencies are dropped."""
         if None in deps:
             deps = [d for d in deps if d is not None]
-        op = Op(0, rank, STREAM[stream], KIND[kind], name, stage, layer, mb, deps=deps, **kw)
         if cost is not None:
-            op.flops, op.nbytes, op.duration_s = self._priced.get(cost) or self._price(cost)
+            kw["flops"], kw["nbytes"], kw["duration_s"] = self._priced.get(cost) or self._price(cost)
             if rank in self._speeds or rank in self._gpus:
-                op.duration_s = self._perturbed_price(rank, cost)[2]
-        return self.prog.add(op)
+                kw["duration_s"] = self._perturbed_price(rank, cost)[2]
+        prog = self.prog
+        return OpRef(prog.ops, prog.append(rank, STREAM[stream], KIND[kind], name, stage, layer, mb, deps=deps, **kw))
 
     def _price(self, cost: costs.OpCost) -> tuple[float, float, float]:
         """FLOPs, bytes and seconds of ``cost``, once per distinct cost (equal costs built apart
@@ -137,17 +137,18 @@ class Emitter:
         return priced
 
     def compute(self, rank: int, kind: str, name: str, stage: int, layer: int, mb: int,
-                cost: costs.OpCost, last: int | None, **kw) -> Op:
+                cost: costs.OpCost, last: int | None, **kw) -> OpRef:
         """A compute op after op ``last`` (none: no dependency). The most frequent op: built
         here directly rather than through :meth:`emit`."""
         flops, nbytes, seconds = self._priced.get(cost) or self._price(cost)
         if (self._speeds or self._gpus) and (rank in self._speeds or rank in self._gpus):
             seconds = self._perturbed_price(rank, cost)[2]
-        return self.prog.add(Op(0, rank, _COMPUTE, KIND[kind], name, stage, layer, mb, seconds, flops, nbytes,
-                                deps=[last] if last is not None else [], **kw))
+        prog = self.prog
+        return OpRef(prog.ops, prog.append(rank, _COMPUTE, KIND[kind], name, stage, layer, mb, seconds, flops, nbytes,
+                                           deps=[last] if last is not None else [], **kw))
 
     def collective(self, rank: int, stream: str, dim: str, op_name: str, nbytes: float,
-                   stage: int, layer: int, mb: int, deps: list[int | None]) -> Op:
+                   stage: int, layer: int, mb: int, deps: list[int | None]) -> OpRef:
         """A collective ``op_name`` of ``nbytes`` over ``rank``'s groups along ``dim`` (its kind is
         its stream's name); ``None`` dependencies are dropped."""
         groups, gid = self._group_ids.get((dim, rank)) or self._group_and_id(dim, rank)
@@ -162,8 +163,9 @@ class Emitter:
             key = (stream, rank, n)
         if None in deps:
             deps = [d for d in deps if d is not None]
-        return self.prog.add(Op(0, rank, counter[1], KIND[stream], f"{stream}.{op_name}", stage, layer, mb,
-                                0.0, 0.0, nbytes, op_name, gid, key, deps=deps))
+        prog = self.prog
+        return OpRef(prog.ops, prog.append(rank, counter[1], KIND[stream], f"{stream}.{op_name}", stage, layer, mb,
+                                           0.0, 0.0, nbytes, op_name, gid, key, deps=deps))
 
     def _group_and_id(self, dim: str, rank: int) -> tuple[tuple[tuple[int, ...], ...], int]:
         """:meth:`groups` and their group-set id, once per (dim, rank): hashing the groups of a

@@ -71,9 +71,10 @@ def _segments(program: Program, ids: list[int]) -> np.ndarray:
     micro-batch, layer, kind and block: ``attn`` or ``mlp``) share one, since the block's TP
     collective is where its group meets; the other ops are segments of their own."""
     seg, last, keys = [], None, []
+    t = program.ops
     for i in ids:
-        op = program.ops[i]
-        key = (op.mb, op.layer, op.kind, op.name.split(".", 1)[0]) if op.layer >= 0 else None
+        layer = t.layer[i]
+        key = (t.mb[i], layer, t.kind[i], t.name[i].split(".", 1)[0]) if layer >= 0 else None
         if key is None or key != last:
             keys.append(key)
         seg.append(len(keys) - 1)
@@ -103,11 +104,11 @@ def _drift(program: Program, ids: list[int], sd: np.ndarray) -> np.ndarray:
     waited for a data-parallel collective (where the replicas met: a parameter gather before a
     forward, the gradient norm before the optimizer), from the ops' standard deviations ``sd``."""
     dp = STREAM["dp"]
-    ops = program.ops
+    stream, deps = program.ops.stream, program.ops.deps
     out = np.zeros(len(ids))
     var = 0.0
     for j, i in enumerate(ids):
-        if any(ops[d].stream == dp for d in ops[i].deps):
+        if any(stream[d] == dp for d in deps[i]):
             var = 0.0
         before = math.sqrt(var)
         var += float(sd[j]) ** 2
@@ -118,10 +119,10 @@ def _drift(program: Program, ids: list[int], sd: np.ndarray) -> np.ndarray:
 def _steps_of(program: Program, rank: int) -> list[list[int]]:
     """``rank``'s compute op ids, split by step (each step ends with its optimizer op)."""
     steps: list[list[int]] = [[]]
-    opt = KIND["opt"]
+    opt, kinds = KIND["opt"], program.ops.kind
     for i in program.order.get((rank, STREAM["compute"]), []):
         steps[-1].append(i)
-        if program.ops[i].kind == opt:
+        if kinds[i] == opt:
             steps.append([])
     return [s for s in steps if s]
 
@@ -142,7 +143,7 @@ def apply_jitter(program: Program, jitter: Jitter, layer_size: int) -> dict[str,
     for k in range(count):
         if jitter.slow_step_prob > 0 and rng.random() < jitter.slow_step_prob:
             slow[k] = ranks[int(rng.choice(len(ranks), p=weights / weights.sum()))]
-    ops = program.ops
+    duration = program.ops.duration_s
     shifts: dict[int, float] = {}  # replicas -> expected maximum (one quadrature per distinct count)
     for r in ranks:
         w = program.rank_weight[r]
@@ -152,14 +153,14 @@ def apply_jitter(program: Program, jitter: Jitter, layer_size: int) -> dict[str,
         if shift is None:
             shift = shifts[n] = expected_max_normal(n)
         for k, ids in enumerate(steps[r]):
-            base = np.array([ops[i].duration_s for i in ids])
+            base = np.array([duration[i] for i in ids])
             scaled = _slowest_members(rng, base, _segments(program, ids), m, sigma)
             if shift > 0 and sigma > 0:
                 scaled += shift * _drift(program, ids, jitter.cv * base)
             if slow.get(k) == r:
                 scaled /= jitter.slow_step_factor
             for i, t in zip(ids, scaled.tolist()):
-                ops[i].duration_s = t
+                duration[i] = t
     return {str(k): r for k, r in slow.items()}
 
 

@@ -40,7 +40,7 @@ from simtrain.workload.fold import fold_classes
 from simtrain.workload.moe_routing import ep_loads
 from simtrain.workload.options import WorkloadOptions
 from simtrain.workload.overlap import interleave
-from simtrain.workload.program import STREAM, Op, Program
+from simtrain.workload.program import STREAM, OpRef, Program
 from simtrain.workload.stages import split_layers
 from simtrain.workload.templates import ActionTemplates
 
@@ -97,7 +97,7 @@ class _Lowering:
             if src is None:
                 raise SpecError(f"schedule {self.sched.name}: nothing sends {key[4]} of micro-batch "
                                 f"{key[3]} from stage {key[2]}")
-            prog.ops[op_id].deps.append(src)
+            prog.ops.deps[op_id].append(src)
         return prog
 
     def _step(self, rank: int, previous: int | None) -> int | None:
@@ -109,8 +109,8 @@ class _Lowering:
         first = len(prog.ops)
         dp.begin_rank(rank)
         if previous is not None:
-            for op in prog.ops[first:]:
-                op.deps.append(previous)
+            for deps in prog.ops.deps[first:]:
+                deps.append(previous)
         for action in _probed(self, rank):
             self._action(rank, action)
         reductions = dp.reduce(rank)
@@ -182,7 +182,7 @@ class _Lowering:
             self._needs_from(start, (next_stage, a.mb, "grad"), rank)
         first = _first_non_dp(self.prog, start)
         if self.blocking_p2p and first is not None and previous_send is not None:
-            self.prog.ops[first].deps.append(previous_send)
+            self.prog.ops.deps[first].append(previous_send)
 
     def _body(self, rank: int, a: Action, layers: list[int], embed: bool, head: bool, receives: bool) -> int | None:
         """The ops of action ``a`` (its pass over the chunk's ``layers``, with the embedding and the
@@ -215,7 +215,7 @@ class _Lowering:
         return last
 
     def _end_op(self, rank: int, a: Action, name: str, kind: str, cost_fn: Callable[..., costs.OpCost],
-                last: int | None, **kw) -> Op:
+                last: int | None, **kw) -> OpRef:
         """The embedding or the LM head (``name``) in pass ``kind`` of action ``a``."""
         em = self.em
         return em.compute(rank, kind, f"{name}.{kind}", a.stage, -1, a.mb, em.cost(cost_fn, kind), last, **kw)
@@ -287,7 +287,8 @@ def _work(sched: Schedule, chunks: list[list[int]], pipeline_rank: int, upto: in
 def _first_non_dp(prog: Program, first_op: int) -> int | None:
     """The first op of ``prog`` from ``first_op`` on that is not a data-parallel gather."""
     dp = STREAM["dp"]
-    return next((i for i in range(first_op, len(prog.ops)) if prog.ops[i].stream != dp), None)
+    streams = prog.ops.stream
+    return next((i for i in range(first_op, len(streams)) if streams[i] != dp), None)
 
 
 def lower(model: ModelSpec, par: ParallelSpec, gpu: GpuSpec, schedule: Schedule, mesh: DeviceMesh,

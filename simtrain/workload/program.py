@@ -13,6 +13,7 @@ a *micro-batch* is one slice of the global batch; a *stream* is one of a rank's 
 
 from __future__ import annotations
 
+from array import array
 from dataclasses import dataclass, field
 
 #: The streams of one rank: one compute stream and the communication streams (PP has two).
@@ -30,8 +31,17 @@ STREAM = {s: i for i, s in enumerate(STREAMS)}
 KIND = {k: i for i, k in enumerate(KINDS)}
 
 
+#: The fields of an op, in the order :class:`Op` takes them; each is one column of :class:`OpTable`.
+FIELDS = ("rank", "stream", "kind", "name", "stage", "layer", "mb", "duration_s", "flops", "nbytes", "comm",
+          "group_set", "key", "peer", "peer_stage", "deps", "alloc", "free")
+#: The columns held as typed arrays (``array`` type codes: 64-bit integers, doubles); the others
+#: (name, comm, key, deps) are lists of Python objects.
+TYPED = {"rank": "q", "stream": "q", "kind": "q", "stage": "q", "layer": "q", "mb": "q", "duration_s": "d",
+         "flops": "d", "nbytes": "d", "group_set": "q", "peer": "q", "peer_stage": "q", "alloc": "d", "free": "d"}
+
+
 class Op:
-    """One operation of one rank.
+    """One operation of one rank, as a record (what :meth:`Program.add` appends).
 
     ``comm`` is None for compute (which then lasts ``duration_s``), a collective name
     (``all_reduce``, ``reduce_scatter``, ``all_gather``, ``all_to_all``) or ``"p2p"``.
@@ -40,10 +50,11 @@ class Op:
     folded representative represents; the slowest decides). A p2p op is owned by the sender and
     occupies the receiver rank ``peer``'s ``pp_recv`` stream while it runs; ``peer_stage`` is the
     schedule stage it delivers to. ``stage``, ``layer`` and ``mb`` are -1 where they do not apply.
+    ``flops`` and ``nbytes`` are the op's work (FLOPs, bytes moved); ``alloc`` and ``free`` are
+    bytes of memory a compute op allocates when it starts and frees when it ends.
     """
 
-    __slots__ = ("id", "rank", "stream", "kind", "name", "stage", "layer", "mb", "duration_s",
-                 "flops", "nbytes", "comm", "group_set", "key", "peer", "peer_stage", "deps", "alloc", "free")
+    __slots__ = ("id",) + FIELDS
 
     def __init__(self, id: int, rank: int, stream: int, kind: int, name: str, stage: int,
                  layer: int, mb: int, duration_s: float = 0.0, flops: float = 0.0,
@@ -71,16 +82,120 @@ class Op:
         self.free = free
 
     def label(self) -> str:
-        mb = f" mb{self.mb}" if self.mb >= 0 else ""
-        layer = f" layer {self.layer}" if self.layer >= 0 else ""
-        return f"rank {self.rank} {STREAMS[self.stream]}: {self.name}{mb}{layer} (stage {self.stage})"
+        return op_label(self.rank, self.stream, self.name, self.mb, self.layer, self.stage)
+
+
+def op_label(rank: int, stream: int, name: str, mb: int, layer: int, stage: int) -> str:
+    """How an error message names an op: rank, stream, name, micro-batch, layer and stage."""
+    mb_text = f" mb{mb}" if mb >= 0 else ""
+    layer_text = f" layer {layer}" if layer >= 0 else ""
+    return f"rank {rank} {STREAMS[stream]}: {name}{mb_text}{layer_text} (stage {stage})"
+
+
+class OpTable:
+    """A program's ops as columns: one list per field of :data:`FIELDS`, indexed by op id.
+
+    The lowering appends rows (:meth:`append`, and whole template copies by extending every
+    column); the engine and the timeline read the columns. Numbers are held in typed arrays
+    (:data:`TYPED`: 8 bytes a value, read by numpy without a copy), so a row costs about 110
+    bytes plus its dependency list and, for a collective, its key. Indexing gives an :class:`OpRef`, a
+    view of one row whose attributes read and write the columns, for code that handles one op
+    at a time (its dependency list is the column's own list, so appending to it is seen).
+    """
+
+    __slots__ = FIELDS
+
+    def __init__(self) -> None:
+        for f in FIELDS:
+            code = TYPED.get(f)
+            setattr(self, f, array(code) if code else [])
+
+    def __len__(self) -> int:
+        return len(self.rank)
+
+    def __getitem__(self, i):
+        n = len(self.rank)
+        if isinstance(i, slice):
+            return [OpRef(self, j) for j in range(*i.indices(n))]
+        if i < 0:
+            i += n
+        if not 0 <= i < n:
+            raise IndexError(f"op {i} of {n}")
+        return OpRef(self, i)
+
+    def __iter__(self):
+        return (OpRef(self, i) for i in range(len(self.rank)))
+
+    def append(self, rank: int, stream: int, kind: int, name: str, stage: int, layer: int, mb: int,
+               duration_s: float, flops: float, nbytes: float, comm: str | None, group_set: int, key: tuple | None,
+               peer: int, peer_stage: int, deps: list[int], alloc: float, free: float) -> int:
+        """Append one row; its op id."""
+        i = len(self.rank)
+        self.rank.append(rank)
+        self.stream.append(stream)
+        self.kind.append(kind)
+        self.name.append(name)
+        self.stage.append(stage)
+        self.layer.append(layer)
+        self.mb.append(mb)
+        self.duration_s.append(duration_s)
+        self.flops.append(flops)
+        self.nbytes.append(nbytes)
+        self.comm.append(comm)
+        self.group_set.append(group_set)
+        self.key.append(key)
+        self.peer.append(peer)
+        self.peer_stage.append(peer_stage)
+        self.deps.append(deps)
+        self.alloc.append(alloc)
+        self.free.append(free)
+        return i
+
+
+class OpRef:
+    """One row of an :class:`OpTable`, with the attributes of an :class:`Op` (read and written
+    through to the columns)."""
+
+    __slots__ = ("table", "id")
+
+    def __init__(self, table: OpTable, i: int):
+        self.table, self.id = table, i
+
+    def label(self) -> str:
+        t, i = self.table, self.id
+        return op_label(t.rank[i], t.stream[i], t.name[i], t.mb[i], t.layer[i], t.stage[i])
+
+    def __repr__(self) -> str:
+        return f"OpRef({self.id}: {self.label()})"
+
+    # one property per column of the table, read and written through
+    rank = property(lambda s: s.table.rank[s.id], lambda s, v: s.table.rank.__setitem__(s.id, v))
+    stream = property(lambda s: s.table.stream[s.id], lambda s, v: s.table.stream.__setitem__(s.id, v))
+    kind = property(lambda s: s.table.kind[s.id], lambda s, v: s.table.kind.__setitem__(s.id, v))
+    name = property(lambda s: s.table.name[s.id], lambda s, v: s.table.name.__setitem__(s.id, v))
+    stage = property(lambda s: s.table.stage[s.id], lambda s, v: s.table.stage.__setitem__(s.id, v))
+    layer = property(lambda s: s.table.layer[s.id], lambda s, v: s.table.layer.__setitem__(s.id, v))
+    mb = property(lambda s: s.table.mb[s.id], lambda s, v: s.table.mb.__setitem__(s.id, v))
+    duration_s = property(lambda s: s.table.duration_s[s.id], lambda s, v: s.table.duration_s.__setitem__(s.id, v))
+    flops = property(lambda s: s.table.flops[s.id], lambda s, v: s.table.flops.__setitem__(s.id, v))
+    nbytes = property(lambda s: s.table.nbytes[s.id], lambda s, v: s.table.nbytes.__setitem__(s.id, v))
+    comm = property(lambda s: s.table.comm[s.id], lambda s, v: s.table.comm.__setitem__(s.id, v))
+    group_set = property(lambda s: s.table.group_set[s.id], lambda s, v: s.table.group_set.__setitem__(s.id, v))
+    key = property(lambda s: s.table.key[s.id], lambda s, v: s.table.key.__setitem__(s.id, v))
+    peer = property(lambda s: s.table.peer[s.id], lambda s, v: s.table.peer.__setitem__(s.id, v))
+    peer_stage = property(lambda s: s.table.peer_stage[s.id], lambda s, v: s.table.peer_stage.__setitem__(s.id, v))
+    deps = property(lambda s: s.table.deps[s.id], lambda s, v: s.table.deps.__setitem__(s.id, v))
+    alloc = property(lambda s: s.table.alloc[s.id], lambda s, v: s.table.alloc.__setitem__(s.id, v))
+    free = property(lambda s: s.table.free[s.id], lambda s, v: s.table.free.__setitem__(s.id, v))
+
+
 
 
 @dataclass
 class Program:
     """All operations of one simulated step."""
 
-    ops: list[Op] = field(default_factory=list)
+    ops: OpTable = field(default_factory=OpTable)
     order: dict[tuple[int, int], list[int]] = field(default_factory=dict)  # (rank, stream) -> op ids
     group_sets: list[tuple[tuple[int, ...], ...]] = field(default_factory=list)
     members: dict[tuple, int] = field(default_factory=dict)  # collective key -> simulated members
@@ -91,17 +206,25 @@ class Program:
     kernel_sources: dict[str, int] = field(default_factory=dict)  # measured/interpolated/model -> distinct kernels
     _group_ids: dict = field(default_factory=dict, repr=False)
 
-    def add(self, op: Op) -> Op:
-        op.id = i = len(self.ops)
-        self.ops.append(op)
-        queue = self.order.get((op.rank, op.stream))
+    def add(self, op: Op) -> OpRef:
+        """Append ``op`` (a record; its ``id`` is ignored) to its rank's stream; the new row."""
+        return OpRef(self.ops, self.append(*(getattr(op, f) for f in FIELDS)))
+
+    def append(self, rank: int, stream: int, kind: int, name: str, stage: int, layer: int, mb: int,
+               duration_s: float = 0.0, flops: float = 0.0, nbytes: float = 0.0, comm: str | None = None,
+               group_set: int = -1, key: tuple | None = None, peer: int = -1, peer_stage: int = -1,
+               deps: list[int] | None = None, alloc: float = 0.0, free: float = 0.0) -> int:
+        """Append an op (fields as :class:`Op` has them) to its rank's stream; its id."""
+        i = self.ops.append(rank, stream, kind, name, stage, layer, mb, duration_s, flops, nbytes, comm, group_set,
+                            key, peer, peer_stage, deps if deps is not None else [], alloc, free)
+        queue = self.order.get((rank, stream))
         if queue is None:
-            self.order[(op.rank, op.stream)] = [i]
+            self.order[(rank, stream)] = [i]
         else:
             queue.append(i)
-        if op.key is not None:
-            self.members[op.key] = self.members.get(op.key, 0) + 1
-        return op
+        if key is not None:
+            self.members[key] = self.members.get(key, 0) + 1
+        return i
 
     def group_set_id(self, groups: tuple[tuple[int, ...], ...]) -> int:
         gid = self._group_ids.get(groups)

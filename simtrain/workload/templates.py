@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from simtrain.workload.program import STREAM, Op
+from simtrain.workload.program import STREAM, OpRef, OpTable
 
 _DP = STREAM["dp"]
 
@@ -29,7 +29,10 @@ _DP = STREAM["dp"]
 class _Template:
     start: int  # id of the first op when it was captured
     mb: int  # the micro-batch it was captured from
-    fields: tuple[tuple, ...]  # per op: the Op fields, deps relative to the first op, key's relative n
+    columns: tuple[tuple, ...]  # per copied column of _COPIED: its values, in op order
+    own_mb: tuple[bool, ...]  # per op: whether it carries the micro-batch (else -1)
+    deps: tuple[tuple[int, ...], ...]  # per op: its dependencies, relative to the first op
+    keys: tuple[tuple[int, int, tuple], ...]  # (op offset, stream, key with its relative n) of collectives
     counts: tuple[tuple[int, int], ...]  # (stream, collectives it numbered)
     streams: tuple[tuple[int, tuple[int, ...]], ...]  # (stream, offsets of its ops, in order)
     calls: tuple[tuple[int, int, int, str], ...]  # grad_done (stage, layer, op offset, kind)
@@ -67,24 +70,26 @@ class ActionTemplates:
 
     def _instantiate(self, tpl: _Template, rank: int, mb: int) -> int | None:
         """Append a copy of ``tpl``'s ops for ``rank`` and micro-batch ``mb`` (what
-        :meth:`Program.add` does, op by op, in bulk)."""
+        :meth:`Program.append` does, op by op, column by column)."""
         em, prog = self.em, self.em.prog
-        base = len(prog.ops)
+        table = prog.ops
+        base = len(table)
+        n = len(tpl.deps)
         counters = em._counters
         now = {s: counters.get((rank, s), 0) for s, _ in tpl.counts}
         for s, count in tpl.counts:
             counters[(rank, s)] = now[s] + count
+        table.rank.extend([rank] * n)
+        for name, values in zip(_COPIED, tpl.columns):
+            getattr(table, name).extend(values)
+        table.mb.extend([mb if own else -1 for own in tpl.own_mb])
+        table.deps.extend([[base + ds[0]] if len(ds) == 1 else [base + d for d in ds] for ds in tpl.deps])
+        keys = [None] * n
         members = prog.members
-        new = []
-        for k, (stream, kind, name, stage, layer, own_mb, seconds, flops, nbytes, comm, group_set, key, peer,
-                peer_stage, deps, alloc, free) in enumerate(tpl.fields, base):
-            if key is not None:
-                key = (key[0], key[1], key[2] + now[stream])
-                members[key] = members.get(key, 0) + 1
-            new.append(Op(k, rank, stream, kind, name, stage, layer, mb if own_mb else -1, seconds, flops, nbytes,
-                          comm, group_set, key, peer, peer_stage,
-                          [base + deps[0]] if len(deps) == 1 else [base + d for d in deps], alloc, free))
-        prog.ops.extend(new)
+        for offset, stream, (k0, k1, k2) in tpl.keys:
+            key = keys[offset] = (k0, k1, k2 + now[stream])
+            members[key] = members.get(key, 0) + 1
+        table.key.extend(keys)
         order = prog.order
         for stream, offsets in tpl.streams:
             ids = [base + o for o in offsets]
@@ -95,30 +100,37 @@ class ActionTemplates:
                 queue.extend(ids)
         grad_done = self.dp.grad_done
         for stage, layer, offset, kind in tpl.calls:
-            grad_done(stage, layer, new[offset], kind)
+            grad_done(stage, layer, OpRef(table, base + offset), kind)
         return None if tpl.last is None else base + tpl.last
 
 
-def _capture(ops: list[Op], start: int, mb: int, last: int | None, before: dict[int, int],
+#: The columns a template copies as they are (rank, micro-batch, dependencies and keys are rebased).
+_COPIED = ("stream", "kind", "name", "stage", "layer", "duration_s", "flops", "nbytes", "comm", "group_set", "peer",
+           "peer_stage", "alloc", "free")
+
+
+def _capture(table: OpTable, start: int, mb: int, last: int | None, before: dict[int, int],
              counters: dict[tuple[int, int], int], rank: int, calls: list) -> _Template | None:
     """The template of ops ``start:``, or None where copying them would not be exact."""
-    fields = []
-    for op in ops[start:]:
-        if op.stream == _DP or op.mb not in (mb, -1) or any(d < start for d in op.deps):
-            return None
-        key = op.key
+    end = len(table)
+    if any(s == _DP for s in table.stream[start:end]) or any(m not in (mb, -1) for m in table.mb[start:end]):
+        return None
+    deps = tuple(tuple(d - start for d in ds) for ds in table.deps[start:end])
+    if any(d < 0 for ds in deps for d in ds):
+        return None
+    keys = []
+    for offset, (key, stream) in enumerate(zip(table.key[start:end], table.stream[start:end])):
         if key is not None:
             if len(key) != 3 or not isinstance(key[2], int):
                 return None
-            key = (key[0], key[1], key[2] - before[op.stream])
-        fields.append((op.stream, op.kind, op.name, op.stage, op.layer, op.mb == mb, op.duration_s, op.flops,
-                       op.nbytes, op.comm, op.group_set, key, op.peer, op.peer_stage,
-                       tuple(d - start for d in op.deps), op.alloc, op.free))
+            keys.append((offset, stream, (key[0], key[1], key[2] - before[stream])))
     counts = tuple((s, counters.get((rank, s), 0) - n) for s, n in before.items()
                    if counters.get((rank, s), 0) != n)
     by_stream: dict[int, list[int]] = {}
-    for offset, f in enumerate(fields):
-        by_stream.setdefault(f[0], []).append(offset)
-    return _Template(start, mb, tuple(fields), counts, tuple((s, tuple(o)) for s, o in by_stream.items()),
+    for offset, s in enumerate(table.stream[start:end]):
+        by_stream.setdefault(s, []).append(offset)
+    return _Template(start, mb, tuple(getattr(table, c)[start:end] for c in _COPIED),
+                     tuple(m == mb for m in table.mb[start:end]), deps, tuple(keys), counts,
+                     tuple((s, tuple(o)) for s, o in by_stream.items()),
                      tuple((stage, layer, op_id - start, kind) for stage, layer, op_id, kind in calls),
                      None if last is None else last - start)

@@ -1,0 +1,55 @@
+"""The program's op table: columns, typed arrays, and row views that read and write through."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from simtrain.workload.program import FIELDS, KIND, STREAM, TYPED, Op, OpRef, OpTable, Program
+
+
+def _record(**kw) -> Op:
+    base = dict(id=0, rank=3, stream=STREAM["tp"], kind=KIND["tp"], name="tp.all_reduce", stage=1, layer=7, mb=2,
+                duration_s=0.0, flops=0.0, nbytes=4096.0, comm="all_reduce", group_set=5, key=("tp", 3, 0),
+                peer=-1, peer_stage=-1, deps=[], alloc=0.0, free=0.0)
+    base.update(kw)
+    return Op(**base)
+
+
+@pytest.mark.quick
+def test_a_row_view_has_every_field_of_a_record_and_writes_through():
+    prog = Program()
+    first = prog.add(_record())
+    ref = prog.add(_record(deps=[first.id], mb=3, key=("tp", 3, 1)))
+    assert isinstance(ref, OpRef) and ref.id == 1
+    record = _record(deps=[0], mb=3, key=("tp", 3, 1))
+    assert {f: getattr(ref, f) for f in FIELDS} == {f: getattr(record, f) for f in FIELDS}
+    assert ref.label() == record.label() == "rank 3 tp: tp.all_reduce mb3 layer 7 (stage 1)"
+    ref.name, ref.nbytes = "tp.all_reduce+all_gather", 8192.0
+    ref.deps.append(0)  # the column's own list
+    assert prog.ops.name[1] == "tp.all_reduce+all_gather" and prog.ops.nbytes[1] == 8192.0
+    assert prog.ops.deps[1] == [0, 0]
+    assert prog.ops[1].label() == "rank 3 tp: tp.all_reduce+all_gather mb3 layer 7 (stage 1)"
+    assert prog.order == {(3, STREAM["tp"]): [0, 1]} and prog.members == {("tp", 3, 0): 1, ("tp", 3, 1): 1}
+
+
+@pytest.mark.quick
+def test_the_table_indexes_slices_and_iterates_like_a_list():
+    table = OpTable()
+    for mb in range(4):
+        table.append(0, 0, 0, "f", 0, -1, mb, 1.5, 0.0, 0.0, None, -1, None, -1, -1, [], 0.0, 0.0)
+    assert len(table) == 4 and [op.mb for op in table] == [0, 1, 2, 3]
+    assert [op.id for op in table[1:3]] == [1, 2] and table[-1].id == 3
+    with pytest.raises(IndexError):
+        table[4]
+
+
+@pytest.mark.quick
+def test_numbers_are_typed_columns_numpy_reads_without_a_copy():
+    table = OpTable()
+    table.append(2**40, 1, 2, "x", -1, -1, -1, 0.1, 3e18, 7.0, None, -1, None, -1, -1, [], 1.0, 2.0)
+    for name, code in TYPED.items():
+        assert getattr(table, name).typecode == code
+    dur = np.frombuffer(table.duration_s, dtype=np.float64)
+    assert dur[0] == 0.1 and np.frombuffer(table.rank, dtype=np.int64)[0] == 2**40
+    assert set(TYPED) | {"name", "comm", "key", "deps"} == set(FIELDS)
