@@ -8,8 +8,8 @@ Every block between ``<!-- NAME:start -->`` and ``<!-- NAME:end -->`` comes from
 hand: the tour's outputs (from the simulator), the settings reference (from
 :data:`simtrain.settings.SETTINGS` and ``OUTPUTS``), the CLI reference (from the parser), the report keys (from
 the ``#:`` comments of the report types' fields) and the module map (from the package tree, each
-module's path and the first sentence of its docstring). Each block lives in one page, README.md or
-one of docs/*.md (:func:`holder` finds it).
+module's path and the first sentence of its docstring). Each block lives in one page: the tour's in
+README.md, the others in the docs page of their subject (:func:`holder` finds it).
 tests/test_docs.py checks that every block equals what this script produces.
 """
 
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ast
 import io
+import os
 import re
 import sys
 import tempfile
@@ -25,6 +26,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "simtrain"
+#: The page that holds the module map; its links are relative to it.
+MODULE_MAP_PAGE = ROOT / "docs" / "modules.md"
 
 TOUR_RUN = ["run", "--out", "{out}", "--no-plot"]
 TOUR_COMPARE = ["compare", "--model", "llama3-70b", "--topology", "seed-h100", "--gpus", "64", "--tp", "8",
@@ -241,11 +244,12 @@ def module_map() -> str:
         doc = summary(_docstring(path))
         if path.name == "__init__.py":
             if depth == 0:
-                continue  # the package itself: the README's title says it
+                continue  # the package itself: the map's title says it
             shown, depth = rel.removesuffix("__init__.py"), depth - 1
         else:
             shown = rel
-        lines.append(f"{'  ' * depth}- [`{shown}`]({rel})" + (f": {doc}" if doc else ""))
+        link = Path(os.path.relpath(path, MODULE_MAP_PAGE.parent)).as_posix()
+        lines.append(f"{'  ' * depth}- [`{shown}`]({link})" + (f": {doc}" if doc else ""))
     return "\n".join(lines) + "\n"
 
 
