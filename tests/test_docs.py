@@ -1,5 +1,6 @@
-"""The README and the manual (docs/*.md): the README's two set-up commands, the generated blocks
-(tour, settings and CLI reference, report keys, module map), the examples, the pictures."""
+"""The README and the manual (docs/*.md): the README's two set-up commands, its length and its links
+to every page, the generated blocks (tour, settings and CLI reference, report keys, module map),
+the examples, the pictures."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ MANUAL = re.findall(r"^- \[[^]]+\]\(docs/([\w-]+\.md)\)", README.split("\n## Man
 PAGES = {"README.md": README, **{f"docs/{name}": (ROOT / "docs" / name).read_text(encoding="utf-8")
                                  for name in MANUAL}}
 ALL_TEXT = "\n".join(PAGES.values())
+README_MAX_LINES = 250
 
 
 def page(name: str) -> str:
@@ -34,6 +36,49 @@ def test_readme_starts_with_the_two_commands():
     assert first[0].endswith("pip install . && simtrain run")
     test_cmd = first[1].split(".venv/bin/activate && ", 1)[1]  # after creating and activating the venv
     assert test_cmd in (ROOT / ".ci" / "run").read_text()
+
+
+@pytest.mark.quick
+def test_readme_is_short_and_links_every_page():
+    """At most :data:`README_MAX_LINES` lines; its "Manual" list links every docs/*.md page once,
+    and each page starts with its title and a one-line summary."""
+    assert len(README.splitlines()) <= README_MAX_LINES
+    assert "\n## Manual\n" in README
+    pages = sorted(p.name for p in (ROOT / "docs").glob("*.md"))
+    assert sorted(MANUAL) == pages, f"README's Manual list against docs/: {MANUAL} vs {pages}"
+    for name in pages:
+        text = (ROOT / "docs" / name).read_text(encoding="utf-8")
+        lines = text.splitlines()
+        assert lines[0].startswith("# ") and lines[1] == "" and lines[2] and lines[3] == "", name
+        assert not any(line.startswith("# ") for line in _outside_fences(lines[1:])), f"{name}: two titles"
+
+
+def _outside_fences(lines: list[str]) -> list[str]:
+    out, fence = [], False
+    for line in lines:
+        if line.startswith("```"):
+            fence = not fence
+        elif not fence:
+            out.append(line)
+    return out
+
+
+@pytest.mark.quick
+def test_relative_links_resolve():
+    """Every relative link and picture of the README and the pages names a file that exists, and
+    an anchor into a page names one of its headings."""
+    for name, text in PAGES.items():
+        base = (ROOT / name).parent
+        for target in re.findall(r"\]\(([^)\s]+)\)", "\n".join(_outside_fences(text.splitlines()))):
+            if re.match(r"\w+://", target):
+                continue
+            path, _, anchor = target.partition("#")
+            file = (base / path).resolve() if path else ROOT / name
+            assert file.exists(), f"{name}: link to {target}: no such file"
+            if anchor and file.suffix == ".md":
+                heads = re.findall(r"^#+ (.*)$", "\n".join(_outside_fences(file.read_text().splitlines())), re.M)
+                slugs = {re.sub(r"[^\w\- ]", "", h.lower()).replace(" ", "-") for h in heads}
+                assert anchor in slugs, f"{name}: link to {target}: no such heading"
 
 
 @pytest.mark.quick
