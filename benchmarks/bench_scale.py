@@ -9,7 +9,7 @@ loop of timeouts is timed first: ``engine/bare`` is the simulator's operations p
 that loop's events per second, a machine-independent measure of the engine's overhead. Not a
 test: machines are noisy; compare rows of one machine, as ratios.
 
-S1  the README's 70B example (64 GPUs, TP8 PP4 DP2, gbs 512, 1F1B) with every output written
+S1  the 70B example of docs/commands.md (64 GPUs, TP8 PP4 DP2, gbs 512, 1F1B) with every output written
 S2  Llama-3-405B on 16,384 H100s, TP8 PP16 DP128, interleaved 1F1B (vpp 2), gbs 2048 (analytic,
     then flow)
 S3  Llama-3-70B on 1,024 GPUs, TP8 PP8 DP16, gbs 512, 1F1B, every rank simulated (--no-fold)

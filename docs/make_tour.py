@@ -1,20 +1,23 @@
-"""Regenerate the README's generated parts (run from the repository root).
+"""Regenerate the generated parts of README.md and docs/*.md (run from the repository root).
 
-    python docs/make_tour.py          # writes docs/img/*.png and updates README.md between markers
-    python docs/make_tour.py --text   # updates README.md only
+    python docs/make_tour.py          # writes docs/img/*.png and updates the pages between markers
+    python docs/make_tour.py --text   # updates the pages only
+    python docs/make_tour.py --help   # prints this text
 
 Every block between ``<!-- NAME:start -->`` and ``<!-- NAME:end -->`` comes from here, never by
 hand: the tour's outputs (from the simulator), the settings reference (from
 :data:`simtrain.settings.SETTINGS` and ``OUTPUTS``), the CLI reference (from the parser), the report keys (from
 the ``#:`` comments of the report types' fields) and the module map (from the package tree, each
-module's path and the first sentence of its docstring).
-tests/test_docs.py checks that the README's blocks equal what this script produces.
+module's path and the first sentence of its docstring). Each block lives in one page: the tour's in
+README.md, the others in the docs page of their subject (:func:`holder` finds it).
+tests/test_docs.py checks that every block equals what this script produces.
 """
 
 from __future__ import annotations
 
 import ast
 import io
+import os
 import re
 import sys
 import tempfile
@@ -23,6 +26,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "simtrain"
+#: The page that holds the module map; its links are relative to it.
+MODULE_MAP_PAGE = ROOT / "docs" / "modules.md"
 
 TOUR_RUN = ["run", "--out", "{out}", "--no-plot"]
 TOUR_COMPARE = ["compare", "--model", "llama3-70b", "--topology", "seed-h100", "--gpus", "64", "--tp", "8",
@@ -239,25 +244,40 @@ def module_map() -> str:
         doc = summary(_docstring(path))
         if path.name == "__init__.py":
             if depth == 0:
-                continue  # the package itself: the README's title says it
+                continue  # the package itself: the map's title says it
             shown, depth = rel.removesuffix("__init__.py"), depth - 1
         else:
             shown = rel
-        lines.append(f"{'  ' * depth}- [`{shown}`]({rel})" + (f": {doc}" if doc else ""))
+        link = Path(os.path.relpath(path, MODULE_MAP_PAGE.parent)).as_posix()
+        lines.append(f"{'  ' * depth}- [`{shown}`]({link})" + (f": {doc}" if doc else ""))
     return "\n".join(lines) + "\n"
 
 
-# ---- README ---------------------------------------------------------------------------------------
+# ---- pages ----------------------------------------------------------------------------------------
+
+def pages() -> list[Path]:
+    """The pages that may hold generated blocks: README.md, then docs/*.md by name."""
+    return [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+
 
 def block_pattern(name: str) -> re.Pattern:
-    """A README block: the start marker (group 1), its body (group 2), the end marker (group 3)."""
+    """A generated block: the start marker (group 1), its body (group 2), the end marker (group 3)."""
     return re.compile(rf"(<!-- {name}:start -->\n)(.*?)(<!-- {name}:end -->)", re.S)
+
+
+def holder(name: str, texts: dict[Path, str]) -> Path:
+    """The one page of ``texts`` (page -> text) that holds block ``name``."""
+    found = [page for page, text in texts.items() if block_pattern(name).search(text)]
+    if len(found) != 1:
+        where = ", ".join(p.relative_to(ROOT).as_posix() for p in found) or "no page"
+        raise SystemExit(f"block {name} must be in exactly one page, found in {where}")
+    return found[0]
 
 
 def replace_block(text: str, name: str, body: str) -> str:
     pattern = block_pattern(name)
     if not pattern.search(text):
-        raise SystemExit(f"README.md has no block {name}")
+        raise SystemExit(f"no block {name}")
     return pattern.sub(lambda m: m.group(1) + body + m.group(3), text)
 
 
@@ -310,16 +330,25 @@ def pair_window(timeline, rank: int):
 def main(argv: list[str]) -> None:
     import tempfile
 
+    if "-h" in argv or "--help" in argv:
+        print(__doc__)
+        return
+    unknown = [a for a in argv if a != "--text"]
+    if unknown:
+        raise SystemExit(f"make_tour.py: unknown arguments {' '.join(unknown)} (see --help)")
+    texts = {page: page.read_text(encoding="utf-8") for page in pages()}
     with tempfile.TemporaryDirectory() as tmp:
         blocks = {**tour_blocks(Path(tmp)), **reference_blocks()}
     if "--text" not in argv:
         pictures()
-    readme = ROOT / "README.md"
-    text = readme.read_text(encoding="utf-8")
+    changed = {}
     for name, body in blocks.items():
-        text = replace_block(text, name, body)
-    readme.write_text(text, encoding="utf-8")
-    print("updated README.md" + ("" if "--text" in argv else " and docs/img/"), file=sys.stderr)
+        page = holder(name, texts)
+        texts[page] = changed[page] = replace_block(texts[page], name, body)
+    for page, text in changed.items():
+        page.write_text(text, encoding="utf-8")
+    shown = ", ".join(sorted(p.relative_to(ROOT).as_posix() for p in changed))
+    print(f"updated {shown}" + ("" if "--text" in argv else " and docs/img/"), file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -227,7 +227,7 @@ def ledger_recompute(model: ModelSpec, cluster: Cluster, gpu: GpuSpec, par: Para
 def simulate(scenario: Scenario, options: WorkloadOptions | None = None, *,
              perturbation_costs: bool = True) -> SimResult:
     """Simulate one training step of ``scenario``: the timeline of every (representative) rank and
-    the report (step time, MFU, breakdown, memory; keys in the README).
+    the report (step time, MFU, breakdown, memory; keys in docs/report.md).
 
     >>> result = simulate(resolve({"model": "llama3-8b", "topology": "h100-ib", "gpus": 16, "tp": 2,
     ...                            "pp": 2, "seq": 2048, "gbs": 16}))

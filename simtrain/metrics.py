@@ -1,6 +1,6 @@
 """Metrics: pure functions of a timeline (plus the specs that give FLOP counts and capacities).
 
-Definitions (documented in the README, section "Metrics"):
+Definitions (documented in docs/metrics.md):
 
 * ``step_time_s``: the end of the last span.
 * ``model_flops_per_token``: ``6 N_active_nonembedding + 6 s q_width L + 6 h V``: linear layers
@@ -25,7 +25,7 @@ The report is typed: :class:`StepMetrics` holds the metrics that both the simula
 (:func:`summarize`) and the closed-form model produce, each through :func:`step_metrics`;
 :class:`Report` (``report.json``) adds the simulated run's facts, all filled by
 :func:`run_report`. A new report key is a field here, with the ``#:`` comment that becomes its
-README entry ("Report keys", generated), plus one line in :func:`step_metrics` (a key derived
+entry in docs/report.md (generated), plus one line in :func:`step_metrics` (a key derived
 from the step's quantities: both reports then carry it) or in :func:`run_report` (a key only
 the simulation gives, measured here on the timeline), and its row in
 :func:`simtrain.outputs.tables.run_summary`. JSON writing and ``compare`` need no change.
@@ -158,7 +158,7 @@ def memory_peaks(tl: Timeline, static_bytes: dict[int, float]) -> dict[int, floa
 class StepMetrics(TypedDict):
     """The metrics of one step, the same whether measured on a timeline (:func:`summarize`) or
     given by the closed form (:mod:`simtrain.analytic.model`); built by :func:`step_metrics`.
-    Each field's ``#:`` comment is its entry in the README ("Report keys")."""
+    Each field's ``#:`` comment is its entry in docs/report.md (generated)."""
 
     #: seconds: the end of the last span
     step_time_s: float

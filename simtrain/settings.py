@@ -8,7 +8,7 @@ valid values and flag spelling. Derived from :data:`SETTINGS`:
 * the keys :func:`simtrain.api.load_config` accepts;
 * the checks of :func:`simtrain.api.resolve` (:func:`complete`): types, ranges and choices, with
   the same words for a flag, a TOML key and a Python value;
-* the README's settings reference (``docs/make_tour.py``).
+* the settings reference of docs/cli.md (``docs/make_tour.py``).
 
 The defaults are the default scenario's values (:data:`DEFAULT_SCENARIO`): every setting given
 replaces one value of the default scenario and leaves the others as they are. Three settings are
@@ -98,7 +98,7 @@ class Setting:
     name: str  # TOML key, keyword of api.resolve, key of the report's config
     kind: type | tuple[type, ...]  # accepted Python type(s); a flag's text is parsed as the first
     default: Any  # None: derived from other settings (default_text says how)
-    help: str  # what it sets, for --help and the README
+    help: str  # what it sets, for --help and docs/cli.md
     default_text: str = ""  # the default in words, where the value alone does not say it
     rule: Rule | None = None  # range of a number
     choices: tuple[str, ...] = ()  # the valid values, where there is a closed list

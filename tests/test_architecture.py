@@ -104,7 +104,7 @@ TESTED_THROUGH_OTHERS = {
 # Top-level test modules that check the project across modules rather than one module.
 CROSS_CUTTING = {
     "test_architecture.py": "the package's shape and the tests' layout",
-    "test_docs.py": "the README: generated blocks, examples, pictures",
+    "test_docs.py": "the README and docs/*.md: generated blocks, links, examples, pictures",
     "test_equivalence.py": "folded, fast-path runs against every rank simulated, on random layouts",
     "test_doctests.py": "the examples in docstrings",
     "test_benchmarks.py": "the benchmarks' quick forms run to the end",

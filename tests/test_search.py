@@ -53,7 +53,7 @@ def best_of(search: dict) -> dict:
 def test_mixtral_search_finds_a_layout_at_least_as_fast_as_hand_picked_ep8(tmp_path):
     out = cli_json("search", *MIXTRAL_64, "--cp", 1, "--tp", "1,2", "--pp", "1,2,4", "--top", 1, "--jobs", 1)
     best = best_of(out)
-    for tp, pp in ((1, 4), (1, 2), (2, 2)):  # EP 8 as the README's Mixtral example and the issue ran it
+    for tp, pp in ((1, 4), (1, 2), (2, 2)):  # EP 8 as the Mixtral example of docs/commands.md and the issue ran it
         hand = hand_picked(tmp_path, MIXTRAL_64, tp, pp, 8)
         assert hand["fits_in_memory"]
         assert best["simulated_step_time_s"] <= hand["step_time_s"], (best["label"], tp, pp)

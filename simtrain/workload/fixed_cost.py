@@ -83,7 +83,7 @@ def run_schedule(schedule: Schedule, F: float = 1.0, I: float = 1.0, W: float = 
 
 
 def schedule_report(run: ScheduleRun) -> dict:
-    """JSON-ready summary (keys documented in the README)."""
+    """JSON-ready summary: the object ``simtrain schedule --json`` prints."""
     s = run.schedule
     return {
         "schedule": s.name, "pp": s.num_ranks, "microbatches": s.num_microbatches,

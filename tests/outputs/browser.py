@@ -1,4 +1,4 @@
-"""A real headless browser for the HTML report's tests and its README screenshot: Debian's
+"""A real headless browser for the HTML report's tests and its screenshot in docs/commands.md: Debian's
 chromium driven through its chromedriver by selenium (``.ci/run`` installs the packages; the
 test extra installs selenium). Nothing is downloaded: the system browser and driver are used."""
 

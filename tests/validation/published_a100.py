@@ -1,6 +1,6 @@
 """Published Megatron-LM runs on A100 clusters against the simulator: the per-row table.
 
-``python tests/validation/published_a100.py`` prints it (the README's table comes from here);
+``python tests/validation/published_a100.py`` prints it (the table of docs/validation.md comes from here);
 ``tests/validation/test_published_a100.py`` fails when a paper's mean error rises above
 :data:`MEAN_LIMIT_PCT` or a row's above :data:`ROW_LIMIT_PCT`.
 

@@ -1,6 +1,6 @@
 """Published NeMo and Megatron-Core runs on H100 clusters against the simulator: the per-case table.
 
-``python tests/validation/published_h100.py`` prints it (the README's table comes from here);
+``python tests/validation/published_h100.py`` prints it (the table of docs/validation.md comes from here);
 ``tests/validation/test_published_h100.py`` fails when a source set's mean |error| rises above
 :data:`MEAN_LIMIT_PCT`, a case's above :data:`ROW_LIMIT_PCT`, or the Qwen3-235B layouts leave
 their measured order.
@@ -43,7 +43,7 @@ SETS = {"H100-nemo-dense": "NeMo dense (dgxc-benchmarking)", "H100-nemo-moe": "N
         "H100-megatron-moe": "Megatron-Core MoE (model zoo)"}
 #: The limits the test enforces per set, (mean |error| %, largest |error| %): the goal where the
 #: set reaches it; elsewhere the set's present errors, so that a change cannot make them worse
-#: unnoticed (the MoE sets miss the goal: the README's validation section says by how much).
+#: unnoticed (the MoE sets miss the goal: docs/validation.md says by how much).
 LIMITS = {"H100-nemo-dense": (MEAN_LIMIT_PCT, ROW_LIMIT_PCT), "H100-nemo-moe": (21.0, 21.0),
           "H100-megatron-moe": (MEAN_LIMIT_PCT, 13.0)}
 #: The Qwen3-235B-A22B layouts of the model zoo's H100 table, fastest measured first.
@@ -51,8 +51,8 @@ QWEN_ORDER = ("qwen3-235b-deepep-fsdp-ep8", "qwen3-235b-deepep-tp2pp8vpp4ep32", 
               "qwen3-235b-deepep-tp4pp8vpp4ep8")
 
 
-#: Cases the simulator says do not fit in 80 GB although they ran, and why (the README's
-#: validation section explains it): Nemotron-4 15B at TP2 with mbs 2 and no recompute holds
+#: Cases the simulator says do not fit in 80 GB although they ran, and why (docs/validation.md
+#: explains it): Nemotron-4 15B at TP2 with mbs 2 and no recompute holds
 #: 2 + 4 + 12/8 bytes per parameter (fp32 gradients, as Megatron-LM reduces by default) of 7.8B
 #: parameters per GPU, 55 GiB, plus 32 layers of activations.
 DOES_NOT_FIT = {"nemotron4-15b-bf16-16": "fp32 gradients assumed (not stated)",

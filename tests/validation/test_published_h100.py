@@ -51,7 +51,7 @@ def test_published_runs_fit_in_memory(shared, i):
 
 def test_the_slowest_qwen3_layouts_in_the_measured_order(shared):
     """The two layouts measured slowest (all-to-all PP32, then TP4 EP8 at 29.0 s) are simulated
-    slowest, in that order; the two fastest (17.6 and 19.7 s) are not yet in order (README)."""
+    slowest, in that order; the two fastest (17.6 and 19.7 s) are not yet in order (docs/validation.md)."""
     rows = {CASES[i]["name"]: _row(shared, i) for i in range(len(CASES)) if CASES[i]["name"] in QWEN_ORDER}
     times = [rows[n].predicted_s for n in QWEN_ORDER]
     assert max(times[:2]) < times[2] < times[3]
