@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from simtrain.errors import ScheduleError
 
@@ -87,21 +88,31 @@ class Schedule:
         chains = self.chain_list()
         return chains[self.mb_chain[mb] if self.mb_chain else 0]
 
+    @cached_property
+    def _positions(self) -> dict[int, tuple[tuple[int, ...], int]]:
+        """Stage -> its chain (the first that holds it) and its position there; computed once
+        (the lowering asks for every action)."""
+        out: dict[int, tuple[tuple[int, ...], int]] = {}
+        for chain in self.chain_list():
+            for i, stage in enumerate(chain):
+                out.setdefault(stage, (chain, i))
+        return out
+
+    def _position(self, stage: int) -> tuple[tuple[int, ...], int]:
+        found = self._positions.get(stage)
+        if found is None:
+            raise ScheduleError(f"stage {stage} is in no chain of schedule {self.name}")
+        return found
+
     def chunk_of_stage(self, stage: int) -> int:
         """Position of ``stage`` in its chain: which slice of the layers it holds."""
-        for chain in self.chain_list():
-            if stage in chain:
-                return chain.index(stage)
-        raise ScheduleError(f"stage {stage} is in no chain of schedule {self.name}")
+        return self._position(stage)[1]
 
     def stage_neighbours(self, stage: int) -> tuple[int | None, int | None]:
         """(previous, next) stage along the chain, None at the ends."""
-        for chain in self.chain_list():
-            if stage in chain:
-                i = chain.index(stage)
-                return (chain[i - 1] if i > 0 else None,
-                        chain[i + 1] if i + 1 < len(chain) else None)
-        raise ScheduleError(f"stage {stage} is in no chain of schedule {self.name}")
+        chain, i = self._position(stage)
+        return (chain[i - 1] if i > 0 else None,
+                chain[i + 1] if i + 1 < len(chain) else None)
 
     def mbs_of_stage(self, stage: int) -> list[int]:
         """Micro-batches that pass through ``stage``."""

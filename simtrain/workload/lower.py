@@ -71,6 +71,8 @@ class _Lowering:
         self.gather_received = par.tp > 1 and not par.sequence_parallel and opts.tp_comm
         self.needs: list[tuple[int, tuple]] = []  # (op id, send key)
         self.templates = ActionTemplates(self.em, self.dp)
+        self.pp_of: dict[int, list[int]] = {}  # rank -> its pipeline group
+        self.work: dict[int, int] = {}  # pipeline rank -> layer passes of its step (_work)
 
     def build(self) -> Program:
         """Every simulated rank's program: its actions in schedule order, then its gradient reductions,
@@ -228,14 +230,20 @@ class _Lowering:
             self.needs.append((first, (self._pipeline(rank), self.step, *key)))
 
     def _pipeline(self, rank: int) -> int:  # a transfer stays within one pipeline group
-        return self.mesh.group_of("pp", rank)[0]
+        return self._pp_group(rank)[0]
+
+    def _pp_group(self, rank: int) -> list[int]:
+        group = self.pp_of.get(rank)
+        if group is None:
+            group = self.pp_of[rank] = self.mesh.group_of("pp", rank)
+        return group
 
     def _send(self, rank: int, stage: int, to_stage: int, mb: int, what: str, after: int) -> None:
         """The PP transfer of ``what`` (act or grad) of micro-batch ``mb`` from schedule stage
         ``stage`` to ``to_stage``, after op ``after``."""
         src_pp = self.sched.stage_to_rank[stage]
         dst_pp = self.sched.stage_to_rank[to_stage]
-        peer = self.mesh.group_of("pp", rank)[dst_pp]
+        peer = self._pp_group(rank)[dst_pp]
         pairs = self.pairs.get((rank, src_pp, dst_pp))
         if pairs is None:
             pairs = self.pairs[(rank, src_pp, dst_pp)] = tuple(sorted(
@@ -269,7 +277,9 @@ def _check_budget(lw: _Lowering, done: int | None = None) -> None:
     if lw.max_ops is None:
         return
     prog = lw.prog
-    work = [_work(lw.sched, lw.chunks, prog.pipeline_rank_of[r]) for r in prog.ranks]
+    for p in {prog.pipeline_rank_of[r] for r in prog.ranks} - set(lw.work):
+        lw.work[p] = _work(lw.sched, lw.chunks, p)
+    work = [lw.work[prog.pipeline_rank_of[r]] for r in prog.ranks]
     so_far = work[0] if done is None else _work(lw.sched, lw.chunks, prog.pipeline_rank_of[prog.ranks[0]], done)
     budget.check_lowered(len(prog.ops), ranks=len(prog.ranks), steps=lw.opts.steps, max_events=lw.max_ops,
                          share=so_far / sum(work), partial=done is not None)

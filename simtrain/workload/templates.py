@@ -45,6 +45,8 @@ class ActionTemplates:
     def __init__(self, em, dp) -> None:
         self.em, self.dp = em, dp
         self._store: dict[tuple, _Template] = {}
+        table = em.prog.ops  # its columns stay the same objects while they grow
+        self._extend = tuple(getattr(table, c).extend for c in _COPIED)
 
     def emit(self, key: tuple, rank: int, mb: int, settled: bool, body: Callable[[], int | None]) -> int | None:
         """The ops of ``body`` (an action's emission, returning what the next op waits for) for
@@ -80,8 +82,8 @@ class ActionTemplates:
         for s, count in tpl.counts:
             counters[(rank, s)] = now[s] + count
         table.rank.extend([rank] * n)
-        for name, values in zip(_COPIED, tpl.columns):
-            getattr(table, name).extend(values)
+        for extend, values in zip(self._extend, tpl.columns):
+            extend(values)
         table.mb.extend([mb if own else -1 for own in tpl.own_mb])
         table.deps.extend([[base + ds[0]] if len(ds) == 1 else [base + d for d in ds] for ds in tpl.deps])
         keys = [None] * n
