@@ -36,16 +36,16 @@ budget stops runaway runs.
 from __future__ import annotations
 
 from collections import deque
+from heapq import heappush
 from dataclasses import dataclass
-from itertools import chain
 
-import numpy as np
 import simpy
+from simpy.events import NORMAL
 
 from simtrain.errors import SimulationError
 from simtrain.network.protocol import NetworkModel
 from simtrain.workload.program import STREAM, OpRef, Program
-from simtrain.timeline import Timeline, program_timeline
+from simtrain.timeline import Timeline, check_spans, program_timeline
 
 #: Most operations a run simulates unless ``--max-events`` says more: at about 900 bytes and 12 us
 #: each (:data:`simtrain.budget.US_PER_OPERATION`), under 2 GiB and half a minute; the largest
@@ -58,6 +58,18 @@ class RunResult:
     timeline: Timeline
     num_events: int  # operations executed (each is one start and one end event)
     slowdown_s: dict[int, float]  # simulated rank -> compute seconds communication added
+
+
+class _Wake:
+    """A wake-up on SimPy's queue: all that ``Environment.step`` needs of an event (its callbacks,
+    and that it did not fail), scheduled exactly as a ``Timeout`` (same time, priority and
+    sequence number, so same order) without a ``Timeout``'s construction."""
+
+    __slots__ = ("callbacks",)
+    _ok = True
+
+    def __init__(self, callback):
+        self.callbacks = [callback]
 
 
 class _Stream:
@@ -101,10 +113,10 @@ class _Stream:
                         self.left, self.t0 = delay, now
                         self.slow = slow = run.slow_factor if run.active.get(self.rank, 0) > 0 else 1.0
                         delay *= slow
-                    # else compute alone on its SMs: one timeout, no re-planning
-                    self.end = now + delay
-                    self.ev = ev = run.timeout(delay)
-                    ev.callbacks.append(self.on_end)
+                    # else compute alone on its SMs: one wake-up, no re-planning
+                    self.end = end = now + delay
+                    self.ev = ev = _Wake(self.on_end)
+                    heappush(run.queue, (end, NORMAL, next(run.eid), ev))
                     return
                 self.pos += 1
                 run.finish(op, now)
@@ -125,10 +137,9 @@ class _Stream:
         self.t0 = now
         run = self.run
         self.slow = run.slow_factor if run.active.get(self.rank, 0) > 0 else 1.0
-        delay = self.left * self.slow
-        self.end = now + delay
-        self.ev = ev = run.timeout(delay)
-        ev.callbacks.append(self.on_end)
+        self.end = end = now + self.left * self.slow
+        self.ev = ev = _Wake(self.on_end)
+        heappush(run.queue, (end, NORMAL, next(run.eid), ev))
 
     def _compute_end(self, ev) -> None:
         if ev is not self.ev:  # a re-planned end superseded this one
@@ -243,7 +254,7 @@ class _Run:
         if duration is None:
             self.env.process(self._transfer(op)).callbacks.append(done)
         elif duration > 0:
-            self.env.timeout(duration).callbacks.append(done)
+            heappush(self.queue, (self.env._now + duration, NORMAL, next(self.eid), _Wake(done)))
         else:
             done(None)
 
@@ -308,7 +319,7 @@ class _Run:
         prog = self.prog
         n = len(prog.ops)
         self.env = env = simpy.Environment()
-        self.timeout = env.timeout
+        self.queue, self.eid = env._queue, env._eid  # where _Wake events go, numbered as SimPy numbers its own
         self.finished = [False] * n
         self.waiting: list = [None] * n  # op id -> the stream (or list of streams) waiting for it
         self.rows, self.starts, self.ends = [], [], []  # the spans: op id (~id: receiver), start, end
@@ -330,7 +341,8 @@ class _Run:
         if not all(self.finished):
             raise SimulationError(self._deadlock_message())
         timeline = program_timeline(prog.ops, self.rows, self.starts, self.ends)
-        _check_invariants(self)
+        check_spans(prog, self.rows, self.starts, self.ends)
+        self.net.check()
         return RunResult(timeline, self.executed, self.slowdown)
 
     def _deadlock_message(self) -> str:
@@ -342,40 +354,6 @@ class _Run:
             parts.append(f"[{op.label()} {why}]")
         return "deadlock: operations remain but none can start; blocked: " + "; ".join(parts[:16]) + \
             (f"; ... {len(parts) - 16} more" if len(parts) > 16 else "")
-
-
-def _check_invariants(run: _Run) -> None:
-    """Raise AssertionError when the run broke an invariant: an op started before one of its
-    dependencies ended, a stream or a receiver's ``pp_recv`` ran two ops at once, or the
-    network's own."""
-    ops = run.prog.ops
-    n = len(ops)
-    rows = np.asarray(run.rows, dtype=np.int64)
-    own = rows >= 0
-    start, end = np.zeros(n), np.zeros(n)
-    start[rows[own]] = np.asarray(run.starts)[own]
-    end[rows[own]] = np.asarray(run.ends)[own]
-    tol = 1e-12 * max(1.0, float(end.max(initial=0.0)))
-    deps = ops.deps
-    src = np.repeat(np.arange(n), np.fromiter(map(len, deps), dtype=np.int64, count=n))
-    dst = np.fromiter(chain.from_iterable(deps), dtype=np.int64, count=len(src))
-    bad = np.nonzero(start[src] + tol < end[dst])[0]
-    if len(bad):
-        i, d = int(src[bad[0]]), int(dst[bad[0]])
-        raise AssertionError(f"dependency violated: {ops[i].label()} started before {ops[d].label()} ended")
-    for op_ids in run.prog.order.values():
-        s, e = start[op_ids], end[op_ids]
-        if len(op_ids) > 1 and np.any(s[1:] + tol < e[:-1]):
-            raise AssertionError("a stream ran two operations at once")
-    run.net.check()
-    recv = ~rows[~own]
-    if len(recv):  # each receiver's transfers, by start time, must not overlap
-        peers = np.frombuffer(ops.peer, dtype=np.int64)[recv]
-        order = np.lexsort((start[recv], peers))
-        ids, peers = recv[order], peers[order]
-        same = peers[1:] == peers[:-1]
-        if np.any(same & (start[ids][1:] + tol < end[ids][:-1])):
-            raise AssertionError("a pp_recv stream ran two transfers at once")
 
 
 class _CollectiveEnd:

@@ -9,10 +9,11 @@ program's ops once, after the run.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from itertools import chain
 
 import numpy as np
 
-from simtrain.workload.program import KINDS, STREAM, STREAMS, OpTable
+from simtrain.workload.program import KINDS, STREAM, STREAMS, OpTable, Program
 
 _INT_COLUMNS = ("rank", "stream", "kind", "name", "stage", "layer", "mb", "arrow")
 _FLOAT_COLUMNS = ("start_s", "end_s", "flops", "bytes", "alloc_bytes", "free_bytes")
@@ -240,6 +241,39 @@ def _column(ops: OpTable, name: str) -> np.ndarray:
     """A typed column of ``ops`` as a numpy array (a view of its buffer: int64 or float64)."""
     col = getattr(ops, name)
     return np.frombuffer(col, dtype=np.int64 if col.typecode == "q" else np.float64)
+
+
+def check_spans(prog: Program, rows: list[int], starts: list[float], ends: list[float]) -> None:
+    """Raise AssertionError where the spans a run recorded for ``prog`` (as
+    :func:`program_timeline` takes them) break an invariant of the engine: an op started before
+    one of its dependencies ended, or a stream or a receiver's ``pp_recv`` ran two ops at once."""
+    ops = prog.ops
+    n = len(ops)
+    idx = np.asarray(rows, dtype=np.int64)
+    own = idx >= 0
+    start, end = np.zeros(n), np.zeros(n)
+    start[idx[own]] = np.asarray(starts)[own]
+    end[idx[own]] = np.asarray(ends)[own]
+    tol = 1e-12 * max(1.0, float(end.max(initial=0.0)))
+    deps = ops.deps
+    src = np.repeat(np.arange(n), np.fromiter(map(len, deps), dtype=np.int64, count=n))
+    dst = np.fromiter(chain.from_iterable(deps), dtype=np.int64, count=len(src))
+    bad = np.nonzero(start[src] + tol < end[dst])[0]
+    if len(bad):
+        i, d = int(src[bad[0]]), int(dst[bad[0]])
+        raise AssertionError(f"dependency violated: {ops[i].label()} started before {ops[d].label()} ended")
+    for op_ids in prog.order.values():
+        s, e = start[op_ids], end[op_ids]
+        if len(op_ids) > 1 and np.any(s[1:] + tol < e[:-1]):
+            raise AssertionError("a stream ran two operations at once")
+    recv = ~idx[~own]
+    if len(recv):  # each receiver's transfers, by start time, must not overlap
+        peers = np.frombuffer(ops.peer, dtype=np.int64)[recv]
+        order = np.lexsort((start[recv], peers))
+        ids, peers = recv[order], peers[order]
+        same = peers[1:] == peers[:-1]
+        if np.any(same & (start[ids][1:] + tol < end[ids][:-1])):
+            raise AssertionError("a pp_recv stream ran two transfers at once")
 
 
 def rank_columns(tl: Timeline) -> dict[int, dict[str, np.ndarray]]:

@@ -51,7 +51,6 @@ class _Lowering:
     def __init__(self, model: ModelSpec, par: ParallelSpec, gpu: GpuSpec, schedule: Schedule,
                  mesh: DeviceMesh, opts: WorkloadOptions, max_ops: int | None = None):
         self.model, self.sched, self.mesh, self.opts, self.max_ops = model, schedule, mesh, opts, max_ops
-        self.world = par.world
         self.em = Emitter(model, par, gpu, mesh, opts.fold, opts.calibration, dict(opts.speeds), dict(opts.gpus))
         self.prog = self.em.prog
         self.chunks = split_layers(model, par, gpu, schedule.chain_length, opts)
@@ -71,7 +70,6 @@ class _Lowering:
         self.gather_received = par.tp > 1 and not par.sequence_parallel and opts.tp_comm
         self.needs: list[tuple[int, tuple]] = []  # (op id, send key)
         self.templates = ActionTemplates(self.em, self.dp)
-        self.pp_of: dict[int, list[int]] = {}  # rank -> its pipeline group
         self.work: dict[int, int] = {}  # pipeline rank -> layer passes of its step (_work)
 
     def build(self) -> Program:
@@ -128,7 +126,7 @@ class _Lowering:
         fp32), after its reductions and its last compute op, all-reduced over every GPU, as
         Megatron-LM's gradient clipping does (``clip_grad_norm_fp32``,
         ``megatron/core/optimizer/clip_grads.py``); every optimizer waits for the slowest rank."""
-        world = (tuple(range(self.world)),)
+        world = (tuple(range(self.mesh.world)),)
         computed = self.prog.order.get((rank, STREAM["compute"]), [])
         after = [*reductions, computed[-1]] if computed else reductions
         return self.em.emit(rank, "dp", "dp", "dp.grad_norm", -1, -1, -1, after, nbytes=4.0,
@@ -230,20 +228,14 @@ class _Lowering:
             self.needs.append((first, (self._pipeline(rank), self.step, *key)))
 
     def _pipeline(self, rank: int) -> int:  # a transfer stays within one pipeline group
-        return self._pp_group(rank)[0]
-
-    def _pp_group(self, rank: int) -> list[int]:
-        group = self.pp_of.get(rank)
-        if group is None:
-            group = self.pp_of[rank] = self.mesh.group_of("pp", rank)
-        return group
+        return self.mesh.group_of("pp", rank)[0]
 
     def _send(self, rank: int, stage: int, to_stage: int, mb: int, what: str, after: int) -> None:
         """The PP transfer of ``what`` (act or grad) of micro-batch ``mb`` from schedule stage
         ``stage`` to ``to_stage``, after op ``after``."""
         src_pp = self.sched.stage_to_rank[stage]
         dst_pp = self.sched.stage_to_rank[to_stage]
-        peer = self._pp_group(rank)[dst_pp]
+        peer = self.mesh.group_of("pp", rank)[dst_pp]
         pairs = self.pairs.get((rank, src_pp, dst_pp))
         if pairs is None:
             pairs = self.pairs[(rank, src_pp, dst_pp)] = tuple(sorted(
