@@ -2,7 +2,8 @@
 
 Run: python benchmarks/bench_scale.py [--quick] [--only S1,S5] [--jobs 2]
 
-Each scenario runs in a fresh process, so its peak RSS is its own; ``cpu s`` is the process's
+S1 also prints the bytes its lowered program holds per operation. Each scenario runs in a fresh
+process, so its peak RSS is its own; ``cpu s`` is the process's
 CPU time over the same span (the search's is its own, not its workers'), steadier than the wall
 time on a shared machine. In that process a bare SimPy
 loop of timeouts is timed first: ``engine/bare`` is the simulator's operations per second over
@@ -110,8 +111,38 @@ def run_one(name: str, quick: bool, jobs: int) -> dict:
     rss = usage.ru_maxrss / 1024  # KiB on Linux
     if kind == "search":  # candidates ran in child processes: add their peak
         rss = max(rss, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024)
-    return {"scenario": name, "what": what, "wall_s": wall, "cpu_s": cpu, "operations": ops, "ops_per_s": ops / wall,
-            "peak_rss_mib": rss, "bare_simpy_per_s": bare, "engine_over_bare": ops / wall / bare}
+    row = {"scenario": name, "what": what, "wall_s": wall, "cpu_s": cpu, "operations": ops, "ops_per_s": ops / wall,
+           "peak_rss_mib": rss, "bare_simpy_per_s": bare, "engine_over_bare": ops / wall / bare}
+    if name == "S1":  # after the timed run: tracing allocations slows what it traces
+        row["program_bytes_per_op"] = program_bytes_per_op(settings)
+    return row
+
+
+def program_bytes_per_op(settings: dict) -> float:
+    """Bytes the lowered program of ``settings`` holds per operation (live Python allocations
+    made by the lowering, after a collection), measured by ``tracemalloc``."""
+    import gc
+    import tracemalloc
+
+    from simtrain import api
+    from simtrain.topology.mesh import build_mesh
+    from simtrain.workload.lower import lower
+    from simtrain.workload.options import WorkloadOptions
+
+    sc = api.resolve(settings)
+    par, opts = sc.parallel, WorkloadOptions()
+    mesh = build_mesh(par.tp, par.cp, par.dp, par.pp, ep=par.ep, etp=par.etp, order=par.order,
+                      gpus_per_node=sc.cluster.gpus_per_node)
+    schedule = api.build_schedule(sc, opts)
+    gc.collect()
+    tracemalloc.start()
+    try:
+        program = lower(sc.model, par, sc.gpu, schedule, mesh, opts)
+        gc.collect()
+        held = tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+    return held / len(program.ops)
 
 
 def _search(settings: dict, jobs: int) -> int:
@@ -157,6 +188,10 @@ def main(argv: list[str] | None = None) -> list[dict]:
         print(f"{name:<12} {r['what']:<40} {r['wall_s']:>8.2f} {r['cpu_s']:>8.2f} {r['operations']:>11,} {r['ops_per_s']:>9,.0f} "
               f"{r['peak_rss_mib']:>12,.0f} {r['bare_simpy_per_s']:>12,.0f} {r['engine_over_bare']:>11.3f}",
               flush=True)
+    for r in rows:
+        if "program_bytes_per_op" in r:
+            print(f"{r['scenario']} program: {r['program_bytes_per_op']:.0f} bytes per operation (tracemalloc, the "
+                  f"lowered program alone)")
     return rows
 
 

@@ -44,7 +44,7 @@ from simpy.events import NORMAL
 
 from simtrain.errors import SimulationError
 from simtrain.network.protocol import NetworkModel
-from simtrain.workload.program import STREAM, OpRef, Program
+from simtrain.workload.program import MORE, NONE, STREAM, OpRef, Program
 from simtrain.timeline import Timeline, check_spans, program_timeline
 
 #: Most operations a run simulates unless ``--max-events`` says more: at about 900 bytes and 12 us
@@ -90,19 +90,26 @@ class _Stream:
         """Start ops until one has to wait (for a dependency, a timeout, a peer or members)."""
         run = self.run
         finished, ops = run.finished, self.ops
-        deps, comm, duration = run.deps, run.comm, run.duration
+        dep0, dep1, comm, duration = run.dep0, run.dep1, run.comm, run.duration
         while self.pos < len(ops):
             op = ops[self.pos]
-            for d in deps[op]:
-                if not finished[d]:
-                    w = run.waiting[d]
-                    if w is None:
-                        run.waiting[d] = self
-                    elif type(w) is list:
-                        w.append(self)
-                    else:
-                        run.waiting[d] = [w, self]
-                    return
+            d = dep0[op]  # the first dependency not done, if any (NONE: no dependency; MORE: a list)
+            if d >= 0:
+                if finished[d]:
+                    d = dep1[op]
+                    if d >= 0 and finished[d]:
+                        d = NONE
+            elif d == MORE:
+                d = next((x for x in run.more[op] if not finished[x]), NONE)
+            if d >= 0:
+                w = run.waiting[d]
+                if w is None:
+                    run.waiting[d] = self
+                elif type(w) is list:
+                    w.append(self)
+                else:
+                    run.waiting[d] = [w, self]
+                return
             now = run.env._now
             kind = comm[op]
             if kind is None:
@@ -175,8 +182,8 @@ class _Run:
         self.prog, self.net, self.max_events = program, network, max_events
         self.interference, self.slow_factor = comm_interference, 1.0 + comm_interference
         table = program.ops  # the columns the streams read
-        self.deps, self.comm, self.duration, self.key, self.peer = (table.deps, table.comm, table.duration_s,
-                                                                      table.key, table.peer)
+        self.dep0, self.dep1, self.more, self.comm = table.dep0, table.dep1, table.more, table.comm
+        self.duration, self.key, self.peer = table.duration_s, table.key, table.peer
 
     def finish(self, i: int, start: float) -> None:
         """Op ``i``, started at ``start``, ends now: record its span, wake the streams waiting for it."""
@@ -296,7 +303,7 @@ class _Run:
         """A member reaches collective ``op``; the last one prices it (or launches its transfer)
         and every member then runs it from now."""
         key = self.key[op]
-        need = self.prog.members[key]
+        need = self.prog.members.get(key, 1)
         ref = OpRef(self.prog.ops, op)
         if need == 1:  # one simulated member (a folded group): the stream's own callback ends it
             stream.op, stream.start = op, self.env._now

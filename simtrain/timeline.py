@@ -213,15 +213,15 @@ def program_timeline(ops: OpTable, rows: list[int], starts: list[float], ends: l
     idx = np.asarray(rows, dtype=np.int64)
     recv = idx < 0
     op_of = np.where(recv, ~idx, idx)
-    cols = {c: _column(ops, c)[op_of] for c in ("rank", "stream", "kind", "stage", "layer", "mb")}
+    cols = {c: ops.column(c)[op_of].astype(np.int64) for c in ("rank", "stream", "kind", "stage", "layer", "mb")}
     cols["name"] = name[op_of]
     arrow = np.full(n, -1, dtype=np.int64)
     if recv.any():
         where = np.nonzero(recv)[0]
         sent = op_of[where]
-        cols["rank"][where] = _column(ops, "peer")[sent]
+        cols["rank"][where] = ops.column("peer")[sent]
         cols["stream"][where] = STREAM["pp_recv"]
-        cols["stage"][where] = _column(ops, "peer_stage")[sent]
+        cols["stage"][where] = ops.column("peer_stage")[sent]
         cols["name"][where] = [names.setdefault(ops.name[i].replace("send", "recv"), len(names))
                                for i in sent.tolist()]
         order = np.lexsort((sent, np.asarray(ends, dtype=np.float64)[where]))
@@ -229,18 +229,12 @@ def program_timeline(ops: OpTable, rows: list[int], starts: list[float], ends: l
     cols["arrow"] = arrow[op_of]
     cols["start_s"] = np.asarray(starts, dtype=np.float64)
     cols["end_s"] = np.asarray(ends, dtype=np.float64)
-    cols["flops"] = _column(ops, "flops")[op_of]
-    cols["bytes"] = _column(ops, "nbytes")[op_of]
+    cols["flops"] = ops.column("flops")[op_of]
+    cols["bytes"] = ops.column("nbytes")[op_of]
     compute = np.fromiter([c is None for c in ops.comm], dtype=bool, count=n)
-    cols["alloc_bytes"] = np.where(compute, _column(ops, "alloc"), 0.0)[op_of]
-    cols["free_bytes"] = np.where(compute, _column(ops, "free"), 0.0)[op_of]
+    cols["alloc_bytes"] = np.where(compute, ops.column("alloc"), 0.0)[op_of]
+    cols["free_bytes"] = np.where(compute, ops.column("free"), 0.0)[op_of]
     return Timeline.from_columns(cols, list(names))
-
-
-def _column(ops: OpTable, name: str) -> np.ndarray:
-    """A typed column of ``ops`` as a numpy array (a view of its buffer: int64 or float64)."""
-    col = getattr(ops, name)
-    return np.frombuffer(col, dtype=np.int64 if col.typecode == "q" else np.float64)
 
 
 def check_spans(prog: Program, rows: list[int], starts: list[float], ends: list[float]) -> None:
@@ -255,9 +249,7 @@ def check_spans(prog: Program, rows: list[int], starts: list[float], ends: list[
     start[idx[own]] = np.asarray(starts)[own]
     end[idx[own]] = np.asarray(ends)[own]
     tol = 1e-12 * max(1.0, float(end.max(initial=0.0)))
-    deps = ops.deps
-    src = np.repeat(np.arange(n), np.fromiter(map(len, deps), dtype=np.int64, count=n))
-    dst = np.fromiter(chain.from_iterable(deps), dtype=np.int64, count=len(src))
+    src, dst = _dependency_pairs(ops)
     bad = np.nonzero(start[src] + tol < end[dst])[0]
     if len(bad):
         i, d = int(src[bad[0]]), int(dst[bad[0]])
@@ -268,12 +260,23 @@ def check_spans(prog: Program, rows: list[int], starts: list[float], ends: list[
             raise AssertionError("a stream ran two operations at once")
     recv = ~idx[~own]
     if len(recv):  # each receiver's transfers, by start time, must not overlap
-        peers = np.frombuffer(ops.peer, dtype=np.int64)[recv]
+        peers = ops.column("peer")[recv]
         order = np.lexsort((start[recv], peers))
         ids, peers = recv[order], peers[order]
         same = peers[1:] == peers[:-1]
         if np.any(same & (start[ids][1:] + tol < end[ids][:-1])):
             raise AssertionError("a pp_recv stream ran two transfers at once")
+
+
+def _dependency_pairs(ops: OpTable) -> tuple[np.ndarray, np.ndarray]:
+    """Every (op, dependency) pair of ``ops`` as two id arrays."""
+    ids = np.arange(len(ops))
+    d0, d1 = ops.column("dep0"), ops.column("dep1")
+    more = sorted(ops.more.items())
+    extra_src = np.fromiter(chain.from_iterable([i] * len(ds) for i, ds in more), dtype=np.int64)
+    extra_dst = np.fromiter(chain.from_iterable(ds for _, ds in more), dtype=np.int64)
+    return (np.concatenate([ids[d0 >= 0], ids[d1 >= 0], extra_src]),
+            np.concatenate([d0[d0 >= 0], d1[d1 >= 0], extra_dst]).astype(np.int64))
 
 
 def rank_columns(tl: Timeline) -> dict[int, dict[str, np.ndarray]]:

@@ -104,11 +104,11 @@ def _drift(program: Program, ids: list[int], sd: np.ndarray) -> np.ndarray:
     waited for a data-parallel collective (where the replicas met: a parameter gather before a
     forward, the gradient norm before the optimizer), from the ops' standard deviations ``sd``."""
     dp = STREAM["dp"]
-    stream, deps = program.ops.stream, program.ops.deps
+    stream, deps_of = program.ops.stream, program.ops.deps_of
     out = np.zeros(len(ids))
     var = 0.0
     for j, i in enumerate(ids):
-        if any(stream[d] == dp for d in deps[i]):
+        if any(stream[d] == dp for d in deps_of(i)):
             var = 0.0
         before = math.sqrt(var)
         var += float(sd[j]) ** 2

@@ -90,6 +90,7 @@ class _Lowering:
                 optimizer = self._step(rank, optimizer)
                 if (rank, step) == (prog.ranks[0], 0):
                     _check_budget(self)
+        prog.members = {key: n for key, n in prog.members.items() if n > 1}  # absent: one member
         prog.layers_per_chunk = [len(c) for c in self.chunks]
         prog.kernel_sources = dict(em.timer.counts)
         for op_id, key in self.needs:
@@ -97,7 +98,7 @@ class _Lowering:
             if src is None:
                 raise SpecError(f"schedule {self.sched.name}: nothing sends {key[4]} of micro-batch "
                                 f"{key[3]} from stage {key[2]}")
-            prog.ops.deps[op_id].append(src)
+            prog.ops.add_dep(op_id, src)
         return prog
 
     def _step(self, rank: int, previous: int | None) -> int | None:
@@ -109,8 +110,8 @@ class _Lowering:
         first = len(prog.ops)
         dp.begin_rank(rank)
         if previous is not None:
-            for deps in prog.ops.deps[first:]:
-                deps.append(previous)
+            for i in range(first, len(prog.ops)):
+                prog.ops.add_dep(i, previous)
         for action in _probed(self, rank):
             self._action(rank, action)
         reductions = dp.reduce(rank)
@@ -182,7 +183,7 @@ class _Lowering:
             self._needs_from(start, (next_stage, a.mb, "grad"), rank)
         first = _first_non_dp(self.prog, start)
         if self.blocking_p2p and first is not None and previous_send is not None:
-            self.prog.ops.deps[first].append(previous_send)
+            self.prog.ops.add_dep(first, previous_send)
 
     def _body(self, rank: int, a: Action, layers: list[int], embed: bool, head: bool, receives: bool) -> int | None:
         """The ops of action ``a`` (its pass over the chunk's ``layers``, with the embedding and the

@@ -21,6 +21,8 @@ orders, so collectives still meet.
 
 from __future__ import annotations
 
+from array import array
+
 from simtrain.workload.program import STREAM, Program
 
 _COMPUTE = STREAM["compute"]
@@ -64,4 +66,4 @@ def interleave(prog: Program, rank: int, start: int, mid: int, end: int) -> None
         k = len(ids)
         while k > 0 and ids[k - 1] >= start:
             k -= 1
-        ids[k:] = sorted(ids[k:], key=lambda i: (position[i], i))
+        ids[k:] = array(ids.typecode, sorted(ids[k:], key=lambda i: (position[i], i)))

@@ -16,6 +16,8 @@ from __future__ import annotations
 from array import array
 from dataclasses import dataclass, field
 
+import numpy as np
+
 #: The streams of one rank: one compute stream and the communication streams (PP has two).
 STREAMS = ("compute", "tp", "cp", "ep", "pp_send", "pp_recv", "dp")
 #: Kinds of compute op: pass F, B (= I + W), I and W, R = recompute forward, opt = optimizer step.
@@ -34,10 +36,16 @@ KIND = {k: i for i, k in enumerate(KINDS)}
 #: The fields of an op, in the order :class:`Op` takes them; each is one column of :class:`OpTable`.
 FIELDS = ("rank", "stream", "kind", "name", "stage", "layer", "mb", "duration_s", "flops", "nbytes", "comm",
           "group_set", "key", "peer", "peer_stage", "deps", "alloc", "free")
-#: The columns held as typed arrays (``array`` type codes: 64-bit integers, doubles); the others
-#: (name, comm, key, deps) are lists of Python objects.
-TYPED = {"rank": "q", "stream": "q", "kind": "q", "stage": "q", "layer": "q", "mb": "q", "duration_s": "d",
-         "flops": "d", "nbytes": "d", "group_set": "q", "peer": "q", "peer_stage": "q", "alloc": "d", "free": "d"}
+#: The columns held as typed arrays (``array`` type codes: 32-bit and 8-bit integers, doubles);
+#: the others (name, comm, key) are lists of Python objects. An op's dependencies are the columns
+#: ``dep0`` and ``dep1`` (its first two, -1 where it has fewer) and, for the few with more, a list
+#: in ``more`` (``dep0`` is then -2).
+TYPED = {"rank": "i", "stream": "b", "kind": "b", "stage": "i", "layer": "i", "mb": "i", "duration_s": "d",
+         "flops": "d", "nbytes": "d", "group_set": "i", "peer": "i", "peer_stage": "i", "alloc": "d", "free": "d",
+         "dep0": "i", "dep1": "i"}
+_COLUMNS = tuple(f for f in FIELDS if f != "deps") + ("dep0", "dep1", "more")
+_DTYPES = {"i": np.int32, "b": np.int8, "d": np.float64}
+NONE, MORE = -1, -2  # dep0/dep1: no dependency; dep0: the op's dependencies are in ``more``
 
 
 class Op:
@@ -93,22 +101,23 @@ def op_label(rank: int, stream: int, name: str, mb: int, layer: int, stage: int)
 
 
 class OpTable:
-    """A program's ops as columns: one list per field of :data:`FIELDS`, indexed by op id.
+    """A program's ops as columns, indexed by op id: one per field of :data:`FIELDS`, the
+    dependencies as :data:`TYPED` describes.
 
     The lowering appends rows (:meth:`append`, and whole template copies by extending every
-    column); the engine and the timeline read the columns. Numbers are held in typed arrays
-    (:data:`TYPED`: 8 bytes a value, read by numpy without a copy), so a row costs about 110
-    bytes plus its dependency list and, for a collective, its key. Indexing gives an :class:`OpRef`, a
-    view of one row whose attributes read and write the columns, for code that handles one op
-    at a time (its dependency list is the column's own list, so appending to it is seen).
+    column); the engine and the timeline read the columns. Numbers are held in typed arrays, read
+    by numpy without a copy (:meth:`column`), so a row costs about 100 bytes, plus its key for a
+    collective. Indexing gives an :class:`OpRef`, a view of one row whose attributes read and
+    write the columns, for code that handles one op at a time.
     """
 
-    __slots__ = FIELDS
+    __slots__ = _COLUMNS
 
     def __init__(self) -> None:
-        for f in FIELDS:
+        for f in _COLUMNS:
             code = TYPED.get(f)
             setattr(self, f, array(code) if code else [])
+        self.more: dict[int, list[int]] = {}
 
     def __len__(self) -> int:
         return len(self.rank)
@@ -125,6 +134,41 @@ class OpTable:
 
     def __iter__(self):
         return (OpRef(self, i) for i in range(len(self.rank)))
+
+    def column(self, name: str) -> np.ndarray:
+        """A typed column as a numpy array (a view of its buffer: copy it before the table grows)."""
+        col = getattr(self, name)
+        return np.frombuffer(col, dtype=_DTYPES[col.typecode])
+
+    def deps_of(self, i: int) -> list[int]:
+        """Op ``i``'s dependencies, in the order they were given."""
+        d0 = self.dep0[i]
+        if d0 == MORE:
+            return list(self.more[i])
+        if d0 == NONE:
+            return []
+        d1 = self.dep1[i]
+        return [d0] if d1 == NONE else [d0, d1]
+
+    def add_dep(self, i: int, d: int) -> None:
+        """Op ``i`` also waits for op ``d`` (after its other dependencies)."""
+        d0 = self.dep0[i]
+        if d0 == NONE:
+            self.dep0[i] = d
+        elif d0 == MORE:
+            self.more[i].append(d)
+        elif self.dep1[i] == NONE:
+            self.dep1[i] = d
+        else:
+            self.more[i] = [d0, self.dep1[i], d]
+            self.dep0[i], self.dep1[i] = MORE, NONE
+
+    def set_deps(self, i: int, deps: list[int]) -> None:
+        """Op ``i``'s dependencies become ``deps``."""
+        self.more.pop(i, None)
+        self.dep0[i] = self.dep1[i] = NONE
+        for d in deps:
+            self.add_dep(i, d)
 
     def append(self, rank: int, stream: int, kind: int, name: str, stage: int, layer: int, mb: int,
                duration_s: float, flops: float, nbytes: float, comm: str | None, group_set: int, key: tuple | None,
@@ -146,10 +190,41 @@ class OpTable:
         self.key.append(key)
         self.peer.append(peer)
         self.peer_stage.append(peer_stage)
-        self.deps.append(deps)
+        n = len(deps)
+        if n > 2:
+            self.dep0.append(MORE)
+            self.dep1.append(NONE)
+            self.more[i] = list(deps)
+        else:
+            self.dep0.append(deps[0] if n else NONE)
+            self.dep1.append(deps[1] if n == 2 else NONE)
         self.alloc.append(alloc)
         self.free.append(free)
         return i
+
+
+class _Deps(list):
+    """An op's dependencies as :attr:`OpRef.deps` gives them: a list whose ``append`` and
+    ``extend`` also add to the table (other changes are refused)."""
+
+    __slots__ = ("_table", "_i")
+
+    def __init__(self, table: OpTable, i: int):
+        super().__init__(table.deps_of(i))
+        self._table, self._i = table, i
+
+    def append(self, d: int) -> None:
+        super().append(d)
+        self._table.add_dep(self._i, d)
+
+    def extend(self, ds) -> None:
+        for d in ds:
+            self.append(d)
+
+    def _refused(self, *_args, **_kw):
+        raise TypeError("an op's dependencies only grow: use append or extend")
+
+    insert = remove = pop = clear = sort = reverse = __setitem__ = __delitem__ = __iadd__ = _refused
 
 
 class OpRef:
@@ -184,7 +259,7 @@ class OpRef:
     key = property(lambda s: s.table.key[s.id], lambda s, v: s.table.key.__setitem__(s.id, v))
     peer = property(lambda s: s.table.peer[s.id], lambda s, v: s.table.peer.__setitem__(s.id, v))
     peer_stage = property(lambda s: s.table.peer_stage[s.id], lambda s, v: s.table.peer_stage.__setitem__(s.id, v))
-    deps = property(lambda s: s.table.deps[s.id], lambda s, v: s.table.deps.__setitem__(s.id, v))
+    deps = property(lambda s: _Deps(s.table, s.id), lambda s, v: s.table.set_deps(s.id, list(v)))
     alloc = property(lambda s: s.table.alloc[s.id], lambda s, v: s.table.alloc.__setitem__(s.id, v))
     free = property(lambda s: s.table.free[s.id], lambda s, v: s.table.free.__setitem__(s.id, v))
 
@@ -196,9 +271,10 @@ class Program:
     """All operations of one simulated step."""
 
     ops: OpTable = field(default_factory=OpTable)
-    order: dict[tuple[int, int], list[int]] = field(default_factory=dict)  # (rank, stream) -> op ids
+    order: dict[tuple[int, int], array] = field(default_factory=dict)  # (rank, stream) -> op ids (int32)
     group_sets: list[tuple[tuple[int, ...], ...]] = field(default_factory=list)
-    members: dict[tuple, int] = field(default_factory=dict)  # collective key -> simulated members
+    # collective key -> simulated members; a lowered program keeps only keys of several (absent: one)
+    members: dict[tuple, int] = field(default_factory=dict)
     rank_weight: dict[int, int] = field(default_factory=dict)  # simulated rank -> ranks it stands for
     pipeline_rank_of: dict[int, int] = field(default_factory=dict)  # simulated rank -> its pipeline rank
     static_bytes: dict[int, float] = field(default_factory=dict)  # simulated rank -> static memory
@@ -219,7 +295,7 @@ class Program:
                             key, peer, peer_stage, deps if deps is not None else [], alloc, free)
         queue = self.order.get((rank, stream))
         if queue is None:
-            self.order[(rank, stream)] = [i]
+            self.order[(rank, stream)] = array("i", (i,))
         else:
             queue.append(i)
         if key is not None:

@@ -18,6 +18,7 @@ the emitted ops.
 from __future__ import annotations
 
 from collections.abc import Callable
+from array import array
 from dataclasses import dataclass
 
 from simtrain.workload.program import STREAM, OpRef, OpTable
@@ -31,7 +32,9 @@ class _Template:
     mb: int  # the micro-batch it was captured from
     columns: tuple[tuple, ...]  # per copied column of _COPIED: its values, in op order
     own_mb: tuple[bool, ...]  # per op: whether it carries the micro-batch (else -1)
-    deps: tuple[tuple[int, ...], ...]  # per op: its dependencies, relative to the first op
+    dep0: list[int]  # per op: its first dependency, relative to the first op (or NONE, MORE)
+    dep1: list[int]  # per op: its second dependency, relative to the first op (or NONE)
+    more: tuple[tuple[int, tuple[int, ...]], ...]  # (op offset, its dependencies relative to the first op)
     keys: tuple[tuple[int, int, tuple], ...]  # (op offset, stream, key with its relative n) of collectives
     counts: tuple[tuple[int, int], ...]  # (stream, collectives it numbered)
     streams: tuple[tuple[int, tuple[int, ...]], ...]  # (stream, offsets of its ops, in order)
@@ -76,7 +79,7 @@ class ActionTemplates:
         em, prog = self.em, self.em.prog
         table = prog.ops
         base = len(table)
-        n = len(tpl.deps)
+        n = len(tpl.dep0)
         counters = em._counters
         now = {s: counters.get((rank, s), 0) for s, _ in tpl.counts}
         for s, count in tpl.counts:
@@ -85,7 +88,10 @@ class ActionTemplates:
         for extend, values in zip(self._extend, tpl.columns):
             extend(values)
         table.mb.extend([mb if own else -1 for own in tpl.own_mb])
-        table.deps.extend([[base + ds[0]] if len(ds) == 1 else [base + d for d in ds] for ds in tpl.deps])
+        table.dep0.extend([d + base if d >= 0 else d for d in tpl.dep0])
+        table.dep1.extend([d + base if d >= 0 else d for d in tpl.dep1])
+        for offset, ds in tpl.more:
+            table.more[base + offset] = [base + d for d in ds]
         keys = [None] * n
         members = prog.members
         for offset, stream, (k0, k1, k2) in tpl.keys:
@@ -94,7 +100,7 @@ class ActionTemplates:
         table.key.extend(keys)
         order = prog.order
         for stream, offsets in tpl.streams:
-            ids = [base + o for o in offsets]
+            ids = array("i", [base + o for o in offsets])
             queue = order.get((rank, stream))
             if queue is None:
                 order[(rank, stream)] = ids
@@ -117,8 +123,11 @@ def _capture(table: OpTable, start: int, mb: int, last: int | None, before: dict
     end = len(table)
     if any(s == _DP for s in table.stream[start:end]) or any(m not in (mb, -1) for m in table.mb[start:end]):
         return None
-    deps = tuple(tuple(d - start for d in ds) for ds in table.deps[start:end])
-    if any(d < 0 for ds in deps for d in ds):
+    more = tuple((i - start, tuple(d - start for d in table.more[i])) for i in range(start, end) if i in table.more)
+    dep0 = [d - start if d >= 0 else d for d in table.dep0[start:end]]
+    dep1 = [d - start if d >= 0 else d for d in table.dep1[start:end]]
+    if any(d < start for d in table.dep0[start:end] if d >= 0) or \
+            any(d < start for d in table.dep1[start:end] if d >= 0) or any(d < 0 for _, ds in more for d in ds):
         return None
     keys = []
     for offset, (key, stream) in enumerate(zip(table.key[start:end], table.stream[start:end])):
@@ -132,7 +141,7 @@ def _capture(table: OpTable, start: int, mb: int, last: int | None, before: dict
     for offset, s in enumerate(table.stream[start:end]):
         by_stream.setdefault(s, []).append(offset)
     return _Template(start, mb, tuple(getattr(table, c)[start:end] for c in _COPIED),
-                     tuple(m == mb for m in table.mb[start:end]), deps, tuple(keys), counts,
+                     tuple(m == mb for m in table.mb[start:end]), dep0, dep1, more, tuple(keys), counts,
                      tuple((s, tuple(o)) for s, o in by_stream.items()),
                      tuple((stage, layer, op_id - start, kind) for stage, layer, op_id, kind in calls),
                      None if last is None else last - start)
