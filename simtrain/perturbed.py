@@ -94,9 +94,9 @@ def check_reachable(program: Any, router: Any, failed: tuple[tuple[str, str], ..
     from simtrain.workload.program import KINDS
 
     kinds: dict[int, str] = {}
-    for op in program.ops:
-        if op.group_set >= 0 and op.group_set not in kinds:
-            kinds[op.group_set] = KINDS[op.kind]
+    for gs, kind in zip(program.ops.group_set, program.ops.kind):
+        if gs >= 0 and gs not in kinds:
+            kinds[gs] = KINDS[kind]
     links = ",".join(f"{a}-{b}" for a, b in failed)
     for gid, groups in enumerate(program.group_sets):
         for group in groups:

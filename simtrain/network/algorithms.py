@@ -353,15 +353,15 @@ def check_forced(force: str | None, program, cluster: Cluster, network: str = "a
     seen: set[tuple[str, int]] = set()
     ops: set[str] = set()
     reasons: list[str] = []
-    for op in program.ops:
-        if op.comm is None or (op.comm, op.group_set) in seen:
+    for comm, group_set in zip(program.ops.comm, program.ops.group_set):
+        if comm is None or (comm, group_set) in seen:
             continue
-        seen.add((op.comm, op.group_set))
-        for name in (normalize_op(part) for part in op.comm.split("+")):
+        seen.add((comm, group_set))
+        for name in (normalize_op(part) for part in comm.split("+")):
             ops.add(name)
             if name not in record.ops:
                 continue
-            for gpus in program.group_sets[op.group_set]:
+            for gpus in program.group_sets[group_set]:
                 if len(gpus) < 2:
                     continue
                 why = record.placement(gpus, node_blocks(gpus, cluster), cluster, cluster.nvls)

@@ -151,14 +151,14 @@ class FlowNetwork:
         node's NVSwitch, typically), which saves most of the flow model's events."""
         uses: dict[int, set[tuple[str, float]]] = {}
         streams: dict[int, set[tuple[int, int]]] = {}
-        for op in self._program.ops:
-            if op.comm is None:
+        t = self._program.ops
+        for comm, gs, nbytes, rank, stream in zip(t.comm, t.group_set, t.nbytes, t.rank, t.stream):
+            if comm is None:
                 continue
-            parts, size = op_parts(op)
+            parts = comm.split("+")  # as op_parts splits an op
             for part in parts:
-                uses.setdefault(op.group_set, set()).add((part, size))
-            streams.setdefault(op.group_set, set()).add(
-                (op.rank if op.comm == "p2p" else -1, op.stream))
+                uses.setdefault(gs, set()).add((part, nbytes / len(parts)))
+            streams.setdefault(gs, set()).add((rank if comm == "p2p" else -1, stream))
         links_of: dict[int, set] = {}
         for gs, kinds in uses.items():
             groups = self._program.group_sets[gs]

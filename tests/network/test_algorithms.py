@@ -152,16 +152,15 @@ def test_a_new_algorithm_is_one_record():
 
 def test_a_forced_algorithm_must_run_somewhere_in_the_run():
     """check_forced: the rule of ``simtrain collective --algo`` over a run's collectives."""
-    from types import SimpleNamespace
-
     from simtrain.network.algorithms import check_forced
+    from simtrain.workload.program import Program
 
     c = load_topology("h100-ib", nodes=2)
-    op = lambda comm, gs: SimpleNamespace(comm=comm, group_set=gs)  # noqa: E731
     tp = tuple(range(8))  # one node
     dp = (0, 8)  # two nodes
-    program = SimpleNamespace(ops=[op(None, -1), op("reduce_scatter+all_gather", 0), op("all_reduce", 1),
-                                   op("p2p", 2)], group_sets=[(tp,), (dp,), ((0, 8),)])
+    program = Program(group_sets=[(tp,), (dp,), ((0, 8),)])
+    for comm, gs in ((None, -1), ("reduce_scatter+all_gather", 0), ("all_reduce", 1), ("p2p", 2)):
+        program.append(0, 0, 0, "op", 0, -1, -1, comm=comm, group_set=gs)
     for algo in ("ring", "tree", "direct"):
         check_forced(algo, program, c)  # each runs one of the run's collectives
     check_forced(None, program, c)
