@@ -47,8 +47,8 @@ from simtrain.network.protocol import NetworkModel
 from simtrain.workload.program import MORE, NONE, STREAM, OpRef, Program
 from simtrain.timeline import Timeline, check_spans, program_timeline
 
-#: Most operations a run simulates unless ``--max-events`` says more: at about 900 bytes and 12 us
-#: each (:data:`simtrain.budget.US_PER_OPERATION`), under 2 GiB and half a minute; the largest
+#: Most operations a run simulates unless ``--max-events`` says more: at about 750 bytes and 12 us
+#: each (:data:`simtrain.budget.US_PER_OPERATION`), under 1.5 GiB and half a minute; the largest
 #: published run of ``tests/validation`` (GPT-1T) holds 1,310,848.
 DEFAULT_MAX_EVENTS = 2_000_000
 
