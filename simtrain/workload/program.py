@@ -14,7 +14,9 @@ a *micro-batch* is one slice of the global batch; a *stream* is one of a rank's 
 from __future__ import annotations
 
 from array import array
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import TypeAlias, overload
 
 #: The streams of one rank: one compute stream and the communication streams (PP has two).
 STREAMS = ("compute", "tp", "cp", "ep", "pp_send", "pp_recv", "dp")
@@ -29,6 +31,10 @@ KINDS = COMPUTE_KINDS + COMM_KINDS
 STREAM = {s: i for i, s in enumerate(STREAMS)}
 #: Kind name -> the integer code an :class:`Op` and a timeline column carry.
 KIND = {k: i for i, k in enumerate(KINDS)}
+
+#: What a collective's members on different ranks share: (stream, first group, group-set id or
+#: rank, sequence number on the stream), or a one-off collective's (name, step).
+Key: TypeAlias = tuple[str, int | tuple[int, ...], int] | tuple[str, int]
 
 
 #: The fields of an op, in the order :class:`Op` takes them; each is one column of :class:`OpTable`.
@@ -59,8 +65,8 @@ class Op:
     def __init__(self, id: int, rank: int, stream: int, kind: int, name: str, stage: int,
                  layer: int, mb: int, duration_s: float = 0.0, flops: float = 0.0,
                  nbytes: float = 0.0, comm: str | None = None, group_set: int = -1,
-                 key: tuple | None = None, peer: int = -1, peer_stage: int = -1, deps: list[int] | None = None,
-                 alloc: float = 0.0, free: float = 0.0):
+                 key: Key | None = None, peer: int = -1, peer_stage: int = -1, deps: list[int] | None = None,
+                 alloc: float = 0.0, free: float = 0.0) -> None:
         self.id = id
         self.rank = rank
         self.stream = stream
@@ -104,6 +110,25 @@ class OpTable:
     """
 
     __slots__ = FIELDS
+    # the columns, one per field (created in __init__)
+    rank: array[int]
+    stream: array[int]
+    kind: array[int]
+    name: list[str]
+    stage: array[int]
+    layer: array[int]
+    mb: array[int]
+    duration_s: array[float]
+    flops: array[float]
+    nbytes: array[float]
+    comm: list[str | None]
+    group_set: array[int]
+    key: list[Key | None]
+    peer: array[int]
+    peer_stage: array[int]
+    deps: list[list[int]]
+    alloc: array[float]
+    free: array[float]
 
     def __init__(self) -> None:
         for f in FIELDS:
@@ -113,7 +138,12 @@ class OpTable:
     def __len__(self) -> int:
         return len(self.rank)
 
-    def __getitem__(self, i):
+    @overload
+    def __getitem__(self, i: int) -> OpRef: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[OpRef]: ...
+
+    def __getitem__(self, i: int | slice) -> OpRef | list[OpRef]:
         n = len(self.rank)
         if isinstance(i, slice):
             return [OpRef(self, j) for j in range(*i.indices(n))]
@@ -123,11 +153,11 @@ class OpTable:
             raise IndexError(f"op {i} of {n}")
         return OpRef(self, i)
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[OpRef]:
         return (OpRef(self, i) for i in range(len(self.rank)))
 
     def append(self, rank: int, stream: int, kind: int, name: str, stage: int, layer: int, mb: int,
-               duration_s: float, flops: float, nbytes: float, comm: str | None, group_set: int, key: tuple | None,
+               duration_s: float, flops: float, nbytes: float, comm: str | None, group_set: int, key: Key | None,
                peer: int, peer_stage: int, deps: list[int], alloc: float, free: float) -> int:
         """Append one row; its op id."""
         i = len(self.rank)
@@ -158,7 +188,7 @@ class OpRef:
 
     __slots__ = ("table", "id")
 
-    def __init__(self, table: OpTable, i: int):
+    def __init__(self, table: OpTable, i: int) -> None:
         self.table, self.id = table, i
 
     def label(self) -> str:
@@ -169,26 +199,149 @@ class OpRef:
         return f"OpRef({self.id}: {self.label()})"
 
     # one property per column of the table, read and written through
-    rank = property(lambda s: s.table.rank[s.id], lambda s, v: s.table.rank.__setitem__(s.id, v))
-    stream = property(lambda s: s.table.stream[s.id], lambda s, v: s.table.stream.__setitem__(s.id, v))
-    kind = property(lambda s: s.table.kind[s.id], lambda s, v: s.table.kind.__setitem__(s.id, v))
-    name = property(lambda s: s.table.name[s.id], lambda s, v: s.table.name.__setitem__(s.id, v))
-    stage = property(lambda s: s.table.stage[s.id], lambda s, v: s.table.stage.__setitem__(s.id, v))
-    layer = property(lambda s: s.table.layer[s.id], lambda s, v: s.table.layer.__setitem__(s.id, v))
-    mb = property(lambda s: s.table.mb[s.id], lambda s, v: s.table.mb.__setitem__(s.id, v))
-    duration_s = property(lambda s: s.table.duration_s[s.id], lambda s, v: s.table.duration_s.__setitem__(s.id, v))
-    flops = property(lambda s: s.table.flops[s.id], lambda s, v: s.table.flops.__setitem__(s.id, v))
-    nbytes = property(lambda s: s.table.nbytes[s.id], lambda s, v: s.table.nbytes.__setitem__(s.id, v))
-    comm = property(lambda s: s.table.comm[s.id], lambda s, v: s.table.comm.__setitem__(s.id, v))
-    group_set = property(lambda s: s.table.group_set[s.id], lambda s, v: s.table.group_set.__setitem__(s.id, v))
-    key = property(lambda s: s.table.key[s.id], lambda s, v: s.table.key.__setitem__(s.id, v))
-    peer = property(lambda s: s.table.peer[s.id], lambda s, v: s.table.peer.__setitem__(s.id, v))
-    peer_stage = property(lambda s: s.table.peer_stage[s.id], lambda s, v: s.table.peer_stage.__setitem__(s.id, v))
-    deps = property(lambda s: s.table.deps[s.id], lambda s, v: s.table.deps.__setitem__(s.id, v))
-    alloc = property(lambda s: s.table.alloc[s.id], lambda s, v: s.table.alloc.__setitem__(s.id, v))
-    free = property(lambda s: s.table.free[s.id], lambda s, v: s.table.free.__setitem__(s.id, v))
+    @property
+    def rank(self) -> int:
+        return self.table.rank[self.id]
 
+    @rank.setter
+    def rank(self, value: int) -> None:
+        self.table.rank[self.id] = value
 
+    @property
+    def stream(self) -> int:
+        return self.table.stream[self.id]
+
+    @stream.setter
+    def stream(self, value: int) -> None:
+        self.table.stream[self.id] = value
+
+    @property
+    def kind(self) -> int:
+        return self.table.kind[self.id]
+
+    @kind.setter
+    def kind(self, value: int) -> None:
+        self.table.kind[self.id] = value
+
+    @property
+    def name(self) -> str:
+        return self.table.name[self.id]
+
+    @name.setter
+    def name(self, value: str) -> None:
+        self.table.name[self.id] = value
+
+    @property
+    def stage(self) -> int:
+        return self.table.stage[self.id]
+
+    @stage.setter
+    def stage(self, value: int) -> None:
+        self.table.stage[self.id] = value
+
+    @property
+    def layer(self) -> int:
+        return self.table.layer[self.id]
+
+    @layer.setter
+    def layer(self, value: int) -> None:
+        self.table.layer[self.id] = value
+
+    @property
+    def mb(self) -> int:
+        return self.table.mb[self.id]
+
+    @mb.setter
+    def mb(self, value: int) -> None:
+        self.table.mb[self.id] = value
+
+    @property
+    def duration_s(self) -> float:
+        return self.table.duration_s[self.id]
+
+    @duration_s.setter
+    def duration_s(self, value: float) -> None:
+        self.table.duration_s[self.id] = value
+
+    @property
+    def flops(self) -> float:
+        return self.table.flops[self.id]
+
+    @flops.setter
+    def flops(self, value: float) -> None:
+        self.table.flops[self.id] = value
+
+    @property
+    def nbytes(self) -> float:
+        return self.table.nbytes[self.id]
+
+    @nbytes.setter
+    def nbytes(self, value: float) -> None:
+        self.table.nbytes[self.id] = value
+
+    @property
+    def comm(self) -> str | None:
+        return self.table.comm[self.id]
+
+    @comm.setter
+    def comm(self, value: str | None) -> None:
+        self.table.comm[self.id] = value
+
+    @property
+    def group_set(self) -> int:
+        return self.table.group_set[self.id]
+
+    @group_set.setter
+    def group_set(self, value: int) -> None:
+        self.table.group_set[self.id] = value
+
+    @property
+    def key(self) -> Key | None:
+        return self.table.key[self.id]
+
+    @key.setter
+    def key(self, value: Key | None) -> None:
+        self.table.key[self.id] = value
+
+    @property
+    def peer(self) -> int:
+        return self.table.peer[self.id]
+
+    @peer.setter
+    def peer(self, value: int) -> None:
+        self.table.peer[self.id] = value
+
+    @property
+    def peer_stage(self) -> int:
+        return self.table.peer_stage[self.id]
+
+    @peer_stage.setter
+    def peer_stage(self, value: int) -> None:
+        self.table.peer_stage[self.id] = value
+
+    @property
+    def deps(self) -> list[int]:
+        return self.table.deps[self.id]
+
+    @deps.setter
+    def deps(self, value: list[int]) -> None:
+        self.table.deps[self.id] = value
+
+    @property
+    def alloc(self) -> float:
+        return self.table.alloc[self.id]
+
+    @alloc.setter
+    def alloc(self, value: float) -> None:
+        self.table.alloc[self.id] = value
+
+    @property
+    def free(self) -> float:
+        return self.table.free[self.id]
+
+    @free.setter
+    def free(self, value: float) -> None:
+        self.table.free[self.id] = value
 
 
 @dataclass
@@ -198,13 +351,13 @@ class Program:
     ops: OpTable = field(default_factory=OpTable)
     order: dict[tuple[int, int], list[int]] = field(default_factory=dict)  # (rank, stream) -> op ids
     group_sets: list[tuple[tuple[int, ...], ...]] = field(default_factory=list)
-    members: dict[tuple, int] = field(default_factory=dict)  # collective key -> simulated members
+    members: dict[Key, int] = field(default_factory=dict)  # collective key -> simulated members
     rank_weight: dict[int, int] = field(default_factory=dict)  # simulated rank -> ranks it stands for
     pipeline_rank_of: dict[int, int] = field(default_factory=dict)  # simulated rank -> its pipeline rank
     static_bytes: dict[int, float] = field(default_factory=dict)  # simulated rank -> static memory
     layers_per_chunk: list[int] = field(default_factory=list)  # layers of each pipeline chunk, in order
     kernel_sources: dict[str, int] = field(default_factory=dict)  # measured/interpolated/model -> distinct kernels
-    _group_ids: dict = field(default_factory=dict, repr=False)
+    _group_ids: dict[tuple[tuple[int, ...], ...], int] = field(default_factory=dict, repr=False)
 
     def add(self, op: Op) -> OpRef:
         """Append ``op`` (a record; its ``id`` is ignored) to its rank's stream; the new row."""
@@ -212,7 +365,7 @@ class Program:
 
     def append(self, rank: int, stream: int, kind: int, name: str, stage: int, layer: int, mb: int,
                duration_s: float = 0.0, flops: float = 0.0, nbytes: float = 0.0, comm: str | None = None,
-               group_set: int = -1, key: tuple | None = None, peer: int = -1, peer_stage: int = -1,
+               group_set: int = -1, key: Key | None = None, peer: int = -1, peer_stage: int = -1,
                deps: list[int] | None = None, alloc: float = 0.0, free: float = 0.0) -> int:
         """Append an op (fields as :class:`Op` has them) to its rank's stream; its id."""
         i = self.ops.append(rank, stream, kind, name, stage, layer, mb, duration_s, flops, nbytes, comm, group_set,
