@@ -29,6 +29,7 @@ parameter gathers and reductions, and the static memory of a pipeline rank.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from simtrain import costs
@@ -166,7 +167,7 @@ class DataParallelOps:
         self.bucket_params = bucket_size(layout.par, opts)
         self.per_micro_batch = self.zero >= 2
         self.rank = -1  # the rank being lowered
-        self.recorded: list | None = None  # grad_done calls, while an action template is captured
+        self.recorded: list[tuple[int, int, int, str]] | None = None  # grad_done calls, while an action template is captured
         self.buckets: list[Bucket] = []
         self.param_gather: dict[tuple[int, int], int] = {}  # (stage, layer) -> ZeRO-1/2 gather op
         self.used: set[tuple[int, int]] = set()  # (stage, layer) already waiting for its gather
@@ -218,7 +219,7 @@ class DataParallelOps:
             if self.per_micro_batch:
                 self.pass_grads[(stage, layer)] = op.id
 
-    def settled(self, stage: int, layers: list[int]) -> bool:
+    def settled(self, stage: int, layers: Iterable[int]) -> bool:
         """Whether an action on ``layers`` of ``stage`` emits no data-parallel op and waits for
         none: once per step (ZeRO 0 and 1) and after the step's first use of every layer's
         parameters (its first forward waits for their gathers)."""

@@ -32,9 +32,11 @@ STREAM = {s: i for i, s in enumerate(STREAMS)}
 #: Kind name -> the integer code an :class:`Op` and a timeline column carry.
 KIND = {k: i for i, k in enumerate(KINDS)}
 
-#: What a collective's members on different ranks share: (stream, first group, group-set id or
-#: rank, sequence number on the stream), or a one-off collective's (name, step).
-Key: TypeAlias = tuple[str, int | tuple[int, ...], int] | tuple[str, int]
+#: A numbered collective's key: (stream, its first group, group-set id or rank, its number on the stream).
+StreamKey: TypeAlias = tuple[str, int | tuple[int, ...], int]
+#: What a collective's members on different ranks share: a :data:`StreamKey`, or a one-off
+#: collective's (name, step).
+Key: TypeAlias = StreamKey | tuple[str, int]
 
 
 #: The fields of an op, in the order :class:`Op` takes them; each is one column of :class:`OpTable`.
