@@ -45,6 +45,10 @@ EMBEDDING = -1  # layer index of the input embedding
 LM_HEAD = -2  # layer index of the LM head and final norm
 
 
+#: A :meth:`DataParallelOps.grad_done` call: (stage, layer, op id, kind).
+GradCall = tuple[int, int, int, str]
+
+
 def bucket_size(par: ParallelSpec, opts: WorkloadOptions) -> float:
     """Parameters per gradient bucket: ``opts.dp_bucket_params``, or Megatron-LM's default
     ``max(40M, 1M x data-parallel size)`` (``DistributedDataParallelConfig.bucket_size``)."""
@@ -167,7 +171,7 @@ class DataParallelOps:
         self.bucket_params = bucket_size(layout.par, opts)
         self.per_micro_batch = self.zero >= 2
         self.rank = -1  # the rank being lowered
-        self.recorded: list[tuple[int, int, int, str]] | None = None  # grad_done calls, while an action template is captured
+        self.recorded: list[GradCall] | None = None  # grad_done calls, while an action template is captured
         self.buckets: list[Bucket] = []
         self.param_gather: dict[tuple[int, int], int] = {}  # (stage, layer) -> ZeRO-1/2 gather op
         self.used: set[tuple[int, int]] = set()  # (stage, layer) already waiting for its gather

@@ -24,6 +24,8 @@ from simtrain.topology.mesh import DeviceMesh
 from simtrain.workload.program import KIND, STREAM, Key, OpRef, Program
 
 T = TypeVar("T")
+#: What an op's cost comes to: (FLOPs, bytes, seconds).
+Priced = tuple[float, float, float]
 _COMPUTE = STREAM["compute"]
 
 
@@ -41,16 +43,18 @@ class Emitter:
         self._gpus = gpus or {}
         self._calibration = calibration
         self._timers: dict[GpuSpec, KernelTimer] = {gpu: self.timer}
-        self._perturbed: dict[tuple[GpuSpec, float, costs.OpCost], tuple[float, float, float]] = {}  # (gpu, speed, cost) -> priced
+        self._perturbed: dict[tuple[GpuSpec, float, costs.OpCost], Priced] = {}  # (gpu, speed, cost) -> priced
         self.prog = Program()
         self.pp_groups = mesh.groups("pp")
         self._counters: dict[tuple[int, int], int] = {}  # (rank, stream) -> collectives so far
         self._stands_for: dict[int, list[list[int]]] = {}  # rank -> its pipeline groups (EP folding)
         self._group_cache: dict[tuple[str, int, int], tuple[tuple[int, ...], ...]] = {}
         self._time_cache: dict[costs.OpCost, float] = {}
-        self._priced: dict[costs.OpCost, tuple[float, float, float]] = {}  # cost -> flops, bytes, seconds
-        self._memo: dict[tuple[Callable[..., object], tuple[object, ...]], object] = {}  # cost function and arguments -> its value
-        self._group_ids: dict[tuple[str, int], tuple[tuple[tuple[int, ...], ...], int]] = {}  # (dim, rank) -> (groups, group-set id)
+        self._priced: dict[costs.OpCost, Priced] = {}  # cost -> flops, bytes, seconds
+        # cost function and arguments -> its value
+        self._memo: dict[tuple[Callable[..., object], tuple[object, ...]], object] = {}
+        # (dim, rank) -> (groups, group-set id)
+        self._group_ids: dict[tuple[str, int], tuple[tuple[tuple[int, ...], ...], int]] = {}
 
     # ---- groups ------------------------------------------------------------------------------
     def stand_for(self, rank: int, pp_groups: list[list[int]]) -> None:
@@ -118,13 +122,13 @@ class Emitter:
         return OpRef(prog.ops, prog.append(rank, STREAM[stream], KIND[kind], name, stage, layer, mb,
                                            deps=cast("list[int]", deps), **kw))  # its Nones dropped
 
-    def _price(self, cost: costs.OpCost) -> tuple[float, float, float]:
+    def _price(self, cost: costs.OpCost) -> Priced:
         """FLOPs, bytes and seconds of ``cost``, once per distinct cost (equal costs built apart
         share one entry)."""
         priced = self._priced[cost] = (cost.flops, cost.bytes, self._time(cost))
         return priced
 
-    def _perturbed_price(self, rank: int, cost: costs.OpCost) -> tuple[float, float, float]:
+    def _perturbed_price(self, rank: int, cost: costs.OpCost) -> Priced:
         """:meth:`_price` on perturbed GPU ``rank``: timed on its GPU (another generation's
         kernel model where ``--node-gpu`` gives one) and divided by its speed factor."""
         gpu, speed = self._gpus.get(rank, self.gpu), self._speeds.get(rank, 1.0)

@@ -70,7 +70,7 @@ class _Lowering:
         self.step = 0  # the step being lowered
         self.sends: dict[_SendKey, int] = {}  # (pipeline, step, stage, mb, "act"|"grad") -> p2p op id
         self.last_send: dict[int, int] = {}  # rank -> its latest p2p send (blocking sends wait for it)
-        self.pairs: dict[tuple[int, int, int], tuple[tuple[int, int], ...]] = {}  # (rank, from, to pipeline rank) -> GPU pairs
+        self.pairs: dict[tuple[int, int, int], tuple[tuple[int, int], ...]] = {}  # (rank, from, to pp rank) -> pairs
         self.blocking_p2p = not par.overlap_p2p_comm
         # without sequence parallelism each TP rank sends its slice; the receiver all-gathers them
         self.gather_received = par.tp > 1 and not par.sequence_parallel and opts.tp_comm
@@ -227,13 +227,10 @@ class _Lowering:
         return em.compute(rank, kind, f"{name}.{kind}", a.stage, -1, a.mb, em.cost(cost_fn, kind), last, **kw)
 
     def _needs_from(self, first_op: int, key: tuple[int | None, int, str] | None, rank: int) -> None:
-        """The action's first compute or TP op waits for the transfer ``key`` (stage, micro-batch,
-        act or grad; none at the chain's ends) within ``rank``'s pipeline group; parameter gathers
-        before it do not."""
-        if key is None:
-            return
-        first = _first_non_dp(self.prog, first_op)
-        if first is not None:
+        """The action's first compute or TP op waits for the transfer ``key`` (none at the chain's
+        ends) within ``rank``'s pipeline group; parameter gathers before it do not."""
+        first = _first_non_dp(self.prog, first_op) if key is not None else None
+        if first is not None and key is not None:  # (first is None without a key)
             self.needs.append((first, (self._pipeline(rank), self.step, *key)))
 
     def _pipeline(self, rank: int) -> int:  # a transfer stays within one pipeline group

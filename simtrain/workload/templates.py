@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from simtrain.workload.data_parallel import DataParallelOps
+from simtrain.workload.data_parallel import DataParallelOps, GradCall
 from simtrain.workload.emit import Emitter
 from simtrain.workload.program import STREAM, Key, OpRef, OpTable, StreamKey
 
@@ -50,7 +50,8 @@ class ActionTemplates:
         table = em.prog.ops  # its columns stay the same objects while they grow
         self._extend = tuple(getattr(table, c).extend for c in _COPIED)
 
-    def emit(self, key: tuple[int, str, int, bool], rank: int, mb: int, settled: bool, body: Callable[[], int | None]) -> int | None:
+    def emit(self, key: tuple[int, str, int, bool], rank: int, mb: int, settled: bool,
+             body: Callable[[], int | None]) -> int | None:
         """The ops of ``body`` (an action's emission, returning what the next op waits for) for
         micro-batch ``mb``: instantiated from the template of ``key`` where one exists and the data-
         parallel state is ``settled``, else emitted and, where exact, captured."""
@@ -114,8 +115,7 @@ _COPIED = ("stream", "kind", "name", "stage", "layer", "duration_s", "flops", "n
 
 
 def _capture(table: OpTable, start: int, mb: int, last: int | None, before: dict[int, int],
-             counters: dict[tuple[int, int], int], rank: int, calls: list[tuple[int, int, int, str]],
-             ) -> _Template | None:
+             counters: dict[tuple[int, int], int], rank: int, calls: list[GradCall]) -> _Template | None:
     """The template of ops ``start:``, or None where copying them would not be exact."""
     end = len(table)
     if any(s == _DP for s in table.stream[start:end]) or any(m not in (mb, -1) for m in table.mb[start:end]):
