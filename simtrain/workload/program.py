@@ -346,6 +346,10 @@ class OpRef:
         self.table.free[self.id] = value
 
 
+#: An op as code that handles one at a time reads it: a record or a row of a table.
+AnyOp: TypeAlias = Op | OpRef
+
+
 @dataclass
 class Program:
     """All operations of one simulated step."""
