@@ -20,31 +20,31 @@ an op the network prices up front is one timeout (one for all members of a colle
 other runs the network's transfer steps, and one network process wakes the ops whose tokens
 finish.
 
-Speed: a stream walks op ids, reading the program's columns (:class:`~simtrain.workload.program.OpTable`);
-it is an object whose bound methods are the callbacks of its timeouts (not a SimPy process), so an
-op whose dependencies are done costs one event, and a finished op resumes the streams waiting for
-it directly. Spans are recorded as (op id, start, end) and become the timeline's columns after the
-run (:func:`~simtrain.timeline.program_timeline`). A re-plan at the instant a compute op starts
-leaves its work as it is; one at the instant it ends is skipped.
-
-After the run the engine checks its invariants (every op ran exactly once, no stream ran two ops
-at once, no op started before its dependencies ended) and the network's own. A state where ops
-remain but no event can fire is a deadlock, reported with the blocked op of every rank; an event
-budget stops runaway runs.
+Speed: a stream walks op ids over the program's columns (:class:`~simtrain.workload.program.OpTable`);
+its bound methods are the callbacks of its wake-ups (it is not a SimPy process), so an op whose
+dependencies are done costs one event, and a finished op resumes its waiters directly. Spans are
+recorded as (op id, start, end), the timeline's columns after the run. A re-plan at the instant a
+compute op starts leaves its work as it is; one at the instant it ends is skipped. After the run
+the spans are checked (:func:`~simtrain.timeline.check_spans`: each op once, no stream running two
+ops at once, dependencies respected), and the network's own invariants. A state where ops remain
+but no event can fire is a deadlock, reported with the blocked op of every rank; an event budget
+stops runaway runs.
 """
 
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable, Generator, Sequence
 from heapq import heappush
 from dataclasses import dataclass
+from typing import cast
 
 import simpy
 from simpy.events import NORMAL
 
 from simtrain.errors import SimulationError
 from simtrain.network.protocol import NetworkModel
-from simtrain.workload.program import MORE, NONE, STREAM, OpRef, Program
+from simtrain.workload.program import MORE, NONE, STREAM, Key, OpRef, Program
 from simtrain.timeline import Timeline, check_spans, program_timeline
 
 #: Most operations a run simulates unless ``--max-events`` says more: at about 750 bytes and 12 us
@@ -61,15 +61,22 @@ class RunResult:
 
 
 class _Wake:
-    """A wake-up on SimPy's queue: all that ``Environment.step`` needs of an event (its callbacks,
-    and that it did not fail), scheduled exactly as a ``Timeout`` (same time, priority and
-    sequence number, so same order) without a ``Timeout``'s construction."""
+    """A wake-up on SimPy's queue: what ``Environment.step`` needs of an event, queued as a
+    ``Timeout`` is (same time, priority and sequence number) without a ``Timeout``'s construction."""
 
     __slots__ = ("callbacks",)
     _ok = True
 
-    def __init__(self, callback):
+    def __init__(self, callback: Callback) -> None:
         self.callbacks = [callback]
+
+
+#: What SimPy calls with the event that ended: a bound method of a stream or a _CollectiveEnd.
+Callback = Callable[[object], None]
+#: SimPy's event queue as the engine fills it: SimPy's events and bare wake-ups.
+_Queue = list[tuple[float, int, int, "simpy.Event | _Wake"]]
+#: A network process: SimPy events it waits for, one after another.
+_Process = Generator[simpy.Event, object, None]
 
 
 class _Stream:
@@ -78,9 +85,10 @@ class _Stream:
     __slots__ = ("run", "rank", "ops", "pos", "op", "start", "left", "t0", "slow", "end", "ev", "on_end",
                  "on_solo_end", "on_p2p_end")
 
-    def __init__(self, run: "_Run", rank: int, ops: list[int]):
+    def __init__(self, run: "_Run", rank: int, ops: Sequence[int]):
         self.run, self.rank, self.ops, self.pos = run, rank, ops, 0  # ops: op ids, in program order
-        self.op = self.ev = None
+        self.op: int = cast(int, None)  # the op running: set when one starts, read only after
+        self.ev: _Wake | None = None
         self.start = self.left = self.t0 = self.end = 0.0
         self.slow = 1.0
         # callbacks bound once, not per op
@@ -107,8 +115,8 @@ class _Stream:
                     run.waiting[d] = self
                 elif type(w) is list:
                     w.append(self)
-                else:
-                    run.waiting[d] = [w, self]
+                else:  # one stream so far
+                    run.waiting[d] = [cast(_Stream, w), self]
                 return
             now = run.env._now
             kind = comm[op]
@@ -148,7 +156,7 @@ class _Stream:
         self.ev = ev = _Wake(self.on_end)
         heappush(run.queue, (end, NORMAL, next(run.eid), ev))
 
-    def _compute_end(self, ev) -> None:
+    def _compute_end(self, ev: object) -> None:
         if ev is not self.ev:  # a re-planned end superseded this one
             return
         self.ev = None
@@ -161,12 +169,12 @@ class _Stream:
         run.resume(self)
 
     # ---- communication -------------------------------------------------------------------------
-    def solo_end(self, _event) -> None:
+    def solo_end(self, _event: object) -> None:
         """Callback: this stream's collective of one simulated member ended."""
         self.run.running(self.rank, -1)
         self.comm_done(self.run.env._now)
 
-    def p2p_end(self, _event) -> None:
+    def p2p_end(self, _event: object) -> None:
         """Callback: this stream's transfer ended."""
         self.run.p2p_end(self)
 
@@ -178,6 +186,13 @@ class _Stream:
 
 
 class _Run:
+    # set by run(): the wake-up of the network process, whether a resumption runs, the spans
+    wake: simpy.Event
+    resuming: bool
+    rows: list[int]
+    starts: list[float]
+    ends: list[float]
+
     def __init__(self, program: Program, network: NetworkModel, max_events: int, comm_interference: float):
         self.prog, self.net, self.max_events = program, network, max_events
         self.interference, self.slow_factor = comm_interference, 1.0 + comm_interference
@@ -202,7 +217,7 @@ class _Run:
         waiter = self.waiting[i]
         if waiter is not None:
             self.waiting[i] = None
-            for w in waiter if type(waiter) is list else (waiter,):  # several: in the order they came
+            for w in waiter if type(waiter) is list else (cast(_Stream, waiter),):  # several: in the order they came
                 self.resume(w)
 
     def resume(self, stream: _Stream) -> None:
@@ -230,7 +245,7 @@ class _Run:
             compute.replan(self.env._now)
 
     # ---- network -----------------------------------------------------------------------------
-    def network_process(self):
+    def network_process(self) -> _Process:
         """Sleeps until the network's next event or a new token, then collects finished tokens."""
         env, net = self.env, self.net
         while True:
@@ -244,7 +259,7 @@ class _Run:
             for token in net.advance(env.now):
                 self.waiters.pop(token).succeed()
 
-    def _transfer(self, op: OpRef):
+    def _transfer(self, op: OpRef) -> _Process:
         """Run the network's steps of ``op``: wait out each delay, or each token until it ends."""
         for step in self.net.transfer(op):
             if step.token is not None:
@@ -255,7 +270,7 @@ class _Run:
             elif step.delay_s > 0:
                 yield self.env.timeout(step.delay_s)
 
-    def _after(self, duration: float | None, op: OpRef, done) -> None:
+    def _after(self, duration: float | None, op: OpRef, done: Callback) -> None:
         """Call ``done(event)`` once ``op``'s communication is over: the network's up-front price
         ``duration``, or (None) the network's transfer steps; at once when it takes no time."""
         if duration is None:
@@ -302,7 +317,7 @@ class _Run:
     def arrive(self, stream: _Stream, op: int) -> None:
         """A member reaches collective ``op``; the last one prices it (or launches its transfer)
         and every member then runs it from now."""
-        key = self.key[op]
+        key = cast(Key, self.key[op])  # a collective has one
         need = self.prog.members.get(key, 1)
         ref = OpRef(self.prog.ops, op)
         if need == 1:  # one simulated member (a folded group): the stream's own callback ends it
@@ -326,12 +341,12 @@ class _Run:
         prog = self.prog
         n = len(prog.ops)
         self.env = env = simpy.Environment()
-        self.queue, self.eid = env._queue, env._eid  # where _Wake events go, numbered as SimPy numbers its own
+        self.queue, self.eid = cast(_Queue, env._queue), env._eid  # where _Wake events go, numbered as SimPy's
         self.finished = [False] * n
-        self.waiting: list = [None] * n  # op id -> the stream (or list of streams) waiting for it
+        self.waiting: list[_Stream | list[_Stream] | None] = [None] * n  # op id -> the stream(s) waiting for it
         self.rows, self.starts, self.ends = [], [], []  # the spans: op id (~id: receiver), start, end
-        self.arrivals: dict[tuple, list] = {}  # collective key -> the members arrived so far
-        self.recv_queue: dict[int, deque] = {}  # receiver -> transfers waiting for its pp_recv
+        self.arrivals: dict[Key, list[_Stream]] = {}  # collective key -> the members arrived so far
+        self.recv_queue: dict[int, deque[tuple[_Stream, int]]] = {}  # receiver -> transfers waiting for its pp_recv
         self.active: dict[int, int] = {}  # rank -> communication ops running on it
         self.slowdown: dict[int, float] = {r: 0.0 for r in prog.ranks}
         self.waiters: dict[int, simpy.Event] = {}  # network token -> the event its transfer ends
@@ -371,7 +386,7 @@ class _CollectiveEnd:
     def __init__(self, run: _Run, members: list[_Stream]):
         self.run, self.members = run, members
 
-    def __call__(self, _event) -> None:
+    def __call__(self, _event: object) -> None:
         run, now = self.run, self.run.env._now
         for s in self.members:
             run.running(s.rank, -1)

@@ -182,3 +182,17 @@ def test_ruff_finds_nothing():
     proc = subprocess.run([sys.executable, "-m", "ruff", "check", "--no-cache", "--output-format", "concise",
                            "simtrain", "tests", "benchmarks", "docs"], cwd=root, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_mypy_finds_nothing(tmp_path):
+    """Static types: mypy with ``[tool.mypy]`` of ``pyproject.toml``, strict over the modules it
+    lists (specs, schedules, workload, network, the engine and the metrics; the other modules are
+    followed for their types, their own errors unreported). Not quick: a cold run takes seconds.
+    Its cache goes to a temporary folder, so every run is cold and nothing is written to the tree."""
+    import subprocess
+    import sys
+
+    root = PACKAGE.parent
+    proc = subprocess.run([sys.executable, "-m", "mypy", "--config-file", "pyproject.toml",
+                           "--cache-dir", str(tmp_path / "mypy-cache")], cwd=root, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -21,10 +21,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Callable, Mapping, Sequence, cast
 
 from simtrain.errors import SpecError, unknown_name
-from simtrain.network.channels import channel_count, node_blocks
+from simtrain.network.channels import HopArrays, channel_count, node_blocks
 from simtrain.network.phases import (Phase, direct_phases, group_shape, hierarchical_phases, hops_time, phase_time,
                                      ring_phases, ring_unit_hops)
 from simtrain.network.protocols import GroupShape, bandwidth_factor, latency_s, protocols, tree_cap_Bps
@@ -32,12 +32,15 @@ from simtrain.network.trees import nvls_phases, nvls_tree_phases, tree_phases, t
 from simtrain.topology.cluster import Cluster
 from simtrain.topology.routes import Router
 
+if TYPE_CHECKING:  # pragma: no cover
+    from simtrain.workload.program import Program
+
 OPS = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all", "p2p", "ring_shift")
 
 #: (op, gpus, bytes, router) -> the phases of one group
 PhaseBuilder = Callable[[str, Sequence[int], float, Router], list[Phase]]
 #: (op, gpus, router) -> (sources, destinations, bytes): the flows of a one-phase unit without latency
-HopBuilder = Callable[[str, Sequence[int], Router], tuple]
+HopBuilder = Callable[[str, Sequence[int], Router], HopArrays]
 #: (gpus, the gpus by node, cluster, NVLink SHARP enabled) -> why the algorithm cannot run there
 Placement = Callable[[Sequence[int], list[list[int]], Cluster, bool], str | None]
 
@@ -213,7 +216,7 @@ def unit_cost(unit: list[Phase], cluster: Cluster) -> tuple[float, float]:
 
 
 def hop_arrays(op: str, algo: str, gpus: Sequence[int], router: Router,
-               registry: Mapping[str, CollectiveAlgorithm] = REGISTRY) -> tuple | None:
+               registry: Mapping[str, CollectiveAlgorithm] = REGISTRY) -> HopArrays | None:
     """The flows of the one phase of ``algo``'s unit as arrays (sources, destinations, bytes) from
     its ``hops``: what :func:`hop_cost` prices. None where the algorithm has no ``hops`` or the
     group is a single GPU; SpecError where it cannot run there, as :func:`unit_phases`."""
@@ -272,7 +275,7 @@ def price(op: str, algo: str, gpus: Sequence[int], nbytes: float, router: Router
         cand = Price(algo, proto, lat + moving, moving / (nbytes * seconds), lat, shape.channels)
         if best is None or cand.time_s < best.time_s:
             best = cand
-    return best
+    return cast(Price, best)  # protocols() gives one at least
 
 
 def scaled_phases(unit: list[Phase], nbytes: float, cost: Price) -> list[Phase]:
@@ -335,7 +338,7 @@ def select_algorithm(op: str, gpus: Sequence[int], nbytes: float, cluster: Clust
     return cands[times.index(min(times))]
 
 
-def check_forced(force: str | None, program, cluster: Cluster, network: str = "analytic",
+def check_forced(force: str | None, program: Program, cluster: Cluster, network: str = "analytic",
                  registry: Mapping[str, CollectiveAlgorithm] = REGISTRY) -> None:
     """``--collective-algo`` of a run, by the rule of ``simtrain collective --algo`` (which refuses
     an algorithm that cannot run its group): a one-line SpecError when ``force`` can run none of the

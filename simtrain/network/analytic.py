@@ -32,5 +32,5 @@ class AnalyticNetwork(PricedNetwork):
     def p2p_time(self, src: int, dst: int, nbytes: float) -> float:
         return self.planner.p2p_time(src, dst, nbytes)
 
-    def p2p_max_time(self, pairs: Sequence[tuple[int, int]], nbytes: float) -> float:
+    def p2p_max_time(self, pairs: Sequence[tuple[int, ...]], nbytes: float) -> float:
         return self.planner.p2p_max_time(pairs, nbytes)

@@ -22,7 +22,10 @@ from simtrain.network.protocol import LinkSeries, Step, op_parts
 from simtrain.network.solver import FlowModel
 from simtrain.topology.cluster import Cluster
 from simtrain.topology.routes import Router
-from simtrain.workload.program import Op, Program
+from simtrain.workload.program import AnyOp, Program
+
+#: The GPU groups of a folded op (one group set): one tuple of GPUs per group.
+Groups = tuple[tuple[int, ...], ...]
 
 
 class FlowNetwork:
@@ -43,15 +46,15 @@ class FlowNetwork:
         self._clock = clock
         self.model = FlowModel(self.cluster, record=True)
         self._next_token = 0
-        self._interacting_cache: dict[tuple, tuple] = {}
-        self._steps: dict[tuple, list[tuple[Phase, float | None]]] = {}  # (part, group set, bytes)
-        self._runs: dict[tuple, int] = {}  # (part, group set, bytes) -> transfers run
+        self._interacting_cache: dict[tuple[str, Groups, float], Groups] = {}  # (comm, groups, bytes)
+        self._steps: dict[tuple[str, int, float], list[tuple[Phase, float | None]]] = {}  # (part, group set, bytes)
+        self._runs: dict[tuple[str, int, float], int] = {}  # (part, group set, bytes) -> transfers run
         self._private = self._private_sets()
 
-    def fixed_duration(self, op: Op) -> None:
+    def fixed_duration(self, op: AnyOp) -> None:
         return None
 
-    def transfer(self, op: Op) -> Iterator[Step]:
+    def transfer(self, op: AnyOp) -> Iterator[Step]:
         """Each phase of each part of ``op``: a delay when its group set is private, else the
         token of its transfer on the flow model."""
         parts, size = op_parts(op)
@@ -106,7 +109,7 @@ class FlowNetwork:
         return extra
 
     # ---- plans ----------------------------------------------------------------------------
-    def _phase_steps(self, op: Op, part: str, size: float) -> list[tuple[Phase, float | None]]:
+    def _phase_steps(self, op: AnyOp, part: str, size: float) -> list[tuple[Phase, float | None]]:
         """The phases of ``part`` of ``op`` with, for a private group set, each one's time alone."""
         key = (part, op.group_set, size)
         steps = self._steps.get(key)
@@ -117,11 +120,11 @@ class FlowNetwork:
                                         for phase in self.planner.plan(part, groups, size)]
         return steps
 
-    def _groups(self, comm: str, groups: tuple, size: float) -> tuple:
+    def _groups(self, comm: str, groups: Groups, size: float) -> Groups:
         """The groups of a folded op that run as flows."""
         return self._interacting(comm, groups, size) if len(groups) > 1 else groups
 
-    def _interacting(self, comm: str, groups: tuple, size: float) -> tuple:
+    def _interacting(self, comm: str, groups: Groups, size: float) -> Groups:
         """The groups a folded op must run as flows: those linked to the first group through
         shared links (transitively). The others use links no simulated flow of this op touches,
         and being identical they see the same contention among themselves, so leaving them out
@@ -159,16 +162,16 @@ class FlowNetwork:
             for part in parts:
                 uses.setdefault(gs, set()).add((part, nbytes / len(parts)))
             streams.setdefault(gs, set()).add((rank if comm == "p2p" else -1, stream))
-        links_of: dict[int, set] = {}
+        links_of: dict[int, set[Link]] = {}
         for gs, kinds in uses.items():
             groups = self._program.group_sets[gs]
-            links: set = set()
+            links: set[Link] = set()
             for part, size in sorted(kinds):
                 for phase in self.planner.plan(part, self._groups(part, groups, size), size):
                     for path, _ in phase.flows:
                         links.update(path)
             links_of[gs] = links
-        count: dict = {}
+        count: dict[Link, int] = {}
         for links in links_of.values():
             for link in links:
                 count[link] = count.get(link, 0) + 1
@@ -178,7 +181,7 @@ class FlowNetwork:
     def _isolated_time(self, phase: Phase) -> float | None:
         """Duration of a phase whose flows share no link with each other: each at its path's
         bottleneck, plus the latency; None when two of its flows share a link."""
-        seen: set = set()
+        seen: set[Link] = set()
         longest = 0.0
         capacity = self.cluster.capacity_Bps
         for path, nbytes in phase.flows:

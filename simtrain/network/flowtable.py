@@ -9,11 +9,15 @@ model (:class:`PathTable`): one id and one array per distinct path.
 
 from __future__ import annotations
 
-from typing import Iterable, Sequence
+from typing import Iterable, Sequence, cast
 
 import numpy as np
 
 from simtrain.network.links import Link
+
+#: A transfer's flows as :meth:`PathTable.batch` gives them: every size, the sizes of the flows
+#: without links or bytes, the path ids and the sizes of the others.
+Batch = tuple[list[float], list[float], list[int], list[float]]
 
 
 class PathTable:
@@ -27,9 +31,9 @@ class PathTable:
         self.unique: list[np.ndarray] = []
         self.sets: list[frozenset[int]] = []
         self.sizes: list[int] = []
-        self._batches: dict[int, tuple] = {}  # id of a flow tuple -> it, its batch
+        self._batches: dict[int, tuple[object, Batch]] = {}  # id of a flow tuple -> it, its batch
 
-    def batch(self, tid: int, flows: Iterable[tuple[Sequence[Link], float]]) -> tuple:
+    def batch(self, tid: int, flows: Iterable[tuple[Sequence[Link], float]]) -> Batch:
         """The flows ``(links, bytes)`` of transfer ``tid`` as (every size, the sizes of flows
         without links or bytes, the path ids and sizes of the others), kept per flow tuple: a
         phase's flows recur."""
@@ -52,7 +56,7 @@ class PathTable:
         pid = self.ids.get(key)
         if pid is None:
             try:
-                arr = np.array([self.index[tuple(e)] for e in key], dtype=np.int64)
+                arr = np.array([self.index[cast(Link, tuple(e))] for e in key], dtype=np.int64)
             except KeyError as exc:
                 raise ValueError(f"flow path uses a link not in the graph: {exc.args[0]}") from None
             pid = self.ids[key] = len(self.arrays)
@@ -107,7 +111,7 @@ class FlowTable:
 
     def end(self, slots: np.ndarray) -> np.ndarray:
         """Free ``slots``; the transfer each one's flow belonged to."""
-        tids = self.transfer[slots]
+        tids: np.ndarray = self.transfer[slots]
         self.active[slots] = False
         self.rem[slots] = 0.0
         self.rate[slots] = 0.0
@@ -156,5 +160,5 @@ class FlowTable:
         """The summed rate of the active flows on each link, from scratch."""
         load = np.zeros(num_links)
         for s in np.flatnonzero(self.active):
-            np.add.at(load, self.paths[s], self.rate[s])
+            np.add.at(load, cast(np.ndarray, self.paths[s]), self.rate[s])  # an active slot has a path
         return load

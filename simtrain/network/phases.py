@@ -28,12 +28,16 @@ from simtrain.topology.cluster import Cluster
 from simtrain.topology.routes import Router
 
 
+#: One flow of a phase: the links of its route and the bytes it carries.
+Flow = tuple[tuple[Link, ...], float]
+
+
 @dataclass(frozen=True)
 class Phase:
     """Flows that run concurrently, then ``latency_s`` (added after the last byte); the phases of a
     collective run one after another."""
 
-    flows: tuple[tuple[tuple[Link, ...], float], ...]
+    flows: tuple[Flow, ...]
     latency_s: float = 0.0
     name: str = ""
 
@@ -63,7 +67,7 @@ def ring_volume(op: str, n: int, nbytes: float) -> float:
     return (2 * (n - 1) if op == "all_reduce" else n - 1) / n * nbytes
 
 
-def _hop_flows(hops: Sequence[tuple[int, int, float]], volume: float, router: Router) -> list:
+def _hop_flows(hops: Sequence[tuple[int, int, float]], volume: float, router: Router) -> list[Flow]:
     return [(router.links(a, b), volume * share) for a, b, share in hops]
 
 
@@ -120,7 +124,7 @@ def hierarchical_phases(op: str, gpus: Sequence[int], nbytes: float, router: Rou
             _block_rings(blocks, "all_gather", nbytes, router, "intra-node all-gather")]
 
 
-def _send(a: int, b: int, relays: dict, router: Router) -> tuple[Link, ...]:
+def _send(a: int, b: int, relays: dict[tuple[int, int], int], router: Router) -> tuple[Link, ...]:
     """The links of a send from ``a`` to ``b``, relayed by PXN where it applies."""
     via = pxn_relay(a, b, relays, router)
     return router.links(a, b) if via is None else router.links(a, via) + router.links(via, b)

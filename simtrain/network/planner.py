@@ -8,7 +8,7 @@ the same everywhere (same algorithm, protocol, channels and efficiencies).
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from typing import Mapping, Sequence, cast
 
 import numpy as np
 
@@ -17,7 +17,7 @@ from simtrain.network.algorithms import (REGISTRY, CollectiveAlgorithm, Price, c
                                          unit_phases)
 from simtrain.network.phases import Phase
 from simtrain.network.protocols import GroupShape, latency_s, protocols
-from simtrain.network.shapes import GroupShapes, ring_learned, same_node_key
+from simtrain.network.shapes import GroupShapes, NodeKey, ring_learned, same_node_key
 from simtrain.topology.cluster import Cluster
 from simtrain.topology.routes import Router
 
@@ -38,13 +38,13 @@ class Planner:
         self.algo = check_algorithm(algo, registry) if algo is not None else None
         self.nvls = cluster.nvls if nvls is None else nvls
         self.by_shape = GroupShapes(self.router) if by_shape and registry is REGISTRY else None
-        self._units: dict[tuple, list[Phase]] = {}
-        self._prices: dict[tuple, Price] = {}
-        self._plans: dict[tuple, list[Phase]] = {}
-        self._costs: dict[tuple, tuple[float, float]] = {}  # (op, algo, gpus) -> unit_cost of its unit
+        self._units: dict[tuple[str, str, tuple[int, ...]], list[Phase]] = {}  # (op, algo, gpus) -> unit
+        self._prices: dict[tuple[str, tuple[int, ...], float], Price] = {}  # (op, gpus, bytes) -> price
+        self._plans: dict[tuple[str, tuple[tuple[int, ...], ...], float], list[Phase]] = {}  # (op, groups, bytes)
+        self._costs: dict[tuple[str, str, tuple[int, ...]], tuple[float, float]] = {}  # -> unit_cost of its unit
         self._shapes: dict[tuple[int, ...], GroupShape] = {}
-        self._choice: dict[tuple, tuple[list[str], list[float]]] = {}  # (op, gpus) -> algorithms, bounds
-        self._node_prices: dict[tuple, Price] = {}  # (op, bytes, node kind, local GPUs) -> price
+        self._choice: dict[tuple[str, tuple[int, ...]], tuple[list[str], list[float]]] = {}  # -> algorithms, bounds
+        self._node_prices: dict[NodeKey, Price] = {}  # (op, bytes, node kind, local GPUs) -> price
         # the tuner's only choice for a send, with its builder: priced from the route's cost
         self._direct_p2p = [a for a in registry.values() if "p2p" in a.ops] == [REGISTRY["direct"]]
 
@@ -73,7 +73,7 @@ class Planner:
             algos, bounds = self._choices(op, gpus)
             if nbytes <= 0:
                 bounds = [0.0] * len(algos)
-            first = None  # registry position of ``best``: equal times go to the earlier algorithm
+            first = -1  # registry position of ``best`` (set with it): equal times go to the earlier algorithm
             for i in sorted(range(len(algos)), key=bounds.__getitem__):
                 if best is not None and bounds[i] > best.time_s:
                     continue  # slower than ``best`` whatever its links carry
@@ -84,6 +84,7 @@ class Planner:
                 cand = price(op, algo, gpus, nbytes, self.router, self.registry, unit, cost, shape)
                 if best is None or cand.time_s < best.time_s or (cand.time_s == best.time_s and i < first):
                     best, first = cand, i
+            best = cast(Price, best)  # the choices hold one algorithm at least
             self._prices[key] = best
             if same and ring_learned(self.router, same[2], same[3]):
                 self._node_prices[same] = best
@@ -153,7 +154,7 @@ class Planner:
         busiest = 1.0 / capacity_Bps  # = max(1.0 / capacity of each link): division is monotone
         return Price("direct", "Simple", nbytes * ((busiest + latency_s) - latency_s) + latency_s)
 
-    def p2p_max_time(self, pairs: Sequence[tuple[int, int]], nbytes: float) -> float:
+    def p2p_max_time(self, pairs: Sequence[tuple[int, ...]], nbytes: float) -> float:
         """The longest :meth:`p2p_time` of ``nbytes`` over ``pairs`` (source, destination), bit for
         bit: where the tuner's only choice is ``direct``, many sends at once from their routes'
         costs (:meth:`LinkIds.route_costs <simtrain.topology.link_ids.LinkIds.route_costs>`) by

@@ -22,10 +22,10 @@ of one collective on one group and of one point-to-point transfer.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Any, Callable, Iterator, NamedTuple, Protocol, Sequence
+from typing import Any, Callable, Iterator, NamedTuple, Protocol, Sequence, cast
 
 from simtrain.topology.build import paused_gc
-from simtrain.workload.program import Op, Program
+from simtrain.workload.program import AnyOp, Program
 
 LinkSeries = dict[str, list[tuple[float, float]]]  # "u->v" -> [(time_s, utilisation)]
 
@@ -44,10 +44,10 @@ class NetworkModel(Protocol):
     def prepare(self, program: Program, clock: Callable[[], float]) -> None:
         """Start a run of ``program``; ``clock()`` is the simulated time in seconds."""
 
-    def fixed_duration(self, op: Op) -> float | None:
+    def fixed_duration(self, op: AnyOp) -> float | None:
         """Seconds ``op`` takes, or None when :meth:`transfer` times it."""
 
-    def transfer(self, op: Op) -> Iterator[Step]:
+    def transfer(self, op: AnyOp) -> Iterator[Step]:
         """The steps of ``op``'s communication, one after another."""
 
     def next_event_s(self) -> float | None:
@@ -64,11 +64,11 @@ class NetworkModel(Protocol):
         (both empty when the network does not model links)."""
 
 
-def op_parts(op: Op) -> tuple[list[str], float]:
+def op_parts(op: AnyOp) -> tuple[list[str], float]:
     """The communications ``op`` runs back to back and the bytes of each: ``"a+b"`` is two
     collectives of half the op's bytes each (they share one stream and one launch); ``"p2p"``
     and a single collective are one part of all the bytes."""
-    parts = op.comm.split("+")
+    parts = cast(str, op.comm).split("+")  # (asked of communication ops only)
     return parts, op.nbytes / len(parts)
 
 
@@ -86,15 +86,15 @@ class PricedNetwork(ABC):
     def p2p_time(self, src: int, dst: int, nbytes: float) -> float:
         """Seconds a transfer of ``nbytes`` from GPU ``src`` to GPU ``dst`` takes."""
 
-    def p2p_max_time(self, pairs: Sequence[tuple[int, int]], nbytes: float) -> float:
+    def p2p_max_time(self, pairs: Sequence[tuple[int, ...]], nbytes: float) -> float:
         """The longest :meth:`p2p_time` of ``nbytes`` over ``pairs`` (source, destination)."""
         return max(self.p2p_time(a, b, nbytes) for a, b in pairs)
 
     def prepare(self, program: Program, clock: Callable[[], float]) -> None:
         self._program = program
-        self._durations: dict[tuple, float] = {}
+        self._durations: dict[tuple[str | None, int, float], float] = {}  # (comm, group set, bytes)
 
-    def fixed_duration(self, op: Op) -> float:
+    def fixed_duration(self, op: AnyOp) -> float:
         """The op's price: the slowest of the groups it stands for. Pricing them first builds
         routes and phases by the hundred thousand (a folded op on 131,072 GPUs), none of them in
         a reference cycle, so Python's cycle collector is paused meanwhile (:func:`paused_gc`):
@@ -112,7 +112,7 @@ class PricedNetwork(ABC):
             self._durations[key] = t
         return t
 
-    def transfer(self, op: Op) -> Iterator[Step]:
+    def transfer(self, op: AnyOp) -> Iterator[Step]:
         """One delay: the op's price."""
         yield Step(self.fixed_duration(op))
 

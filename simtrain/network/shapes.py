@@ -49,7 +49,7 @@ per-group parts (the fabric latency between the first two nodes' first GPUs).
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence, cast
 
 import numpy as np
 
@@ -61,6 +61,10 @@ from simtrain.topology.routes import Router
 
 #: the algorithms whose hops read only which members share a node and the channel count
 SHAPED = ("ring", "tree")
+#: A group's key (module docstring): numbers, byte strings and shapes, compared as a whole.
+GroupKey = tuple[object, ...]
+#: A one-node collective's key (:func:`same_node_key`): (op, bytes, the node's kind, local GPUs).
+NodeKey = tuple[str, float, tuple[object, ...], tuple[int, ...]]
 
 
 def _numbered(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -82,14 +86,14 @@ class GroupShapes:
 
     def __init__(self, router: Router) -> None:
         self.router = router
-        self._keys: dict[tuple[int, ...], tuple | None] = {}
-        self._kinds: dict[tuple, int] = {}  # node kind -> its number
-        self._costs: dict[tuple, tuple[float, float] | None] = {}  # (op, algo, key) -> cost; None: not shared
-        self._shared: dict[tuple, object] = {}  # ("channels" | "candidates", ..., key) -> value
+        self._keys: dict[tuple[int, ...], GroupKey | None] = {}
+        self._kinds: dict[tuple[object, ...], int] = {}  # node kind -> its number
+        self._costs: dict[tuple[str, str, GroupKey], tuple[float, float] | None] = {}  # (op, algo, key) -> cost
+        self._shared: dict[tuple[object, ...], object] = {}  # ("channels" | "candidates", ..., key) -> value
         self.hits = 0
         self.misses = 0
 
-    def key(self, gpus: tuple[int, ...]) -> tuple | None:
+    def key(self, gpus: tuple[int, ...]) -> GroupKey | None:
         """The group's key (module docstring), once per group; None where it has none."""
         if gpus not in self._keys:
             self._keys[gpus] = self._key(gpus)
@@ -102,7 +106,7 @@ class GroupShapes:
         cached = self._costs.get((op, algo, key), False) if key is not None else None
         if cached:
             self.hits += 1
-            return cached
+            return cast("tuple[float, float]", cached)  # (a cost: the store holds no True)
         hops = hop_arrays(op, algo, gpus, self.router, REGISTRY)
         if hops is None:
             return None
@@ -120,7 +124,7 @@ class GroupShapes:
             out = channel_count(node_blocks(gpus, self.router.cluster), self.router)
             if key[1] is not None:
                 self._shared[key] = out
-        return out  # type: ignore[return-value]
+        return cast(int, out)  # what channel_count gave for the key
 
     def candidates(self, op: str, gpus: tuple[int, ...], nvls: bool) -> list[str]:
         """:func:`~simtrain.network.algorithms.candidates` of the group (of :data:`REGISTRY`),
@@ -131,9 +135,9 @@ class GroupShapes:
             out = candidates(op, gpus, self.router.cluster, nvls, REGISTRY)
             if key[3] is not None:
                 self._shared[key] = out
-        return list(out)  # type: ignore[call-overload]
+        return list(cast("list[str]", out))  # what candidates gave for the key
 
-    def _key(self, gpus: tuple[int, ...]) -> tuple | None:
+    def _key(self, gpus: tuple[int, ...]) -> GroupKey | None:
         router = self.router
         cluster = router.cluster
         n = len(gpus)
@@ -181,7 +185,7 @@ class GroupShapes:
         local = np.unique(np.stack([src[inside] // gpn, src[inside] % gpn, dst[inside] % gpn], axis=1), axis=0)
         if any(routes.switch(routes.kind(v), i, j) != "nvswitch" for v, i, j in local.tolist()):
             return False
-        fabric = ids.fabric_table()
+        fabric = cast("dict[str, Any]", ids.fabric_table())  # a group with a key has one (_key)
         la, lb = member_links(ids, src[~inside])[1], member_links(ids, dst[~inside])[1]
         pa, pb = fabric["pod"][la], fabric["pod"][lb]
         even = (la == lb) | (fabric["even_up"][la] & fabric["even_down"][lb] & ((pa == pb) | (
@@ -192,7 +196,7 @@ class GroupShapes:
 
 
 def same_node_key(router: Router, registry: Mapping[str, CollectiveAlgorithm], op: str, gpus: tuple[int, ...],
-                  nbytes: float) -> tuple | None:
+                  nbytes: float) -> NodeKey | None:
     """For a ring-family collective on two or more GPUs of one node: (op, bytes, the node's
     kind, the GPUs' local numbers), under which the price is the same on every node of that
     kind once the ring's routes are learned for it (:mod:`simtrain.topology.node_routes`): the
@@ -213,7 +217,7 @@ def same_node_key(router: Router, registry: Mapping[str, CollectiveAlgorithm], o
     return (op, nbytes, router.node_routes.kind(node), tuple(g - node * gpn for g in gpus))
 
 
-def ring_learned(router: Router, kind: tuple, local: Sequence[int]) -> bool:
+def ring_learned(router: Router, kind: tuple[object, ...], local: Sequence[int]) -> bool:
     """Whether every hop of the ring over local GPUs ``local`` follows a route learned for
     nodes of ``kind``."""
     routes = router.node_routes

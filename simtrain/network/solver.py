@@ -58,7 +58,7 @@ class FlowModel:
         self.flows = FlowTable(self.paths)
         self._max_min = MaxMinMemo(self.capacity)
         self.reshares = Reshares(self._max_min, self.paths.sets)
-        self._transfers: dict[int, list] = {}  # id -> [flows left, latency_s]
+        self._transfers: dict[int, list[float]] = {}  # id -> [flows left, latency_s]
         self._latency: list[tuple[float, int]] = []  # (completion time, id), bytes already done
         self._pending: list[int] = []  # completed during add(), returned by the next advance()
         self.finish_s: dict[int, float] = {}

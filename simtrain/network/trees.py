@@ -10,12 +10,13 @@ the member at position ``floor(c k / C)``, on that member's NIC.
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import Iterable, Sequence
+from typing import Iterable, Sequence, cast
 
 import numpy as np
 
 from simtrain.network.channels import Hop, HopArrays, channel_count, heads, hop_list, node_blocks
-from simtrain.network.phases import Phase
+from simtrain.network.links import Link
+from simtrain.network.phases import Flow, Phase
 from simtrain.topology.routes import Router
 
 
@@ -43,10 +44,11 @@ def dtree_parents(n: int) -> tuple[list[int], list[int]]:
 
 @lru_cache(maxsize=8)
 def _dtree_arrays(n: int) -> tuple[np.ndarray, np.ndarray]:
-    return tuple(np.array(p, dtype=np.int64) for p in dtree_parents(n))  # type: ignore[return-value]
+    first, second = dtree_parents(n)
+    return np.array(first, dtype=np.int64), np.array(second, dtype=np.int64)
 
 
-def _internode_tree(node_heads: Sequence[int], share: float) -> HopArrays:
+def _internode_tree(node_heads: Sequence[int] | np.ndarray, share: float) -> HopArrays:
     """Both of NCCL's trees over the nodes' heads, each carrying half of ``share``: every child
     sends to its parent (reduce) and every parent to its child (broadcast), child by child."""
     hs = np.asarray(node_heads, dtype=np.int64)
@@ -65,8 +67,8 @@ def _chains(blocks: list[list[int]], grid: np.ndarray | None, channel: int, chan
     pair ``(a, b)``, ``b -> a`` (reduce toward the head) then ``a -> b`` (broadcast), ``1/C`` each.
     ``grid``: the blocks as one array where all have the same size, else None."""
     if grid is not None:
-        chain = np.roll(grid, -(channel * grid.shape[1] // channels), axis=1)
-        a, b = chain[:, :-1], chain[:, 1:]
+        chains = np.roll(grid, -(channel * grid.shape[1] // channels), axis=1)
+        a, b = chains[:, :-1], chains[:, 1:]
         src, dst = np.stack([b, a], axis=2).ravel(), np.stack([a, b], axis=2).ravel()
     else:
         pairs = []
@@ -80,10 +82,10 @@ def _chains(blocks: list[list[int]], grid: np.ndarray | None, channel: int, chan
 
 
 def _concat(parts: list[HopArrays]) -> HopArrays:
-    return tuple(np.concatenate([p[i] for p in parts]) for i in range(3))  # type: ignore[return-value]
+    return cast(HopArrays, tuple(np.concatenate([p[i] for p in parts]) for i in range(3)))  # the three columns
 
 
-def _flows(hops: Iterable[Hop], nbytes: float, router: Router) -> tuple:
+def _flows(hops: Iterable[Hop], nbytes: float, router: Router) -> tuple[Flow, ...]:
     """One flow per hop, unmerged: flows that share a link then all carry the same bytes, so the
     max-min fair flow model finishes them when their busiest link has carried its load, the time
     :func:`~simtrain.network.phases.phase_time` gives (two hops merged into one flow would get
@@ -131,13 +133,13 @@ def nvls_factor(router: Router) -> float:
     return 1.0 if spec is None else spec.node.nvlink_efficiency / spec.node.nvls_efficiency
 
 
-def _switch_hops(block: list[int], node_heads: list[int], nbytes: float, router: Router) -> list:
+def _switch_hops(block: list[int], node_heads: list[int], nbytes: float, router: Router) -> list[Flow]:
     """One node's NVLS traffic: every member sends its whole buffer to the switch (the heads'
     ``multimem.ld_reduce`` reads) and receives the whole result (their ``multimem.st``
     multicast); each of the ``H`` heads receives and sends ``S/H`` (its reduced shard)."""
     cluster = router.cluster
     sw = f"node{cluster.node_of(block[0])}/nvswitch"
-    load: dict[tuple, float] = {}
+    load: dict[Link, float] = {}
     for g in block:
         gid = cluster.gpu_id(g)
         extra = nbytes / len(node_heads) if g in node_heads else 0.0
@@ -168,7 +170,7 @@ def nvls_tree_phases(op: str, gpus: Sequence[int], nbytes: float, router: Router
     blocks = node_blocks(gpus, router.cluster)
     channels = channel_count(blocks, router)
     node_heads = [heads(block, channels) for block in blocks]
-    flows: list = []
+    flows: list[Flow] = []
     for block, hs in zip(blocks, node_heads):
         flows += _switch_hops(block, hs, nbytes, router)
     hops = _concat([_internode_tree([hs[c] for hs in node_heads], 1 / channels) for c in range(channels)])

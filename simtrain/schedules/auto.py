@@ -31,16 +31,17 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
+from typing import cast
 
 from simtrain.errors import ScheduleError
 from simtrain.schedules.basic import one_f_one_b
 from simtrain.schedules.ir import Action, Schedule
 from simtrain.schedules.record import Param, ScheduleRecord
-from simtrain.schedules.replay import normalize_costs, replay
+from simtrain.schedules.replay import Costs, CostsLike, normalize_costs, replay
 from simtrain.schedules.zero_bubble import zb_h1, zb_h2
 
 
-def _greedy(pp: int, m: int, c, comm: float, mem_limit: int, *, alternate: bool = True,
+def _greedy(pp: int, m: int, c: Costs, comm: float, mem_limit: int, *, alternate: bool = True,
             eager_w: bool = False) -> tuple[tuple[Action, ...], ...]:
     INF = float("inf")  # noqa: N806
     rows: list[list[Action]] = [[] for _ in range(pp)]
@@ -127,8 +128,8 @@ def _greedy(pp: int, m: int, c, comm: float, mem_limit: int, *, alternate: bool 
     return tuple(tuple(row) for row in rows)
 
 
-def zb_auto(pp: int, m: int, costs=(1.0, 1.0, 1.0), comm: float = 0.0,
-            mem_limit: int | None = None, **_) -> Schedule:
+def zb_auto(pp: int, m: int, costs: CostsLike = (1.0, 1.0, 1.0), comm: float = 0.0,
+            mem_limit: int | None = None, **_: object) -> Schedule:
     """Greedy zero-bubble schedule for ``costs = (F, I, W)`` (each a number or one value per
     stage), p2p latency ``comm`` and at most ``mem_limit`` in-flight micro-batches per rank
     (default ``pp``, 1F1B's peak). See the module docstring."""
@@ -153,6 +154,7 @@ def zb_auto(pp: int, m: int, costs=(1.0, 1.0, 1.0), comm: float = 0.0,
         rep = replay(cand, costs, comm)
         if max(rep.peak_inflight_chunks) <= limit and rep.makespan < best_t - 1e-12:
             best, best_t, picked = cand, rep.makespan, cand.name
+    best = cast(Schedule, best)  # set by the first greedy order, whose makespan is below inf
     return Schedule("zb-auto", pp, m, best.stage_to_rank, best.actions,
                     meta={**meta, "picked": picked, "makespan": best_t})
 

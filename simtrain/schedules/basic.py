@@ -6,7 +6,7 @@ from simtrain.schedules.ir import Action, Schedule
 from simtrain.schedules.record import ClosedForm, Costs, ScheduleRecord
 
 
-def gpipe(pp: int, m: int, **_) -> Schedule:
+def gpipe(pp: int, m: int, **_: object) -> Schedule:
     """GPipe (Huang et al. 2019): all forwards, then all backwards in reverse order.
 
     Makespan with uniform stages: (m + p - 1)(F + B); peak in-flight micro-batches m per rank.
@@ -18,7 +18,7 @@ def gpipe(pp: int, m: int, **_) -> Schedule:
     return Schedule("gpipe", pp, m, tuple(range(pp)), tuple(actions))
 
 
-def one_f_one_b(pp: int, m: int, **_) -> Schedule:
+def one_f_one_b(pp: int, m: int, **_: object) -> Schedule:
     """1F1B, non-interleaved (PipeDream-Flush; Narayanan et al. 2021, section 2.2.1).
 
     Rank r runs min(p - r - 1, m) warm-up forwards, then alternates one forward and one backward,

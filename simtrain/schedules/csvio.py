@@ -33,6 +33,7 @@ import csv
 import io
 import re
 from pathlib import Path
+from typing import Any
 
 from simtrain.errors import ScheduleError, SpecError
 from simtrain.schedules.ir import Action, Schedule, parse_action
@@ -209,7 +210,7 @@ def _check_bounds(rows: list[list[tuple[int, Action]]], row_line: list[int], sou
                             f"and each one needs its actions)")
 
 
-def read_schedule_csv(path: str | Path, **kw) -> Schedule:
+def read_schedule_csv(path: str | Path, **kw: Any) -> Schedule:
     """:func:`schedule_from_csv` on a file (at most :data:`MAX_CSV_BYTES`, UTF-8 text)."""
     p = Path(path)
     try:

@@ -35,6 +35,7 @@ parameters twice (DualPipe) or once (DualPipeV).
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 
 from simtrain.errors import ScheduleError
 from simtrain.schedules.ir import Action, Schedule
@@ -43,7 +44,7 @@ from simtrain.schedules.zero_bubble import v_stage_to_rank
 
 
 def _rank_row(own: int, other: int, H: int, h: int, n: int, split_first: bool,  # noqa: N803
-              mb_of) -> tuple[Action, ...]:
+              mb_of: Callable[[int, int], int]) -> tuple[Action, ...]:
     """One rank's actions. ``mb_of(stage, j)`` maps a stage's j-th micro-batch to its id."""
     row: list[Action] = []
     nf = {own: 0, other: 0}
@@ -108,7 +109,7 @@ def _rank_row(own: int, other: int, H: int, h: int, n: int, split_first: bool,  
     return tuple(row)
 
 
-def dualpipe(pp: int, m: int, **_) -> Schedule:
+def dualpipe(pp: int, m: int, **_: object) -> Schedule:
     """DualPipe (DeepSeek-V3): two chains of ``p`` stages running in opposite directions.
 
     Chain 0 is stages ``0..p-1`` with stage j on rank j; chain 1 is stages ``p..2p-1`` with stage
@@ -138,7 +139,7 @@ def dualpipe(pp: int, m: int, **_) -> Schedule:
                     meta={"pp": pp, "m": m})
 
 
-def dualpipev(pp: int, m: int, **_) -> Schedule:
+def dualpipev(pp: int, m: int, **_: object) -> Schedule:
     """DualPipeV ("cut-in-half" DualPipe; deepseek-ai/DualPipe ``dualpipev.py``, PyTorch's
     ScheduleDualPipeV): one V-shaped chain of ``2p`` stages like ZB-V (rank r holds stages r and
     ``2p-1-r``), every micro-batch walking down and back up, with DualPipe's overlapped F&B

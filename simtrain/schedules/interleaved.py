@@ -32,7 +32,7 @@ def valid_groups(pp: int, m: int) -> list[int]:
     return [g for g in range(pp, m + 1) if m % g == 0 or m % g >= pp]
 
 
-def interleaved_1f1b(pp: int, m: int, vpp: int | None = None, group: int | None = None, **_) -> Schedule:
+def interleaved_1f1b(pp: int, m: int, vpp: int | None = None, group: int | None = None, **_: object) -> Schedule:
     """Interleaved (looped, depth-first) 1F1B with ``v = vpp`` model chunks per rank.
 
     ``p * v`` stages in one chain, stage ``s`` on rank ``s % p`` (chunk ``s // p``). Each rank walks

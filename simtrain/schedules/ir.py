@@ -17,6 +17,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import Any
 
 from simtrain.errors import ScheduleError
 
@@ -70,7 +71,7 @@ class Schedule:
     actions: tuple[tuple[Action, ...], ...]  # per rank, in execution order
     chains: tuple[tuple[int, ...], ...] = ()  # stage chains; () = one chain 0..S-1
     mb_chain: tuple[int, ...] = ()  # chain index per micro-batch; () = all in chain 0
-    meta: dict = field(default_factory=dict, compare=False)  # generator parameters, for display
+    meta: dict[str, Any] = field(default_factory=dict, compare=False)  # generator parameters, for display
 
     @property
     def num_stages(self) -> int:

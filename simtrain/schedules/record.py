@@ -107,17 +107,19 @@ class ScheduleRecord:
                  vpp: int = 1) -> float | None:
         """The closed-form makespan with uniform stages of costs F, I, W (per plain stage) and
         free communication; None where no formula applies."""
-        if not self.covers(pp, m, vpp) or (self.closed_form.equal_costs and not F == I == W):
+        cf = self.closed_form  # (covers() is False without one)
+        if cf is None or not self.covers(pp, m, vpp) or (cf.equal_costs and not F == I == W):
             return None
         c = Costs.of(F, I, W)
-        return m * c.total + self.closed_form.bubble(pp, m, c, vpp)
+        return m * c.total + cf.bubble(pp, m, c, vpp)
 
     def bubble(self, pp: int, m: int, t_mb: float, vpp: int = 1) -> float | None:
         """The analytic model's bubble: :meth:`makespan` at F = I = W = t_mb / 3 minus the work
         ``m t_mb``; None where no formula applies."""
-        if not self.covers(pp, m, vpp):
+        cf = self.closed_form  # (covers() is False without one)
+        if cf is None or not self.covers(pp, m, vpp):
             return None
-        return self.closed_form.bubble(pp, m, Costs.split(t_mb), vpp)
+        return cf.bubble(pp, m, Costs.split(t_mb), vpp)
 
     def in_flight(self, pp: int, stage: int, m: int, vpp: int = 1) -> float | None:
         """Micro-batches whose activations ``stage`` holds at its peak; None without a closed form."""

@@ -17,6 +17,7 @@ import importlib
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from types import MappingProxyType
+from typing import Any
 
 from simtrain.budget import check_schedule
 from simtrain.errors import ScheduleError, SpecError, unknown_name
@@ -67,7 +68,7 @@ class Registry(Mapping[str, ScheduleRecord]):
         except KeyError:
             raise unknown_name("schedule", name, list(self._records) + example_schedules()) from None
 
-    def generate(self, name: str, pp: int, m: int, **params) -> Schedule:
+    def generate(self, name: str, pp: int, m: int, **params: object) -> Schedule:
         """Build the schedule ``name`` for ``pp`` ranks and ``m`` micro-batches; one beyond
         :data:`simtrain.budget.MAX_SCHEDULE_CELLS` is refused before it is built."""
         record = self.record(name)
@@ -76,7 +77,7 @@ class Registry(Mapping[str, ScheduleRecord]):
         return record.generator(pp, m, **params)
 
     def load(self, name_or_path: str | Path, pp: int, m: int, combined_1f1b: bool = False,
-             **params) -> Schedule:
+             **params: object) -> Schedule:
         """A registered schedule by name, an example file by name (see :func:`example_schedules`)
         or a schedule CSV file (a path ending in ``.csv``); with ``combined_1f1b``, its steady
         state paired by :func:`~simtrain.schedules.combined.combine_1f1b` (1f1b and
@@ -88,7 +89,7 @@ class Registry(Mapping[str, ScheduleRecord]):
         sched = self._load(name_or_path, pp, m, **params)
         return combine_1f1b(sched) if combined_1f1b else sched
 
-    def _load(self, name_or_path: str | Path, pp: int, m: int, **params) -> Schedule:
+    def _load(self, name_or_path: str | Path, pp: int, m: int, **params: object) -> Schedule:
         text = str(name_or_path)
         if not text.lower().endswith(".csv"):
             if text in self or text not in example_schedules():
@@ -182,12 +183,12 @@ FAMILIES = (
 REGISTRY = Registry(rec for family in FAMILIES for rec in importlib.import_module(family).RECORDS)
 
 
-def generate(name: str, pp: int, m: int, **params) -> Schedule:
+def generate(name: str, pp: int, m: int, **params: object) -> Schedule:
     """Build a registered schedule for ``pp`` ranks and ``m`` micro-batches."""
     return REGISTRY.generate(name, pp, m, **params)
 
 
-def load_schedule(name_or_path: str | Path, pp: int, m: int, **params) -> Schedule:
+def load_schedule(name_or_path: str | Path, pp: int, m: int, **params: Any) -> Schedule:
     """A registered schedule by name, an example file by name, or a schedule CSV file (see
     :meth:`Registry.load`)."""
     return REGISTRY.load(name_or_path, pp, m, **params)

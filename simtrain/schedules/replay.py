@@ -31,13 +31,17 @@ is the same count in raw (stage, micro-batch) activations.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from simtrain.errors import ScheduleError
 from simtrain.schedules.ir import Action, Schedule
 
 Costs = tuple[tuple[float, float, float], ...]  # per stage (F, I, W)
+#: Costs as given: (F, I, W), each a number or one value per stage, or a mapping with those keys.
+CostsLike = Mapping[str, float | Sequence[float]] | Sequence[float | Sequence[float]]
+#: A stage's (previous, next) stage along its chain, None at the ends.
+Neighbours = Callable[[int], tuple[int | None, int | None]]
 
 
 class DeadlockError(ScheduleError):
@@ -77,7 +81,7 @@ class Replay:
         return sum(self.idle) / (len(self.idle) * self.makespan)
 
 
-def normalize_costs(costs, num_stages: int) -> Costs:
+def normalize_costs(costs: CostsLike, num_stages: int) -> Costs:
     """Per-stage ``(F, I, W)`` from ``(F, I, W)`` (each a number or a per-stage sequence) or a
     mapping with keys ``"F"``, ``"I"``, ``"W"``."""
     if isinstance(costs, Mapping):
@@ -132,7 +136,7 @@ def _duration(a: Action, c: Costs) -> float:
 # dependency keys: ("F", s, mb) forward done; ("G", s, mb) input gradient done (I, B or the B
 # half of FB); ("W", s, mb) weight gradient done (W or B)
 
-def _deps(a: Action, nbrs) -> list[tuple[str, int, int]]:
+def _deps(a: Action, nbrs: Neighbours) -> list[tuple[str, int, int]]:
     out = []
     for h in a.halves():
         prev, nxt = nbrs(h.stage)
@@ -186,7 +190,7 @@ def inflight_profile(schedule: Schedule) -> tuple[tuple[float, ...], tuple[int, 
     return tuple(peaks), tuple(raw_peaks)
 
 
-def replay(schedule: Schedule, costs, comm: float = 0.0) -> Replay:
+def replay(schedule: Schedule, costs: CostsLike, comm: float = 0.0) -> Replay:
     """Run ``schedule`` with fixed costs; see the module docstring for the rules.
 
     ``costs`` is ``(F, I, W)``, each a number (every stage) or one value per stage (indexed by
@@ -198,7 +202,7 @@ def replay(schedule: Schedule, costs, comm: float = 0.0) -> Replay:
     nranks = len(schedule.actions)
     nbr_cache: dict[int, tuple[int | None, int | None]] = {}
 
-    def nbrs(stage: int):
+    def nbrs(stage: int) -> tuple[int | None, int | None]:
         if stage not in nbr_cache:
             if not 0 <= stage < schedule.num_stages:
                 raise ScheduleError(f"schedule {schedule.name}: stage {stage} out of range "

@@ -43,7 +43,7 @@ def _deferred_w_row(stage: int, m: int, warmup: int, lag: int) -> tuple[Action, 
     return tuple(row)
 
 
-def zb_h1(pp: int, m: int, **_) -> Schedule:
+def zb_h1(pp: int, m: int, **_: object) -> Schedule:
     """ZB-H1 (Qi et al. 2024, section 2.1, figure 3 top; PyTorch's ScheduleInterleavedZeroBubble
     with one stage per rank, i.e. ZB1P).
 
@@ -58,7 +58,7 @@ def zb_h1(pp: int, m: int, **_) -> Schedule:
     return Schedule("zb-h1", pp, m, tuple(range(pp)), rows, meta={"pp": pp, "m": m})
 
 
-def zb_h2(pp: int, m: int, **_) -> Schedule:
+def zb_h2(pp: int, m: int, **_: object) -> Schedule:
     """ZB-H2 (Qi et al. 2024, section 2.2, figure 3 bottom): extra warm-up forwards fill the
     bubble before the first backward, and deferred W fill the tail, so that each rank works
     without a gap: the schedule is a parallelogram rather than 1F1B's trapezoid.
@@ -91,7 +91,7 @@ def v_stage_to_rank(pp: int) -> tuple[int, ...]:
     return tuple(j if j < pp else 2 * pp - 1 - j for j in range(2 * pp))
 
 
-def zb_v(pp: int, m: int, **_) -> Schedule:
+def zb_v(pp: int, m: int, **_unused: object) -> Schedule:
     """ZB-V (Qi et al., "Pipeline Parallelism with Controllable Memory", 2024; zero-bubble repo
     handcrafted V schedule, also PyTorch's ScheduleZBVZeroBubble).
 

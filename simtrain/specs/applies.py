@@ -10,7 +10,7 @@ flag given for the search may apply to some candidates and not to others.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from simtrain.errors import SpecError
@@ -30,7 +30,7 @@ def check_applies(model: ModelSpec, par: ParallelSpec, settings: Mapping[str, An
         raise SpecError(f"{name}={value!r}: {reason}")
 
 
-def _inapplicable(model: ModelSpec, par: ParallelSpec, s: Mapping[str, Any]):
+def _inapplicable(model: ModelSpec, par: ParallelSpec, s: Mapping[str, Any]) -> Iterator[tuple[str, Any, str]]:
     """(setting, value, why and where it applies) of each setting that does nothing here."""
     dense = f"{model.name} is dense (no experts); "
     if not model.is_moe:

@@ -31,6 +31,7 @@ alone. H800 and H200 carry the H100's figure (the same GH100 die and board power
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import cast
 
 from simtrain.errors import SpecError, unknown_name
 from simtrain.specs.arch import ARCHS, get_arch
@@ -164,22 +165,23 @@ def gpu_from_table(table: Table) -> GpuSpec:
     base_name = table.get("base", str, None)
     base = get_gpu(base_name) if base_name else None
 
-    def num(key: str, current: float | None, scale: float) -> float | None:
+    def num(key: str, current: float | None, scale: float) -> float:
         if table.has(key):
-            return table.get(key, float, positive=True) * scale
+            value: float = table.get(key, float, positive=True) * scale
+            return value
         table.get(key, float, None)
         if current is None and base is None:
             raise SpecError(f"{table.where}: missing key {key!r} (or give base = a GPU preset)")
-        return current
+        return cast(float, current)  # None only without a base, refused above
 
     spec = GpuSpec(
         name=table.get("name", str, base.name if base else "custom"),
-        peak_bf16_flops=num("peak_bf16_tflops", base and base.peak_bf16_flops, TFLOPS),
+        peak_bf16_flops=num("peak_bf16_tflops", base.peak_bf16_flops if base else None, TFLOPS),
         peak_fp8_flops=(table.get("peak_fp8_tflops", float, positive=True) * TFLOPS
                         if table.has("peak_fp8_tflops") else (base.peak_fp8_flops if base else None)),
-        hbm_bytes=num("hbm_gib", base and base.hbm_bytes, GiB),
-        hbm_bandwidth_Bps=num("hbm_bandwidth_GBps", base and base.hbm_bandwidth_Bps, GB),
-        nvlink_Bps=num("nvlink_GBps", base and base.nvlink_Bps, GB),
+        hbm_bytes=num("hbm_gib", base.hbm_bytes if base else None, GiB),
+        hbm_bandwidth_Bps=num("hbm_bandwidth_GBps", base.hbm_bandwidth_Bps if base else None, GB),
+        nvlink_Bps=num("nvlink_GBps", base.nvlink_Bps if base else None, GB),
         arch=table.get("arch", str, base.arch if base else "hopper", choices=tuple(ARCHS)),
         sm_count=table.get("sm_count", int, base.sm_count if base else 132, positive=True),
         comm_sms=table.get("comm_sms", int, base.comm_sms if base else 20),

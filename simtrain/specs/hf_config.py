@@ -17,7 +17,7 @@ HF_FAMILIES = ("llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen3_moe", "de
                "gpt2", "gpt_neox")
 
 
-def hf_config_fields(data: dict, source: str, name: str | None = None) -> dict[str, Any]:
+def hf_config_fields(data: dict[str, Any], source: str, name: str | None = None) -> dict[str, Any]:
     """The :class:`~simtrain.specs.model.ModelSpec` fields of a Hugging Face ``config.json``
     given as a dict; ``source`` names it in messages.
 

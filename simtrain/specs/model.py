@@ -16,11 +16,15 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from importlib.resources import files
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from simtrain.errors import SpecError, unknown_name
 from simtrain.specs.hf_config import hf_config_fields
 from simtrain.specs.strict import Table, check_value, parse_toml, read_json, read_toml
+
+if TYPE_CHECKING:  # pragma: no cover
+    from collections.abc import Callable
+    from importlib.abc import Traversable
 
 NORMS = ("rms", "layer")
 
@@ -202,7 +206,7 @@ class ModelSpec:
     def final_norm_params(self) -> int:
         return self.hidden * (2 if self.norm == "layer" else 1)
 
-    def _total(self, per_layer) -> int:
+    def _total(self, per_layer: Callable[[int], int]) -> int:
         return (sum(per_layer(i) for i in range(self.total_layers)) + self.embedding_params()
                 + self.lm_head_params() + self.final_norm_params())
 
@@ -320,7 +324,7 @@ def model_from_table(table: Table, default_name: str) -> ModelSpec:
         raise SpecError(f"{table.where}: {exc}") from None
 
 
-def _presets():
+def _presets() -> Traversable:
     return files("simtrain.specs") / "models"
 
 
@@ -355,7 +359,7 @@ def load_model(name_or_path: str) -> ModelSpec:
 
 
 # ----- Hugging Face config.json -----------------------------------------------------------------
-def model_from_hf_config(data: dict, source: str, name: str | None = None) -> ModelSpec:
+def model_from_hf_config(data: dict[str, Any], source: str, name: str | None = None) -> ModelSpec:
     """A model from the dict of a Hugging Face ``config.json`` (translated by
     :func:`~simtrain.specs.hf_config.hf_config_fields`); ``source`` names it in messages."""
     values = hf_config_fields(data, source, name)

@@ -12,7 +12,7 @@ with ``--fp8`` (TransformerEngine, Hopper and later).
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from simtrain.errors import SpecError
 from simtrain.specs.order import DEFAULT_ORDER, parse_order
@@ -117,7 +117,7 @@ class ParallelSpec:
             return ()
         return self.recompute_modules or ("core_attn",)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
@@ -194,7 +194,7 @@ def _valid_ep(par: ParallelSpec, model: "ModelSpec") -> str:
 
 
 def resolve_parallel(num_gpus: int, *, tp: int = 1, cp: int = 1, pp: int = 1, dp: int | None = None,
-                     **rest) -> ParallelSpec:
+                     **rest: Any) -> ParallelSpec:
     """A ParallelSpec whose dp is derived from the GPU count when not given."""
     for name, value in (("gpus", num_gpus), ("tp", tp), ("cp", cp), ("pp", pp)):
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 
@@ -193,10 +194,10 @@ def parse_degraded(text: str | None) -> tuple[tuple[str, str, float], ...]:
     return tuple(out)
 
 
-def _once(flag: str, keyed: list[tuple[frozenset, str]]) -> None:
+def _once(flag: str, keyed: list[tuple[frozenset[str], str]]) -> None:
     """Refuse a link (in either direction) that two items of ``flag`` both set: which value would
     hold is not for simtrain to guess."""
-    seen: dict[frozenset, str] = {}
+    seen: dict[frozenset[str], str] = {}
     for key, item in keyed:
         if key in seen:
             raise SpecError(f"{flag} {seen[key]!r} and {item!r} set the same link; give it once")
@@ -213,7 +214,7 @@ def parse_failed(text: str | None) -> tuple[tuple[str, str], ...]:
         first = seen.get(frozenset((a, b)))
         seen.setdefault(frozenset((a, b)), item)
         if first is not None:
-            raise SpecError(f"--fail-link {clip(text)}: the link {first} is given twice (as {first} and {item}); a "
-                            f"failed link is removed in both directions, so name it once")
+            raise SpecError(f"--fail-link {clip(cast(str, text))}: the link {first} is given twice (as {first} and "
+                            f"{item}); a failed link is removed in both directions, so name it once")
         out.append((a, b))
     return tuple(out)

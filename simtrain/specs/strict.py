@@ -116,7 +116,8 @@ def _parse_guarded(parse: Any, text: str, source: str, what: str) -> Any:
 def parse_toml(text: str, source: str) -> dict[str, Any]:
     """Parse TOML text; ``source`` names it in error messages."""
     try:
-        return _parse_guarded(tomllib.loads, text, source, "TOML")
+        data: dict[str, Any] = _parse_guarded(tomllib.loads, text, source, "TOML")
+        return data
     except tomllib.TOMLDecodeError as exc:
         raise SpecError(f"{source}: malformed TOML: {clip(str(exc), 200)}") from None
     except ValueError as exc:  # an integer beyond Python's int-string conversion limit

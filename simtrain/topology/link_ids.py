@@ -231,7 +231,7 @@ class LinkIds:
         return self._fabric or None
 
 
-def member_links(ids: LinkIds, gpus: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def member_links(ids: LinkIds, gpus: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per GPU of ``gpus`` (valid GPU numbers): the ids of its six links beside its node (GPU ->
     NIC -> leaf and leaf -> NIC -> GPU as its routes take them, GPU -> NVSwitch -> GPU; -1 where
     it has none), the index of its NIC's leaf (-1: none) and its :meth:`LinkIds.nic_numbers`."""

@@ -20,9 +20,13 @@ micro-batch, with the communication that sits between them.
 
 from __future__ import annotations
 
+from typing import cast
+
 from simtrain import costs
+from simtrain.costs import Shape
 from simtrain.errors import SpecError
 from simtrain.schedules.ir import Schedule
+from simtrain.specs.model import ModelSpec
 from simtrain.specs.parallel import ParallelSpec
 from simtrain.workload.data_parallel import DataParallelOps
 from simtrain.workload.emit import Emitter
@@ -34,7 +38,7 @@ from simtrain.workload.program import STREAM, OpRef
 _GEMMS = {"attn": ("proj_qkv", "proj_out"), "mlp": ("fc1", "fc2")}
 
 
-def _joined(model, shape, a: costs.OpCost, b: costs.OpCost) -> costs.OpCost:
+def _joined(model: ModelSpec, shape: Shape, a: costs.OpCost, b: costs.OpCost) -> costs.OpCost:
     """The kernels of ``a`` then ``b`` as one cost (through :meth:`Emitter.cost`, built once)."""
     return a + b
 
@@ -47,6 +51,8 @@ class DenseBlocks:
                  selective: tuple[str, ...]):
         self.em, self.dp, self.par, self.tp_comm, self.selective = em, dp, par, tp_comm, selective
         sp = par.sequence_parallel
+        self.pre: str | None
+        self.post: str
         self.pre, self.post = ("all_gather", "reduce_scatter") if sp else (None, "all_reduce")
         self.regather = sp and tp_comm  # the weight gradient gathers the sharded input again
         self.chunked = par.tp_comm_overlap and tp_comm and par.tp > 1
@@ -104,7 +110,7 @@ class DenseBlocks:
             column, row = _GEMMS[block]
             op = em.compute(rank, "W", f"{block}.{row}.W", stage, layer, mb, head, last)
             op = em.compute(rank, "W", f"{block}.{column}.W", stage, layer, mb, tail, op.id, free=free)
-            op.deps.append(gathered)
+            op.deps.append(cast(int, gathered))  # emitted: regathering is sequence parallelism (TP > 1), TP comm on
         self.dp.grad_done(stage, layer, op, "W")
         return op.id
 
@@ -177,7 +183,7 @@ class DenseBlocks:
         t = self.par.tp
         beside = self.tp(rank, self.post, stage, layer, mb, before, share=(t - 1) / t, merge=False)
         tail = self.tp(rank, self.post, stage, layer, mb, last, share=1 / t, merge=False)
-        self.em.prog.ops[tail].deps.append(beside)
+        self.em.prog.ops[cast(int, tail)].deps.append(cast(int, beside))  # chunked: both emitted (TP > 1, on)
         return tail
 
     def _ring(self, rank: int, kind: str, pass_kind: str, stage: int, layer: int, mb: int, first: int,

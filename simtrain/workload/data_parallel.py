@@ -29,6 +29,7 @@ parameter gathers and reductions, and the static memory of a pipeline rank.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from simtrain import costs
@@ -42,6 +43,10 @@ from simtrain.workload.program import STREAM, OpRef
 
 EMBEDDING = -1  # layer index of the input embedding
 LM_HEAD = -2  # layer index of the LM head and final norm
+
+
+#: A :meth:`DataParallelOps.grad_done` call: (stage, layer, op id, kind).
+GradCall = tuple[int, int, int, str]
 
 
 def bucket_size(par: ParallelSpec, opts: WorkloadOptions) -> float:
@@ -166,7 +171,7 @@ class DataParallelOps:
         self.bucket_params = bucket_size(layout.par, opts)
         self.per_micro_batch = self.zero >= 2
         self.rank = -1  # the rank being lowered
-        self.recorded: list | None = None  # grad_done calls, while an action template is captured
+        self.recorded: list[GradCall] | None = None  # grad_done calls, while an action template is captured
         self.buckets: list[Bucket] = []
         self.param_gather: dict[tuple[int, int], int] = {}  # (stage, layer) -> ZeRO-1/2 gather op
         self.used: set[tuple[int, int]] = set()  # (stage, layer) already waiting for its gather
@@ -218,7 +223,7 @@ class DataParallelOps:
             if self.per_micro_batch:
                 self.pass_grads[(stage, layer)] = op.id
 
-    def settled(self, stage: int, layers: list[int]) -> bool:
+    def settled(self, stage: int, layers: Iterable[int]) -> bool:
         """Whether an action on ``layers`` of ``stage`` emits no data-parallel op and waits for
         none: once per step (ZeRO 0 and 1) and after the step's first use of every layer's
         parameters (its first forward waits for their gathers)."""
@@ -241,7 +246,7 @@ class DataParallelOps:
             return
         after: list[int] = []
         if running is None and not self.layout.par.overlap_grad_reduce:
-            after = self.em.prog.order.get((self.rank, STREAM["compute"]), [])[-1:]
+            after = list(self.em.prog.order.get((self.rank, STREAM["compute"]), [])[-1:])
         for i, bucket in enumerate(self.buckets):
             if i in self.closed or running in bucket.layers:
                 continue
@@ -298,7 +303,7 @@ class DataParallelOps:
         grad_ops = self.grad_ops
         ordered = sorted(self.buckets, key=lambda b: max(grad_ops.get((b.stage, layer), -1) for layer in b.layers))
         op_name = "reduce_scatter" if self.zero >= 1 else "all_reduce"
-        compute = self.em.prog.order.get((rank, STREAM["compute"]), [])
+        compute: Sequence[int] = self.em.prog.order.get((rank, STREAM["compute"]), [])
         after_backward = [compute[-1]] if compute and not self.layout.par.overlap_grad_reduce else []
         for bucket in ordered:
             deps = sorted({grad_ops[(bucket.stage, layer)] for layer in bucket.layers

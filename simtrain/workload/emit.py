@@ -12,7 +12,7 @@ dimension are the same join one collective as its simulated members.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar, cast
 
 from simtrain import costs
 from simtrain.costs import KernelTimer, Shape
@@ -21,9 +21,11 @@ from simtrain.specs.gpu import GpuSpec
 from simtrain.specs.model import ModelSpec
 from simtrain.specs.parallel import ParallelSpec
 from simtrain.topology.mesh import DeviceMesh
-from simtrain.workload.program import KIND, STREAM, OpRef, Program
+from simtrain.workload.program import KIND, STREAM, Key, OpRef, Program
 
 T = TypeVar("T")
+#: What an op's cost comes to: (FLOPs, bytes, seconds).
+Priced = tuple[float, float, float]
 _COMPUTE = STREAM["compute"]
 
 
@@ -41,16 +43,18 @@ class Emitter:
         self._gpus = gpus or {}
         self._calibration = calibration
         self._timers: dict[GpuSpec, KernelTimer] = {gpu: self.timer}
-        self._perturbed: dict[tuple, tuple[float, float, float]] = {}  # (gpu, speed, cost) -> priced
+        self._perturbed: dict[tuple[GpuSpec, float, costs.OpCost], Priced] = {}  # (gpu, speed, cost) -> priced
         self.prog = Program()
         self.pp_groups = mesh.groups("pp")
         self._counters: dict[tuple[int, int], int] = {}  # (rank, stream) -> collectives so far
         self._stands_for: dict[int, list[list[int]]] = {}  # rank -> its pipeline groups (EP folding)
-        self._group_cache: dict[tuple, tuple[tuple[int, ...], ...]] = {}
+        self._group_cache: dict[tuple[str, int, int], tuple[tuple[int, ...], ...]] = {}
         self._time_cache: dict[costs.OpCost, float] = {}
-        self._priced: dict[costs.OpCost, tuple[float, float, float]] = {}  # cost -> flops, bytes, seconds
-        self._memo: dict[tuple, object] = {}  # cost function and arguments -> its value
-        self._group_ids: dict[tuple[str, int], tuple] = {}  # (dim, rank) -> (groups, group-set id)
+        self._priced: dict[costs.OpCost, Priced] = {}  # cost -> flops, bytes, seconds
+        # cost function and arguments -> its value
+        self._memo: dict[tuple[Callable[..., object], tuple[object, ...]], object] = {}
+        # (dim, rank) -> (groups, group-set id)
+        self._group_ids: dict[tuple[str, int], tuple[tuple[tuple[int, ...], ...], int]] = {}
 
     # ---- groups ------------------------------------------------------------------------------
     def stand_for(self, rank: int, pp_groups: list[list[int]]) -> None:
@@ -90,13 +94,13 @@ class Emitter:
         return out
 
     # ---- costs -------------------------------------------------------------------------------
-    def cost(self, fn: Callable[..., T], *args) -> T:
+    def cost(self, fn: Callable[..., T], *args: object) -> T:
         """A cost function of (model, shape, *args), computed once per distinct arguments."""
         key = (fn, args)
         value = self._memo.get(key)
         if value is None:
             value = self._memo[key] = fn(self.model, self.shape, *args)
-        return value  # type: ignore[return-value]
+        return cast(T, value)  # the memo holds what fn returned for these arguments
 
     def _time(self, cost: costs.OpCost) -> float:
         t = self._time_cache.get(cost)
@@ -106,7 +110,7 @@ class Emitter:
 
     # ---- ops ---------------------------------------------------------------------------------
     def emit(self, rank: int, stream: str, kind: str, name: str, stage: int, layer: int, mb: int,
-             deps: list[int | None], cost: costs.OpCost | None = None, **kw) -> OpRef:
+             deps: list[int | None] | list[int], cost: costs.OpCost | None = None, **kw: Any) -> OpRef:
         """Append one op of schedule stage ``stage``; ``None`` dependencies are dropped."""
         if None in deps:
             deps = [d for d in deps if d is not None]
@@ -115,15 +119,16 @@ class Emitter:
             if rank in self._speeds or rank in self._gpus:
                 kw["duration_s"] = self._perturbed_price(rank, cost)[2]
         prog = self.prog
-        return OpRef(prog.ops, prog.append(rank, STREAM[stream], KIND[kind], name, stage, layer, mb, deps=deps, **kw))
+        return OpRef(prog.ops, prog.append(rank, STREAM[stream], KIND[kind], name, stage, layer, mb,
+                                           deps=cast("list[int]", deps), **kw))  # its Nones dropped
 
-    def _price(self, cost: costs.OpCost) -> tuple[float, float, float]:
+    def _price(self, cost: costs.OpCost) -> Priced:
         """FLOPs, bytes and seconds of ``cost``, once per distinct cost (equal costs built apart
         share one entry)."""
         priced = self._priced[cost] = (cost.flops, cost.bytes, self._time(cost))
         return priced
 
-    def _perturbed_price(self, rank: int, cost: costs.OpCost) -> tuple[float, float, float]:
+    def _perturbed_price(self, rank: int, cost: costs.OpCost) -> Priced:
         """:meth:`_price` on perturbed GPU ``rank``: timed on its GPU (another generation's
         kernel model where ``--node-gpu`` gives one) and divided by its speed factor."""
         gpu, speed = self._gpus.get(rank, self.gpu), self._speeds.get(rank, 1.0)
@@ -137,7 +142,7 @@ class Emitter:
         return priced
 
     def compute(self, rank: int, kind: str, name: str, stage: int, layer: int, mb: int,
-                cost: costs.OpCost, last: int | None, **kw) -> OpRef:
+                cost: costs.OpCost, last: int | None, **kw: Any) -> OpRef:
         """A compute op after op ``last`` (none: no dependency). The most frequent op: built
         here directly rather than through :meth:`emit`."""
         flops, nbytes, seconds = self._priced.get(cost) or self._price(cost)
@@ -148,7 +153,7 @@ class Emitter:
                                            deps=[last] if last is not None else [], **kw))
 
     def collective(self, rank: int, stream: str, dim: str, op_name: str, nbytes: float,
-                   stage: int, layer: int, mb: int, deps: list[int | None]) -> OpRef:
+                   stage: int, layer: int, mb: int, deps: list[int | None] | list[int]) -> OpRef:
         """A collective ``op_name`` of ``nbytes`` over ``rank``'s groups along ``dim`` (its kind is
         its stream's name); ``None`` dependencies are dropped."""
         groups, gid = self._group_ids.get((dim, rank)) or self._group_and_id(dim, rank)
@@ -156,7 +161,7 @@ class Emitter:
         n = self._counters.get(counter, 0)
         self._counters[counter] = n + 1
         if not self.fold:
-            key = (stream, groups[0], n)
+            key: Key = (stream, groups[0], n)
         elif self._stands_for:  # representatives standing for the same groups meet
             key = (stream, gid, n)
         else:
@@ -165,7 +170,7 @@ class Emitter:
             deps = [d for d in deps if d is not None]
         prog = self.prog
         return OpRef(prog.ops, prog.append(rank, counter[1], KIND[stream], f"{stream}.{op_name}", stage, layer, mb,
-                                           0.0, 0.0, nbytes, op_name, gid, key, deps=deps))
+                                           0.0, 0.0, nbytes, op_name, gid, key, deps=cast("list[int]", deps)))
 
     def _group_and_id(self, dim: str, rank: int) -> tuple[tuple[tuple[int, ...], ...], int]:
         """:meth:`groups` and their group-set id, once per (dim, rank): hashing the groups of a

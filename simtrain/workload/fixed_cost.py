@@ -15,6 +15,7 @@ in-flight micro-batches are measured on that timeline, as for a simulated step.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from simtrain.metrics import memory_peaks, rank_breakdown
 from simtrain.schedules import REGISTRY, Replay, Schedule, replay, scaled_costs, validate
@@ -55,7 +56,7 @@ def schedule_timeline(run: Replay, forward: float, comm: float) -> Timeline:
                 prev, nxt = schedule.stage_neighbours(h.stage)
                 to = nxt if h.kind == "F" else prev if h.kind in ("I", "B") else None
                 peer = r if to is None else schedule.stage_to_rank[to]
-                if peer != r:
+                if to is not None and peer != r:  # (peer is r where to is None)
                     tl.add(r, STREAM["pp_send"], KIND["pp"], names["send"], h.stage, -1, h.mb, end,
                            end + comm, arrow=arrow)
                     tl.add(peer, STREAM["pp_recv"], KIND["pp"], names["recv"], to, -1, h.mb, end,
@@ -82,7 +83,7 @@ def run_schedule(schedule: Schedule, F: float = 1.0, I: float = 1.0, W: float = 
     return ScheduleRun(schedule, tl, run.makespan, idle, ratio, [peaks[r] for r in ranks], closed)
 
 
-def schedule_report(run: ScheduleRun) -> dict:
+def schedule_report(run: ScheduleRun) -> dict[str, Any]:
     """JSON-ready summary: the object ``simtrain schedule --json`` prints."""
     s = run.schedule
     return {

@@ -53,7 +53,7 @@ def _consistent(mesh: DeviceMesh, classes: list[FoldClass]) -> bool:
     pp = len(classes[0][0])
     for dim in DIMS:
         for i in range(pp):
-            owner: dict[tuple[int, ...], frozenset] = {}
+            owner: dict[tuple[int, ...], frozenset[tuple[int, ...]]] = {}
             for _, groups in classes:
                 gs = frozenset(_group(mesh, dim, g[i]) for g in groups)
                 for g in gs:
@@ -105,7 +105,7 @@ def _around(mesh: DeviceMesh, touched: Mapping[int, Hashable]) -> list[FoldClass
     def key(g: list[int]) -> tuple[int, ...]:
         return tuple(_position(mesh, dim, g[0]) for dim in LAYER_DIMS)
 
-    alike: dict[tuple, list[list[int]]] = {}
+    alike: dict[tuple[Hashable, tuple[int, ...]], list[list[int]]] = {}  # (signature, position) -> groups
     inside = set()
     for comp in components(mesh, touched):
         signature = tuple((key(g), tuple(touched.get(r) for r in g)) for g in comp)

@@ -32,6 +32,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 
 from simtrain.specs.perturbation import parse_share
 from simtrain.workload.program import KIND, STREAM, Program
@@ -66,7 +67,7 @@ def expected_max_normal(n: int) -> float:
     return float(np.sum(x * density) * (x[1] - x[0]))
 
 
-def _segments(program: Program, ids: list[int]) -> np.ndarray:
+def _segments(program: Program, ids: list[int]) -> npt.NDArray[np.int64]:
     """Segment index of each op of ``ids``: consecutive ops of one block of one pass (same
     micro-batch, layer, kind and block: ``attn`` or ``mlp``) share one, since the block's TP
     collective is where its group meets; the other ops are segments of their own."""
@@ -82,13 +83,15 @@ def _segments(program: Program, ids: list[int]) -> np.ndarray:
     return np.array(seg, dtype=np.int64)
 
 
-def _slowest_members(rng: np.random.Generator, base: np.ndarray, seg: np.ndarray, m: int,
-                     sigma: float) -> np.ndarray:
+def _slowest_members(rng: np.random.Generator, base: npt.NDArray[np.float64], seg: npt.NDArray[np.int64], m: int,
+                     sigma: float) -> npt.NDArray[np.float64]:
     """Op times of the slowest of ``m`` GPUs that meet after every segment: per segment, the
     largest of the ``m`` members' noisy sums, shared among its ops in proportion to ``base``."""
     factors = np.exp(sigma * rng.standard_normal((m, len(base))) - 0.5 * sigma * sigma)
+    times: npt.NDArray[np.float64]
     if m == 1:
-        return base * factors[0]
+        times = base * factors[0]
+        return times
     sums = np.zeros((m, int(seg[-1]) + 1))
     for member in range(m):
         np.add.at(sums[member], seg, base * factors[member])
@@ -96,10 +99,11 @@ def _slowest_members(rng: np.random.Generator, base: np.ndarray, seg: np.ndarray
     planned = np.zeros(slowest.shape)
     np.add.at(planned, seg, base)
     scale = np.divide(slowest, planned, out=np.ones_like(slowest), where=planned > 0)
-    return base * scale[seg]
+    times = base * scale[seg]
+    return times
 
 
-def _drift(program: Program, ids: list[int], sd: np.ndarray) -> np.ndarray:
+def _drift(program: Program, ids: list[int], sd: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
     """Per op, the growth of ``sqrt(V)``, ``V`` the variance accumulated since the last op that
     waited for a data-parallel collective (where the replicas met: a parameter gather before a
     forward, the gradient norm before the optimizer), from the ops' standard deviations ``sd``."""

@@ -24,7 +24,8 @@ MoE routing skew one per pipeline rank and EP position (:mod:`simtrain.workload.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 from simtrain import budget, costs
 from simtrain.errors import SpecError
@@ -45,6 +46,11 @@ from simtrain.workload.stages import split_layers
 from simtrain.workload.templates import ActionTemplates
 
 
+#: A PP transfer: (pipeline group, step, sending stage, micro-batch, "act" or "grad"); a receiver
+#: may name a stage that is None, which no send has.
+_SendKey = tuple[int, int, int | None, int, str]
+
+
 class _Lowering:
     """State of one lowering pass; used once by :func:`lower`."""
 
@@ -62,13 +68,13 @@ class _Lowering:
         # skewed routing gives each EP position its own program: fold by EP position
         self.by_ep = any(len(set(x)) > 1 for x in loads)
         self.step = 0  # the step being lowered
-        self.sends: dict[tuple, int] = {}  # (pipeline, step, stage, mb, "act"|"grad") -> p2p op id
+        self.sends: dict[_SendKey, int] = {}  # (pipeline, step, stage, mb, "act"|"grad") -> p2p op id
         self.last_send: dict[int, int] = {}  # rank -> its latest p2p send (blocking sends wait for it)
-        self.pairs: dict[tuple[int, int, int], tuple] = {}  # (rank, from, to pipeline rank) -> GPU pairs
+        self.pairs: dict[tuple[int, int, int], tuple[tuple[int, int], ...]] = {}  # (rank, from, to pp rank) -> pairs
         self.blocking_p2p = not par.overlap_p2p_comm
         # without sequence parallelism each TP rank sends its slice; the receiver all-gathers them
         self.gather_received = par.tp > 1 and not par.sequence_parallel and opts.tp_comm
-        self.needs: list[tuple[int, tuple]] = []  # (op id, send key)
+        self.needs: list[tuple[int, _SendKey]] = []  # (op id, send key)
         self.templates = ActionTemplates(self.em, self.dp)
         self.work: dict[int, int] = {}  # pipeline rank -> layer passes of its step (_work)
 
@@ -128,7 +134,7 @@ class _Lowering:
         Megatron-LM's gradient clipping does (``clip_grad_norm_fp32``,
         ``megatron/core/optimizer/clip_grads.py``); every optimizer waits for the slowest rank."""
         world = (tuple(range(self.mesh.world)),)
-        computed = self.prog.order.get((rank, STREAM["compute"]), [])
+        computed: Sequence[int] = self.prog.order.get((rank, STREAM["compute"]), [])
         after = [*reductions, computed[-1]] if computed else reductions
         return self.em.emit(rank, "dp", "dp", "dp.grad_norm", -1, -1, -1, after, nbytes=4.0,
                             comm="all_reduce", group_set=self.prog.group_set_id(world),
@@ -151,7 +157,7 @@ class _Lowering:
         _, next_stage = self.sched.stage_neighbours(action.b_stage)
         self._needs_from(start, (next_stage, action.b_mb, "grad") if next_stage is not None else None, rank)
         interleave(self.prog, rank, start, mid, len(self.prog.ops))
-        sends = self.prog.order.get((rank, STREAM["pp_send"]), [])
+        sends: Sequence[int] = self.prog.order.get((rank, STREAM["pp_send"]), [])
         if sends and sends[-1] >= start:  # the pair's send that leaves last
             self.last_send[rank] = sends[-1]
 
@@ -185,7 +191,7 @@ class _Lowering:
         if self.blocking_p2p and first is not None and previous_send is not None:
             self.prog.ops.add_dep(first, previous_send)
 
-    def _body(self, rank: int, a: Action, layers: list[int], embed: bool, head: bool, receives: bool) -> int | None:
+    def _body(self, rank: int, a: Action, layers: range, embed: bool, head: bool, receives: bool) -> int | None:
         """The ops of action ``a`` (its pass over the chunk's ``layers``, with the embedding and the
         LM head where the chunk has them); returns what the action's send waits for."""
         dp, blocks, last = self.dp, self.blocks, None
@@ -216,24 +222,21 @@ class _Lowering:
         return last
 
     def _end_op(self, rank: int, a: Action, name: str, kind: str, cost_fn: Callable[..., costs.OpCost],
-                last: int | None, **kw) -> OpRef:
+                last: int | None, **kw: Any) -> OpRef:
         """The embedding or the LM head (``name``) in pass ``kind`` of action ``a``."""
         em = self.em
         return em.compute(rank, kind, f"{name}.{kind}", a.stage, -1, a.mb, em.cost(cost_fn, kind), last, **kw)
 
-    def _needs_from(self, first_op: int, key: tuple | None, rank: int) -> None:
+    def _needs_from(self, first_op: int, key: tuple[int | None, int, str] | None, rank: int) -> None:
         """The action's first compute or TP op waits for the transfer ``key`` (none at the chain's
         ends) within ``rank``'s pipeline group; parameter gathers before it do not."""
         first = _first_non_dp(self.prog, first_op) if key is not None else None
-        if first is not None:
-            self.needs.append((first, (self._pipeline(rank), self.step, *key)))
+        if first is not None and key is not None:  # (first is None without a key)
+            self.needs.append((first, (_pipeline(self.mesh, rank), self.step, *key)))
 
-    def _pipeline(self, rank: int) -> int:  # a transfer stays within one pipeline group
-        return self.mesh.group_of("pp", rank)[0]
-
-    def _send(self, rank: int, stage: int, to_stage: int, mb: int, what: str, after: int) -> None:
+    def _send(self, rank: int, stage: int, to_stage: int, mb: int, what: str, after: int | None) -> None:
         """The PP transfer of ``what`` (act or grad) of micro-batch ``mb`` from schedule stage
-        ``stage`` to ``to_stage``, after op ``after``."""
+        ``stage`` to ``to_stage``, after op ``after`` (none: the pass emitted no op)."""
         src_pp = self.sched.stage_to_rank[stage]
         dst_pp = self.sched.stage_to_rank[to_stage]
         peer = self.mesh.group_of("pp", rank)[dst_pp]
@@ -244,8 +247,13 @@ class _Lowering:
         nbytes = costs.pp_activation_bytes(self.model, self.em.shape)
         op = self.em.emit(rank, "pp_send", "pp", f"pp.send.{what}", stage, -1, mb, [after], nbytes=nbytes,
                           comm="p2p", group_set=self.prog.group_set_id(pairs), peer=peer, peer_stage=to_stage)
-        self.sends[(self._pipeline(rank), self.step, stage, mb, what)] = op.id
+        self.sends[(_pipeline(self.mesh, rank), self.step, stage, mb, what)] = op.id
         self.last_send[rank] = op.id
+
+
+def _pipeline(mesh: DeviceMesh, rank: int) -> int:
+    """The pipeline group of ``rank``, named by its first rank: a transfer stays within one."""
+    return mesh.group_of("pp", rank)[0]
 
 
 def _probed(lw: _Lowering, rank: int) -> Iterator[Action]:
@@ -278,7 +286,7 @@ def _check_budget(lw: _Lowering, done: int | None = None) -> None:
                          share=so_far / sum(work), partial=done is not None)
 
 
-def _work(sched: Schedule, chunks: list[list[int]], pipeline_rank: int, upto: int | None = None) -> int:
+def _work(sched: Schedule, chunks: list[range], pipeline_rank: int, upto: int | None = None) -> int:
     """Layer passes of a pipeline rank's step (of its first ``upto`` actions), each action
     counting one more (its ends and transfers): what its operation count grows with
     (:func:`simtrain.budget.check_lowered`)."""

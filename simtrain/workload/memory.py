@@ -21,7 +21,7 @@ from dataclasses import replace
 
 from simtrain import costs
 from simtrain.costs import Shape
-from simtrain.schedules.ir import Schedule
+from simtrain.schedules.ir import Action, Schedule
 from simtrain.specs.gpu import GpuSpec
 from simtrain.specs.model import ModelSpec
 from simtrain.specs.parallel import ParallelSpec
@@ -50,7 +50,8 @@ def memory_plan(model: ModelSpec, par: ParallelSpec, gpu: GpuSpec, schedule: Sch
     return peaks
 
 
-def _rank_peak(row, schedule, chunks, recomputed: int, full: float, kept: float, logits: float) -> float:
+def _rank_peak(row: tuple[Action, ...], schedule: Schedule, chunks: list[range], recomputed: int, full: float,
+               kept: float, logits: float) -> float:
     """The activations' high-water mark of one pipeline rank's actions, each action's layers
     counted rather than walked one by one (with whole-byte sizes the sums are exact either way;
     ``tests/workload/test_memory.py`` checks it against the walk). In a chunk the first

@@ -25,7 +25,7 @@ busiest.
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Protocol, cast
 
 from simtrain import costs
 from simtrain.costs import dispatch
@@ -102,7 +102,7 @@ class MoeBlock:
             dp.grad_done(stage, layer, op, pass_kind)
             last = op.id
         if shared_done is not None and shared_done != last:
-            em.prog.ops[last].deps.append(shared_done)
+            em.prog.ops[cast(int, last)].deps.append(shared_done)  # the last all-to-all or router op
         return last
 
     def _shared(self, rank: int, kind: str, pass_kind: str, stage: int, layer: int, mb: int,
@@ -141,8 +141,9 @@ class MoeBlock:
         group = mesh.group_of("ep", rank)
         per_node = len(group) // len({mesh.node_of(r) for r in group})
         rows = dispatch.a2a_rows(self.em.model, par.moe_dispatcher, par.ep, per_node)
-        return tuple(self.em.cost(dispatch.a2a_bytes, rows, dispatch.a2a_value_bytes(par.moe_dispatcher, par.fp8, towards),
-                                  load) for towards in (True, False))  # type: ignore[return-value]
+        return cast("tuple[float, float]", tuple(  # towards, then back
+            self.em.cost(dispatch.a2a_bytes, rows, dispatch.a2a_value_bytes(par.moe_dispatcher, par.fp8, towards), load)
+            for towards in (True, False)))
 
     def _a2a(self, rank: int, what: str, stage: int, layer: int, mb: int, nbytes: float,
              last: int | None) -> int | None:

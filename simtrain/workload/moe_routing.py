@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 
 from simtrain.errors import SpecError
 
@@ -28,16 +29,17 @@ class Routing:
             raise SpecError(f"routing skew={self.skew!r}: must be a finite number >= 0")
 
 
-def expert_probabilities(num_experts: int, skew: float, rng: np.random.Generator) -> np.ndarray:
+def expert_probabilities(num_experts: int, skew: float, rng: np.random.Generator) -> npt.NDArray[np.float64]:
     """Share of routed tokens per expert (sums to 1)."""
     weights = 1.0 / np.arange(1, num_experts + 1, dtype=float) ** skew
-    probs = weights / weights.sum()
+    probs: npt.NDArray[np.float64] = weights / weights.sum()
     return probs[rng.permutation(num_experts)]
 
 
-def rank_loads(probs: np.ndarray, ep: int) -> np.ndarray:
+def rank_loads(probs: npt.NDArray[np.float64], ep: int) -> npt.NDArray[np.float64]:
     """Share of tokens each EP rank receives: experts are laid out in contiguous blocks."""
-    return probs.reshape(ep, -1).sum(axis=1)
+    loads: npt.NDArray[np.float64] = probs.reshape(ep, -1).sum(axis=1)
+    return loads
 
 
 def ep_loads(num_experts: int, ep: int, num_layers: int, routing: Routing) -> list[tuple[float, ...]]:

@@ -52,7 +52,7 @@ def interleave(prog: Program, rank: int, start: int, mid: int, end: int) -> None
     streams)."""
     seg = {**_segments(prog, start, mid), **_segments(prog, mid, end)}
     compute = sorted(seg, key=lambda i: (seg[i], i >= mid, i))
-    position = {op_id: k for k, op_id in enumerate(compute)}
+    position: dict[int, float] = {op_id: k for k, op_id in enumerate(compute)}
     # communication goes right after the latest compute op it follows (-1: none in the pair)
     for i in range(start, end):
         if i not in position:

@@ -14,9 +14,13 @@ a *micro-batch* is one slice of the global batch; a *stream* is one of a rank's 
 from __future__ import annotations
 
 from array import array
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from typing import Generic, NoReturn, TypeAlias, TypeVar, overload
 
 import numpy as np
+
+T = TypeVar("T")
 
 #: The streams of one rank: one compute stream and the communication streams (PP has two).
 STREAMS = ("compute", "tp", "cp", "ep", "pp_send", "pp_recv", "dp")
@@ -31,6 +35,12 @@ KINDS = COMPUTE_KINDS + COMM_KINDS
 STREAM = {s: i for i, s in enumerate(STREAMS)}
 #: Kind name -> the integer code an :class:`Op` and a timeline column carry.
 KIND = {k: i for i, k in enumerate(KINDS)}
+
+#: A numbered collective's key: (stream, its first group, group-set id or rank, its number on the stream).
+StreamKey: TypeAlias = tuple[str, int | tuple[int, ...], int]
+#: What a collective's members on different ranks share: a :data:`StreamKey`, or a one-off
+#: collective's (name, step).
+Key: TypeAlias = StreamKey | tuple[str, int]
 
 
 #: The fields of an op, in the order :class:`Op` takes them; each is one column of :class:`OpTable`.
@@ -67,8 +77,8 @@ class Op:
     def __init__(self, id: int, rank: int, stream: int, kind: int, name: str, stage: int,
                  layer: int, mb: int, duration_s: float = 0.0, flops: float = 0.0,
                  nbytes: float = 0.0, comm: str | None = None, group_set: int = -1,
-                 key: tuple | None = None, peer: int = -1, peer_stage: int = -1, deps: list[int] | None = None,
-                 alloc: float = 0.0, free: float = 0.0):
+                 key: Key | None = None, peer: int = -1, peer_stage: int = -1, deps: list[int] | None = None,
+                 alloc: float = 0.0, free: float = 0.0) -> None:
         self.id = id
         self.rank = rank
         self.stream = stream
@@ -112,6 +122,27 @@ class OpTable:
     """
 
     __slots__ = _COLUMNS
+    # the columns, one per field (created in __init__)
+    rank: array[int]
+    stream: array[int]
+    kind: array[int]
+    name: list[str]
+    stage: array[int]
+    layer: array[int]
+    mb: array[int]
+    duration_s: array[float]
+    flops: array[float]
+    nbytes: array[float]
+    comm: list[str | None]
+    group_set: array[int]
+    key: list[Key | None]
+    peer: array[int]
+    peer_stage: array[int]
+    dep0: array[int]
+    dep1: array[int]
+    more: dict[int, list[int]]
+    alloc: array[float]
+    free: array[float]
 
     def __init__(self) -> None:
         for f in _COLUMNS:
@@ -122,7 +153,12 @@ class OpTable:
     def __len__(self) -> int:
         return len(self.rank)
 
-    def __getitem__(self, i):
+    @overload
+    def __getitem__(self, i: int) -> OpRef: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[OpRef]: ...
+
+    def __getitem__(self, i: int | slice) -> OpRef | list[OpRef]:
         n = len(self.rank)
         if isinstance(i, slice):
             return [OpRef(self, j) for j in range(*i.indices(n))]
@@ -132,7 +168,7 @@ class OpTable:
             raise IndexError(f"op {i} of {n}")
         return OpRef(self, i)
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[OpRef]:
         return (OpRef(self, i) for i in range(len(self.rank)))
 
     def column(self, name: str) -> np.ndarray:
@@ -171,7 +207,7 @@ class OpTable:
             self.add_dep(i, d)
 
     def append(self, rank: int, stream: int, kind: int, name: str, stage: int, layer: int, mb: int,
-               duration_s: float, flops: float, nbytes: float, comm: str | None, group_set: int, key: tuple | None,
+               duration_s: float, flops: float, nbytes: float, comm: str | None, group_set: int, key: Key | None,
                peer: int, peer_stage: int, deps: list[int], alloc: float, free: float) -> int:
         """Append one row; its op id."""
         i = len(self.rank)
@@ -203,7 +239,7 @@ class OpTable:
         return i
 
 
-class _Deps(list):
+class _Deps(list[int]):
     """An op's dependencies as :attr:`OpRef.deps` gives them: a list whose ``append`` and
     ``extend`` also add to the table (other changes are refused)."""
 
@@ -217,14 +253,28 @@ class _Deps(list):
         super().append(d)
         self._table.add_dep(self._i, d)
 
-    def extend(self, ds) -> None:
+    def extend(self, ds: Iterable[int]) -> None:
         for d in ds:
             self.append(d)
 
-    def _refused(self, *_args, **_kw):
+    def _refused(self, *_args: object, **_kw: object) -> NoReturn:
         raise TypeError("an op's dependencies only grow: use append or extend")
 
     insert = remove = pop = clear = sort = reverse = __setitem__ = __delitem__ = __iadd__ = _refused
+
+
+class _Column(Generic[T]):
+    """An attribute of :class:`OpRef` that reads and writes one column of its table."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, ref: OpRef, owner: type | None = None) -> T:
+        value: T = getattr(ref.table, self.name)[ref.id]
+        return value
+
+    def __set__(self, ref: OpRef, value: T) -> None:
+        getattr(ref.table, self.name)[ref.id] = value
 
 
 class OpRef:
@@ -233,7 +283,7 @@ class OpRef:
 
     __slots__ = ("table", "id")
 
-    def __init__(self, table: OpTable, i: int):
+    def __init__(self, table: OpTable, i: int) -> None:
         self.table, self.id = table, i
 
     def label(self) -> str:
@@ -244,26 +294,36 @@ class OpRef:
         return f"OpRef({self.id}: {self.label()})"
 
     # one property per column of the table, read and written through
-    rank = property(lambda s: s.table.rank[s.id], lambda s, v: s.table.rank.__setitem__(s.id, v))
-    stream = property(lambda s: s.table.stream[s.id], lambda s, v: s.table.stream.__setitem__(s.id, v))
-    kind = property(lambda s: s.table.kind[s.id], lambda s, v: s.table.kind.__setitem__(s.id, v))
-    name = property(lambda s: s.table.name[s.id], lambda s, v: s.table.name.__setitem__(s.id, v))
-    stage = property(lambda s: s.table.stage[s.id], lambda s, v: s.table.stage.__setitem__(s.id, v))
-    layer = property(lambda s: s.table.layer[s.id], lambda s, v: s.table.layer.__setitem__(s.id, v))
-    mb = property(lambda s: s.table.mb[s.id], lambda s, v: s.table.mb.__setitem__(s.id, v))
-    duration_s = property(lambda s: s.table.duration_s[s.id], lambda s, v: s.table.duration_s.__setitem__(s.id, v))
-    flops = property(lambda s: s.table.flops[s.id], lambda s, v: s.table.flops.__setitem__(s.id, v))
-    nbytes = property(lambda s: s.table.nbytes[s.id], lambda s, v: s.table.nbytes.__setitem__(s.id, v))
-    comm = property(lambda s: s.table.comm[s.id], lambda s, v: s.table.comm.__setitem__(s.id, v))
-    group_set = property(lambda s: s.table.group_set[s.id], lambda s, v: s.table.group_set.__setitem__(s.id, v))
-    key = property(lambda s: s.table.key[s.id], lambda s, v: s.table.key.__setitem__(s.id, v))
-    peer = property(lambda s: s.table.peer[s.id], lambda s, v: s.table.peer.__setitem__(s.id, v))
-    peer_stage = property(lambda s: s.table.peer_stage[s.id], lambda s, v: s.table.peer_stage.__setitem__(s.id, v))
-    deps = property(lambda s: _Deps(s.table, s.id), lambda s, v: s.table.set_deps(s.id, list(v)))
-    alloc = property(lambda s: s.table.alloc[s.id], lambda s, v: s.table.alloc.__setitem__(s.id, v))
-    free = property(lambda s: s.table.free[s.id], lambda s, v: s.table.free.__setitem__(s.id, v))
+    rank: _Column[int] = _Column()
+    stream: _Column[int] = _Column()
+    kind: _Column[int] = _Column()
+    name: _Column[str] = _Column()
+    stage: _Column[int] = _Column()
+    layer: _Column[int] = _Column()
+    mb: _Column[int] = _Column()
+    duration_s: _Column[float] = _Column()
+    flops: _Column[float] = _Column()
+    nbytes: _Column[float] = _Column()
+    comm: _Column[str | None] = _Column()
+    group_set: _Column[int] = _Column()
+    key: _Column[Key | None] = _Column()
+    peer: _Column[int] = _Column()
+    peer_stage: _Column[int] = _Column()
+    alloc: _Column[float] = _Column()
+    free: _Column[float] = _Column()
+
+    @property
+    def deps(self) -> list[int]:
+        """The op's dependencies: a list whose ``append`` and ``extend`` add to the table."""
+        return _Deps(self.table, self.id)
+
+    @deps.setter
+    def deps(self, value: list[int]) -> None:
+        self.table.set_deps(self.id, list(value))
 
 
+#: An op as code that handles one at a time reads it: a record or a row of a table.
+AnyOp: TypeAlias = Op | OpRef
 
 
 @dataclass
@@ -271,16 +331,16 @@ class Program:
     """All operations of one simulated step."""
 
     ops: OpTable = field(default_factory=OpTable)
-    order: dict[tuple[int, int], array] = field(default_factory=dict)  # (rank, stream) -> op ids (int32)
+    order: dict[tuple[int, int], array[int]] = field(default_factory=dict)  # (rank, stream) -> op ids (int32)
     group_sets: list[tuple[tuple[int, ...], ...]] = field(default_factory=list)
     # collective key -> simulated members; a lowered program keeps only keys of several (absent: one)
-    members: dict[tuple, int] = field(default_factory=dict)
+    members: dict[Key, int] = field(default_factory=dict)
     rank_weight: dict[int, int] = field(default_factory=dict)  # simulated rank -> ranks it stands for
     pipeline_rank_of: dict[int, int] = field(default_factory=dict)  # simulated rank -> its pipeline rank
     static_bytes: dict[int, float] = field(default_factory=dict)  # simulated rank -> static memory
     layers_per_chunk: list[int] = field(default_factory=list)  # layers of each pipeline chunk, in order
     kernel_sources: dict[str, int] = field(default_factory=dict)  # measured/interpolated/model -> distinct kernels
-    _group_ids: dict = field(default_factory=dict, repr=False)
+    _group_ids: dict[tuple[tuple[int, ...], ...], int] = field(default_factory=dict, repr=False)
 
     def add(self, op: Op) -> OpRef:
         """Append ``op`` (a record; its ``id`` is ignored) to its rank's stream; the new row."""
@@ -288,7 +348,7 @@ class Program:
 
     def append(self, rank: int, stream: int, kind: int, name: str, stage: int, layer: int, mb: int,
                duration_s: float = 0.0, flops: float = 0.0, nbytes: float = 0.0, comm: str | None = None,
-               group_set: int = -1, key: tuple | None = None, peer: int = -1, peer_stage: int = -1,
+               group_set: int = -1, key: Key | None = None, peer: int = -1, peer_stage: int = -1,
                deps: list[int] | None = None, alloc: float = 0.0, free: float = 0.0) -> int:
         """Append an op (fields as :class:`Op` has them) to its rank's stream; its id."""
         i = self.ops.append(rank, stream, kind, name, stage, layer, mb, duration_s, flops, nbytes, comm, group_set,

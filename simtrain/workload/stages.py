@@ -24,6 +24,7 @@ every chunk gets ``(L + 2) / chunks`` slots, so an end chunk may hold no decoder
 from __future__ import annotations
 
 from itertools import groupby
+from typing import cast
 
 from simtrain import costs
 from simtrain.costs import KernelTimer, Shape
@@ -181,11 +182,14 @@ def layer_pass_times(model: ModelSpec, par: ParallelSpec, gpu: GpuSpec,
         return timer.time(costs.attention_cost(model, sh, kind, selective)) + timer.time(mlp)
 
     every = range(model.total_layers)
-    per_kind = {(kind, model.is_moe_layer(i)): None for kind in "FIW" for i in every}
+    per_kind: dict[tuple[str, bool], float | None] = {(kind, model.is_moe_layer(i)): None for kind in "FIW"
+                                                       for i in every}
     for kind, moe in per_kind:
         first = next(i for i in every if model.is_moe_layer(i) == moe)
         per_kind[(kind, moe)] = t(kind, first)
-    return [tuple(per_kind[(k, model.is_moe_layer(i))] for k in "FIW") for i in every]  # type: ignore[misc]
+    # every entry is timed by now; each tuple has the three of F, I and W
+    return cast("list[tuple[float, float, float]]",
+                [tuple(per_kind[(k, model.is_moe_layer(i))] for k in "FIW") for i in every])
 
 
 def end_pass_times(model: ModelSpec, par: ParallelSpec, gpu: GpuSpec, opts: WorkloadOptions | None = None,
@@ -196,7 +200,7 @@ def end_pass_times(model: ModelSpec, par: ParallelSpec, gpu: GpuSpec, opts: Work
     timer = KernelTimer(gpu, opts.calibration)
     emb = tuple(timer.time(costs.embedding_cost(model, sh, k)) if opts.embedding else 0.0 for k in "FIW")
     head = tuple(timer.time(costs.lm_head_cost(model, sh, k)) if opts.lm_head else 0.0 for k in "FIW")
-    return emb, head  # type: ignore[return-value]
+    return cast("tuple[float, float, float]", emb), cast("tuple[float, float, float]", head)  # F, I and W
 
 
 def chunk_pass_times(model: ModelSpec, par: ParallelSpec, gpu: GpuSpec, chunks: list[range],

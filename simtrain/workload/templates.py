@@ -17,11 +17,13 @@ the emitted ops.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from array import array
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from simtrain.workload.program import STREAM, OpRef, OpTable
+from simtrain.workload.data_parallel import DataParallelOps, GradCall
+from simtrain.workload.emit import Emitter
+from simtrain.workload.program import STREAM, Key, OpRef, OpTable, StreamKey
 
 _DP = STREAM["dp"]
 
@@ -30,12 +32,12 @@ _DP = STREAM["dp"]
 class _Template:
     start: int  # id of the first op when it was captured
     mb: int  # the micro-batch it was captured from
-    columns: tuple[tuple, ...]  # per copied column of _COPIED: its values, in op order
+    columns: tuple[Sequence[object], ...]  # per copied column of _COPIED: its values, in op order
     own_mb: tuple[bool, ...]  # per op: whether it carries the micro-batch (else -1)
     dep0: list[int]  # per op: its first dependency, relative to the first op (or NONE, MORE)
     dep1: list[int]  # per op: its second dependency, relative to the first op (or NONE)
     more: tuple[tuple[int, tuple[int, ...]], ...]  # (op offset, its dependencies relative to the first op)
-    keys: tuple[tuple[int, int, tuple], ...]  # (op offset, stream, key with its relative n) of collectives
+    keys: tuple[tuple[int, int, StreamKey], ...]  # (op offset, stream, key with its relative n) of collectives
     counts: tuple[tuple[int, int], ...]  # (stream, collectives it numbered)
     streams: tuple[tuple[int, tuple[int, ...]], ...]  # (stream, offsets of its ops, in order)
     calls: tuple[tuple[int, int, int, str], ...]  # grad_done (stage, layer, op offset, kind)
@@ -45,13 +47,14 @@ class _Template:
 class ActionTemplates:
     """Captures and instantiates action bodies for one lowering (see the module docstring)."""
 
-    def __init__(self, em, dp) -> None:
+    def __init__(self, em: Emitter, dp: DataParallelOps) -> None:
         self.em, self.dp = em, dp
-        self._store: dict[tuple, _Template] = {}
+        self._store: dict[tuple[int, str, int, bool], _Template] = {}  # (rank, pass, stage, receives)
         table = em.prog.ops  # its columns stay the same objects while they grow
         self._extend = tuple(getattr(table, c).extend for c in _COPIED)
 
-    def emit(self, key: tuple, rank: int, mb: int, settled: bool, body: Callable[[], int | None]) -> int | None:
+    def emit(self, key: tuple[int, str, int, bool], rank: int, mb: int, settled: bool,
+             body: Callable[[], int | None]) -> int | None:
         """The ops of ``body`` (an action's emission, returning what the next op waits for) for
         micro-batch ``mb``: instantiated from the template of ``key`` where one exists and the data-
         parallel state is ``settled``, else emitted and, where exact, captured."""
@@ -92,7 +95,7 @@ class ActionTemplates:
         table.dep1.extend([d + base if d >= 0 else d for d in tpl.dep1])
         for offset, ds in tpl.more:
             table.more[base + offset] = [base + d for d in ds]
-        keys = [None] * n
+        keys: list[Key | None] = [None] * n
         members = prog.members
         for offset, stream, (k0, k1, k2) in tpl.keys:
             key = keys[offset] = (k0, k1, k2 + now[stream])
@@ -118,7 +121,7 @@ _COPIED = ("stream", "kind", "name", "stage", "layer", "duration_s", "flops", "n
 
 
 def _capture(table: OpTable, start: int, mb: int, last: int | None, before: dict[int, int],
-             counters: dict[tuple[int, int], int], rank: int, calls: list) -> _Template | None:
+             counters: dict[tuple[int, int], int], rank: int, calls: list[GradCall]) -> _Template | None:
     """The template of ops ``start:``, or None where copying them would not be exact."""
     end = len(table)
     if any(s == _DP for s in table.stream[start:end]) or any(m not in (mb, -1) for m in table.mb[start:end]):
@@ -129,7 +132,7 @@ def _capture(table: OpTable, start: int, mb: int, last: int | None, before: dict
     if any(d < start for d in table.dep0[start:end] if d >= 0) or \
             any(d < start for d in table.dep1[start:end] if d >= 0) or any(d < 0 for _, ds in more for d in ds):
         return None
-    keys = []
+    keys: list[tuple[int, int, StreamKey]] = []
     for offset, (key, stream) in enumerate(zip(table.key[start:end], table.stream[start:end])):
         if key is not None:
             if len(key) != 3 or not isinstance(key[2], int):
