@@ -27,18 +27,19 @@ from simtrain.network.analytic import AnalyticNetwork
 from simtrain.network.fixed import FixedLatency
 from simtrain.network.protocol import NetworkModel
 from simtrain.costs import Shape, pp_activation_bytes
-from simtrain.costs.calibration import Calibration, check_peaks, read_calibration
+from simtrain.costs.calibration import check_peaks, read_calibration
 from simtrain.workload.moe_routing import Routing
 from simtrain import perturbed
 from simtrain.specs.perturbation import Perturbations
 from simtrain.topology.faults import check_links, perturb_links
-from simtrain.workload.jitter import Jitter, apply_jitter, jitter_of
+from simtrain.workload.jitter import apply_jitter, jitter_of
 from simtrain.schedules import REGISTRY as SCHEDULES, load_schedule, validate
 from simtrain.specs.applies import check_applies
 from simtrain.specs.gpu import GpuSpec
 from simtrain.specs.model import ModelSpec, load_model
 from simtrain.specs.parallel import ParallelSpec, resolve_parallel, validate_parallel
-from simtrain.settings import OUTPUTS, SETTINGS, complete, defaults_note
+from simtrain.settings import OUTPUTS, SETTINGS, complete, defaults_note, setting
+from simtrain.scenario import RunOptions, Scenario, given_settings, recorded, scenario_config
 from simtrain.specs.strict import Table, read_toml
 from simtrain.finite import check_finite, check_timeline
 from simtrain.timeline import Timeline
@@ -50,25 +51,6 @@ from simtrain.workload.lower import lower
 from simtrain.workload.memory import memory_plan
 from simtrain.workload.options import WorkloadOptions
 from simtrain.units import GiB
-
-
-@dataclass(frozen=True)
-class Scenario:
-    """Everything one simulation needs, resolved and validated."""
-
-    model: ModelSpec
-    cluster: Cluster
-    gpu: GpuSpec  # the cluster's GPU with any efficiency override
-    parallel: ParallelSpec
-    network: str  # analytic | flow | none (zero-cost communication)
-    collective_algo: str | None  # force one collective algorithm where it applies; None = tuner
-    fold: bool
-    max_events: int
-    routing: Routing = Routing()  # MoE token routing
-    settings: dict[str, Any] = field(default_factory=dict)  # the settings as resolved, for the report
-    calibration: Calibration | None = None  # measured kernel times (--calibration)
-    perturbations: Perturbations = Perturbations()  # stragglers, mixed GPUs, degraded/failed links
-    jitter: Jitter = Jitter()  # noise on compute times (--jitter, --slow-steps)
 
 
 @dataclass(frozen=True)
@@ -91,10 +73,10 @@ def load_config(path: str | Path) -> dict[str, Any]:
     source = str(check_path("load_config", "path", path))
     table = Table(read_toml(path), source)
     out = {}
-    for name, setting in {**SETTINGS, **OUTPUTS}.items():
-        value = table.get(name, setting.kind, None)
+    for name, entry in {**SETTINGS, **OUTPUTS}.items():
+        value = table.get(name, entry.kind, None)
         if value is not None:
-            out[name] = setting.validate(value, source)
+            out[name] = entry.validate(value, source)
     table.done()
     return out
 
@@ -135,7 +117,7 @@ def resolve(settings: dict[str, Any] | None = None, recompute_rule: str = "memor
         scenario = _resolve(s, recompute_rule)
         if strict:
             check_applies(scenario.model, scenario.parallel, s)
-        return scenario
+        return recorded(scenario, s, given)
     except SimtrainError as exc:
         note = defaults_note(str(exc), given)
         if not note:
@@ -144,7 +126,8 @@ def resolve(settings: dict[str, Any] | None = None, recompute_rule: str = "memor
 
 
 def _resolve(s: dict[str, Any], recompute_rule: str) -> Scenario:
-    """:func:`resolve` of completed settings ``s`` (which it fills with the derived values)."""
+    """:func:`resolve` of completed settings ``s`` (which it fills with the derived values), not yet
+    recorded (:func:`simtrain.scenario.recorded`)."""
     model = load_model(s["model"])
     if s["mtp_layers"] is not None:
         model = replace(model, mtp_layers=s["mtp_layers"])
@@ -176,13 +159,14 @@ def _resolve(s: dict[str, Any], recompute_rule: str) -> Scenario:
         from simtrain.network.algorithms import check_algorithm
 
         check_algorithm(s["collective_algo"])
-    perturbations = perturbed.from_settings(s)
+    perturbations = perturbed.from_texts(**{k: s[k] for k in perturbed.KEYS}, seed=s["seed"])
     perturbations.check(s["gpus"], cluster.num_nodes)
     check_links(cluster, perturbations.degraded_links, perturbations.failed_links)
+    options = RunOptions(**{f.name: s[f.name] for f in fields(RunOptions)})
     return Scenario(model=model, cluster=cluster, gpu=gpu, parallel=par, network=s["network"],
                     collective_algo=s["collective_algo"], fold=s["fold"], max_events=s["max_events"],
-                    routing=routing, settings=s, calibration=calibration, perturbations=perturbations,
-                    jitter=jitter_of(s["jitter"], s["seed"], s["slow_steps"]))
+                    routing=routing, calibration=calibration, perturbations=perturbations,
+                    jitter=jitter_of(s["jitter"], s["seed"], s["slow_steps"]), options=options)
 
 
 def auto_recompute(scenario: Scenario) -> int:
@@ -244,9 +228,10 @@ def simulate(scenario: Scenario, options: WorkloadOptions | None = None, *,
                       gpus_per_node=scenario.cluster.gpus_per_node)
     pert = scenario.perturbations
     cluster = perturb_links(scenario.cluster, pert.degraded_links, pert.failed_links)
+    run = scenario.options
     opts = options or WorkloadOptions(fold=scenario.fold, routing=scenario.routing,
-                                      calibration=scenario.calibration, steps=scenario.settings.get("steps", 1),
-                                      optimizer_sync=scenario.settings.get("optimizer_sync", "grad-norm"),
+                                      calibration=scenario.calibration, steps=run.steps,
+                                      optimizer_sync=run.optimizer_sync,
                                       **perturbed.workload_fields(pert, cluster, scenario.gpu, par.world))
     budget.check_operations(model.layers, par.num_microbatches, pipelines=1 if opts.fold else par.world // par.pp,
                             tp=par.tp if opts.tp_comm else 1, steps=opts.steps, max_events=scenario.max_events)
@@ -267,7 +252,7 @@ def simulate(scenario: Scenario, options: WorkloadOptions | None = None, *,
         network = FlowNetwork(cluster, router, algo=scenario.collective_algo)
     else:
         network = AnalyticNetwork(cluster, router, algo=scenario.collective_algo)
-    interference = scenario.settings.get("comm_interference")
+    interference = run.comm_interference
     if interference is None:
         interference = scenario.gpu.comm_interference
     with paused_gc():  # the engine's events and spans: a collection would walk every op again
@@ -277,7 +262,8 @@ def simulate(scenario: Scenario, options: WorkloadOptions | None = None, *,
     report = run_report(result.timeline, program, model=model, gpu=scenario.gpu, par=par,
                         num_events=result.num_events, links=links, config=scenario_config(scenario),
                         interference=interference, slowdown_s=result.slowdown_s,
-                        power=power_draw(scenario.cluster, scenario.gpu, par.world, scenario.settings),
+                        power=power_draw(scenario.cluster, scenario.gpu, par.world, train_tokens=run.train_tokens,
+                                         price_per_gpu_hour_usd=run.price_per_gpu_hour_usd),
                         perturbations=_perturbation_costs(scenario, result.timeline.end_s) if
                         perturbation_costs and pert.any else {}, slow_steps=slow_steps)
     check_finite({"report": report, "link utilisation": link_series}, "simulation result")
@@ -298,12 +284,11 @@ def _router(cluster: Cluster, pert: Perturbations) -> Router:
 def _perturbation_costs(scenario: Scenario, step_s: float) -> dict[str, Any]:
     """The report's ``perturbations`` section (:func:`simtrain.perturbed.cost_report`): the
     scenario simulated again without perturbations and with each perturbing setting alone."""
-    def step_with(changes: dict[str, Any]) -> float:
-        settings = {**scenario.settings, **changes}
-        other = replace(scenario, settings=settings, perturbations=perturbed.from_settings(settings))
+    def step_with(perturbations: Perturbations) -> float:
+        other = replace(scenario, perturbations=perturbations)
         return simulate(other, perturbation_costs=False).report["step_time_s"]
 
-    return perturbed.cost_report(scenario.settings, step_s, scenario.parallel.world,
+    return perturbed.cost_report(scenario.perturbations, step_s, scenario.parallel.world,
                                  scenario.cluster.gpus_per_node, step_with)
 
 
@@ -328,18 +313,6 @@ def build_schedule(scenario: Scenario, opts: WorkloadOptions | None = None):
     if record is None:  # a user's file; the built-in generators are validated by their tests
         validate(schedule)
     return schedule
-
-
-def scenario_config(sc: Scenario) -> dict[str, Any]:
-    """The report's ``config``: the resolved settings, with the names of the model, topology and
-    GPU, the node count and the GEMM efficiency the run used."""
-    out = dict(sc.settings)
-    out["model"] = sc.model.name
-    out["topology"] = sc.cluster.name
-    out["nodes"] = sc.cluster.num_nodes
-    out["gpu"] = sc.gpu.name
-    out["efficiency"] = sc.gpu.efficiency
-    return out
 
 
 def write_outputs(result: SimResult, out_dir: str | Path, plot: bool = True, *, html: bool = False,
@@ -387,9 +360,26 @@ def write_outputs(result: SimResult, out_dir: str | Path, plot: bool = True, *, 
 
 
 def with_settings(scenario: Scenario, **changes) -> Scenario:
-    """``scenario`` with some of its fields replaced (each of its type); a setting such as ``tp``
-    is resolved again instead: ``resolve({**scenario.settings, "tp": 2})``."""
+    """``scenario`` with some of its fields replaced (each of its type; its report's ``config``
+    shows the new values: :func:`simtrain.scenario.scenario_config`); a setting such as ``tp`` is
+    resolved again instead: :func:`resolve_with`."""
     check_instance("with_settings", "scenario", scenario, Scenario, "make one with simtrain.api.resolve({...})")
-    check_fields("with_settings", Scenario, changes, "a setting goes through simtrain.api.resolve({**scenario."
-                 "settings, NAME: VALUE})")
+    check_fields("with_settings", Scenario, changes, "a setting is resolved again: simtrain.api.resolve_with("
+                 "scenario, NAME=VALUE)")
     return replace(scenario, **changes)
+
+
+def resolve_with(scenario: Scenario, *, recompute_rule: str = "memory", strict: bool = True, **changes) -> Scenario:
+    """``scenario`` resolved again with some settings changed: :func:`resolve` of the settings it
+    was resolved from (:func:`simtrain.scenario.given_settings`) with ``changes`` over them, each
+    the name of a setting of :data:`~simtrain.settings.SETTINGS` (a misspelt one is a SpecError).
+
+    >>> sc = resolve({"model": "llama3-8b", "topology": "h100-ib", "gpus": 16, "tp": 2, "pp": 2, "gbs": 16})
+    >>> wider = resolve_with(sc, tp=4)
+    >>> wider.parallel.tp, wider.parallel.dp, wider.parallel.gbs
+    (4, 2, 16)
+    """
+    check_instance("resolve_with", "scenario", scenario, Scenario, "make one with simtrain.api.resolve({...})")
+    for name in changes:
+        setting(name)
+    return resolve({**given_settings(scenario), **changes}, recompute_rule, strict=strict)

@@ -14,11 +14,12 @@ import itertools
 import json
 from contextlib import closing
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable, Mapping
 
 from simtrain.errors import SimtrainError, SpecError
 from simtrain.executors import run_unordered
 from simtrain.schedules import REGISTRY
+from simtrain.settings import lookup, setting
 from simtrain.specs.model import ModelSpec, load_model
 from simtrain.specs.parallel import MOE_DISPATCHERS, ParallelSpec, check_expert_layout, expert_layouts
 
@@ -29,12 +30,37 @@ class Candidate:
 
     settings: tuple[tuple[str, object], ...]
 
+    @classmethod
+    def of(cls, settings: Mapping[str, object]) -> "Candidate":
+        """The candidate of the settings ``settings``."""
+        return cls(tuple(sorted(settings.items())))
+
     @property
     def key(self) -> str:
         return json.dumps(dict(self.settings), sort_keys=True)
 
     def as_dict(self) -> dict:
         return dict(self.settings)
+
+    def get(self, name: str, default: Any = None) -> Any:
+        """The candidate's value of setting ``name`` (``default`` where it gives none); a misspelt
+        name is a :class:`~simtrain.errors.SpecError` (:func:`simtrain.settings.setting`)."""
+        return lookup(dict(self.settings), name, default)
+
+    def gives(self, name: str) -> bool:
+        """Whether the candidate gives setting ``name`` (checked as by :meth:`get`)."""
+        return setting(name).name in dict(self.settings)
+
+    def value(self, name: str) -> Any:
+        """The candidate's value of setting ``name`` (checked as by :meth:`get`); a KeyError where
+        it gives none."""
+        if not self.gives(name):
+            raise KeyError(name)
+        return self.get(name)
+
+    def with_setting(self, name: str, value: object) -> "Candidate":
+        """The candidate with setting ``name`` (checked as by :meth:`get`) given ``value``."""
+        return Candidate.of({**dict(self.settings), setting(name).name: value})
 
 
 def enumerate_candidates(base: dict, *, gpus: int, gpus_per_node: int, schedules=("1f1b",), vpps=(1,),
@@ -48,7 +74,7 @@ def enumerate_candidates(base: dict, *, gpus: int, gpus_per_node: int, schedules
     (from ``eps`` and ``etps``; default every valid one) and, where EP > 1, each of
     ``dispatchers`` (default :data:`MOE_DISPATCHERS`; at EP 1 no token leaves its rank, so only
     the first runs). A dense model's candidates have no EP keys: EP 1, as before."""
-    model = model if model is not None else load_model(base["model"])
+    model = model if model is not None else load_model(lookup(base, "model"))
     dispatchers = tuple(dispatchers or MOE_DISPATCHERS)
     out = []
     for tp, cp, pp in itertools.product(tps, cps, pps):
@@ -65,7 +91,7 @@ def enumerate_candidates(base: dict, *, gpus: int, gpus_per_node: int, schedules
                 continue
             settings = {**base, "gpus": gpus, "tp": tp, "cp": cp, "pp": pp, "dp": gpus // (tp * cp * pp),
                         **expert, "schedule": sched, "vpp": vpp, "mbs": mbs, "zero": zero, "recompute": rc}
-            out.append(Candidate(tuple(sorted(settings.items()))))
+            out.append(Candidate.of(settings))
     return out
 
 
@@ -114,15 +140,14 @@ def analytic_estimate(candidate: Candidate, resolved: dict[str, str | None] | No
     from simtrain import api
     from simtrain.analytic.model import estimate
 
-    settings = candidate.as_dict()
     sibling = _sibling(candidate)
-    memo = resolved is not None and settings["recompute"] == "auto"
+    memo = resolved is not None and candidate.get("recompute") == "auto"
     if memo and sibling in resolved:
         if resolved[sibling] is None:
             return None
-        settings["recompute"] = resolved[sibling]
+        candidate = candidate.with_setting("recompute", resolved[sibling])
     try:
-        sc = api.resolve(settings, strict=False)
+        sc = api.resolve(candidate.as_dict(), strict=False)
     except SimtrainError:
         if memo:
             resolved.setdefault(sibling, None)
@@ -176,11 +201,12 @@ def estimate_candidates(candidates: list[Candidate], jobs: int = 1,
     return out
 
 
-def label(s: dict) -> str:
+def label(c: Candidate) -> str:
     """A candidate's settings in one line: degrees (EP, ETP and the dispatcher for an MoE model), schedule, batch."""
-    extra = f" v{s['vpp']}" if s.get("vpp", 1) > 1 else ""
+    v = c.value
+    extra = f" v{v('vpp')}" if c.get("vpp", 1) > 1 else ""
     expert = ""
-    if "ep" in s:  # an MoE model's candidate
-        expert = f" EP={s['ep']} ETP={s['etp']}" + (f" {s['moe_dispatcher']}" if s["ep"] > 1 else "")
-    return (f"TP={s['tp']} CP={s['cp']} PP={s['pp']} DP={s['dp']}{expert} {s['schedule']}{extra} mbs={s['mbs']} "
-            f"ZeRO-{s['zero']} rc={s['recompute']}")
+    if c.gives("ep"):  # an MoE model's candidate
+        expert = f" EP={v('ep')} ETP={v('etp')}" + (f" {v('moe_dispatcher')}" if v("ep") > 1 else "")
+    return (f"TP={v('tp')} CP={v('cp')} PP={v('pp')} DP={v('dp')}{expert} {v('schedule')}{extra} mbs={v('mbs')} "
+            f"ZeRO-{v('zero')} rc={v('recompute')}")

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from simtrain.specs.gpu import GpuSpec
 from simtrain.topology.cluster import Cluster
@@ -69,9 +69,10 @@ class RankSeconds:
     weight: int = 1
 
 
-def power_draw(cluster: Cluster, gpu: GpuSpec, num_gpus: int, settings: Mapping[str, Any]) -> PowerDraw:
+def power_draw(cluster: Cluster, gpu: GpuSpec, num_gpus: int, *, price_per_gpu_hour_usd: float | None = None,
+               train_tokens: int | None = None) -> PowerDraw:
     """The :class:`PowerDraw` of ``num_gpus`` GPUs of ``cluster`` (its ``[power]`` and ``[cost]``
-    tables; ``settings`` ``price_per_gpu_hour_usd`` over the table's price, ``train_tokens``)."""
+    tables; ``price_per_gpu_hour_usd`` over the table's price; ``train_tokens`` of a training run)."""
     from simtrain.specs.power import CostSpec, PowerSpec
 
     spec = cluster.spec
@@ -86,12 +87,11 @@ def power_draw(cluster: Cluster, gpu: GpuSpec, num_gpus: int, settings: Mapping[
     comm = None
     if gpu.tdp_w is not None and idle is not None:
         comm = idle + (gpu.tdp_w - idle) * gpu.comm_sms / gpu.sm_count
-    price = settings.get("price_per_gpu_hour_usd")
+    price = price_per_gpu_hour_usd
     return PowerDraw(gpu_busy_w=gpu.tdp_w, gpu_comm_w=comm, gpu_idle_w=idle, rest_w=rest, pue=power.pue,
                      num_gpus=num_gpus,
                      gpu_hour_usd=price if price is not None else cost.gpu_hour_usd(cluster.gpus_per_node),
-                     electricity_usd_per_kwh=cost.electricity_usd_per_kwh,
-                     train_tokens=settings.get("train_tokens"))
+                     electricity_usd_per_kwh=cost.electricity_usd_per_kwh, train_tokens=train_tokens)
 
 
 def gpu_energy_j(ranks: list[RankSeconds], draw: PowerDraw) -> float | None:

@@ -1,5 +1,5 @@
-"""A scenario's perturbations: read from its settings, applied to the cluster and the lowering,
-and summarised for the report.
+"""A scenario's perturbations: parsed from their settings, applied to the cluster and the
+lowering, and summarised for the report.
 
 The settings (``--straggler``, ``--throttle``, ``--slow-node``, ``--node-gpu``,
 ``--degrade-link``, ``--fail-link``, ``--seed``) become one
@@ -19,18 +19,23 @@ from simtrain.specs.perturbation import Perturbations
 from simtrain.topology.cluster import Cluster
 
 #: The settings that perturb a cluster, in the order the report lists them.
-KEYS = ("straggler", "throttle", "slow_node", "node_gpu", "degrade_link", "fail_link")
+KEYS = tuple(pt.SETTING_FIELDS)
 
 
-def from_settings(s: dict[str, Any]) -> Perturbations:
-    """The perturbations the settings ``s`` give (one-line errors for malformed values)."""
-    fraction, factor = pt.parse_throttle(s.get("throttle"))
-    return Perturbations(stragglers=pt.parse_indexed("--straggler", s.get("straggler"), "GPU rank"),
+def from_texts(*, straggler: str | None = None, throttle: str | None = None, slow_node: str | None = None,
+               node_gpu: str | None = None, degrade_link: str | None = None, fail_link: str | None = None,
+               seed: int = 0) -> Perturbations:
+    """The perturbations these settings give (one-line errors for malformed values)."""
+    fraction, factor = pt.parse_throttle(throttle)
+    texts = dict(straggler=straggler, throttle=throttle, slow_node=slow_node, node_gpu=node_gpu,
+                 degrade_link=degrade_link, fail_link=fail_link)
+    return Perturbations(stragglers=pt.parse_indexed("--straggler", straggler, "GPU rank"),
                          throttle_fraction=fraction, throttle_factor=factor,
-                         slow_nodes=pt.parse_indexed("--slow-node", s.get("slow_node"), "node"),
-                         node_gpus=pt.parse_node_gpus(s.get("node_gpu"), sorted(GPU_PRESETS)),
-                         degraded_links=pt.parse_degraded(s.get("degrade_link")),
-                         failed_links=pt.parse_failed(s.get("fail_link")), seed=s.get("seed") or 0)
+                         slow_nodes=pt.parse_indexed("--slow-node", slow_node, "node"),
+                         node_gpus=pt.parse_node_gpus(node_gpu, sorted(GPU_PRESETS)),
+                         degraded_links=pt.parse_degraded(degrade_link),
+                         failed_links=pt.parse_failed(fail_link), seed=seed,
+                         given=tuple(k for k in KEYS if texts[k]))
 
 
 def workload_fields(p: Perturbations, cluster: Cluster, gpu: GpuSpec, gpus: int) -> dict[str, Any]:
@@ -69,18 +74,16 @@ def rank_marks(p: Perturbations, opts: Any) -> dict[int, str]:
     return out
 
 
-def cost_report(settings: dict[str, Any], step_s: float, gpus: int, gpus_per_node: int,
-                step_with: Callable[[dict[str, Any]], float]) -> dict[str, Any]:
-    """The report's ``perturbations`` section: what they touch, the step time without any
-    (``step_with`` the settings without perturbations gives it), and the cost of each setting
-    given, alone; empty without perturbations."""
-    p = from_settings(settings)
+def cost_report(p: Perturbations, step_s: float, gpus: int, gpus_per_node: int,
+                step_with: Callable[[Perturbations], float]) -> dict[str, Any]:
+    """The report's ``perturbations`` section of ``p``: what they touch, the step time without
+    any (``step_with`` a scenario's step time with the perturbations it is given) and the cost
+    of each setting given, alone; empty without perturbations."""
     if not p.any:
         return {}
-    given = [k for k in KEYS if settings.get(k)]
-    plain = {k: None for k in KEYS}
-    baseline = step_with(plain)
-    alone = {k: (step_s if len(given) == 1 else step_with({**plain, k: settings[k]})) - baseline for k in given}
+    given = p.settings_given()
+    baseline = step_with(Perturbations(seed=p.seed))
+    alone = {k: (step_s if len(given) == 1 else step_with(p.only(k))) - baseline for k in given}
     return {**touched(p, gpus, gpus_per_node), "baseline_step_s": baseline, "cost_s": step_s - baseline,
             "cost_by_setting_s": alone}
 

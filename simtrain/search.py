@@ -28,6 +28,7 @@ from simtrain.candidates import (Candidate, analytic_estimate, check_expert_grid
 from simtrain.candidates import label as _label
 from simtrain.errors import SimtrainError, SpecError
 from simtrain.executors import run_unordered
+from simtrain.settings import lookup
 from simtrain.specs.model import load_model
 
 
@@ -94,7 +95,7 @@ def _torn_label(line: bytes) -> str:
 
     match = re.match(rb'\{"key": ("(?:[^"\\]|\\.)*")', line)
     try:
-        return _label(json.loads(json.loads(match.group(1)))) if match else "one whose key was cut off"
+        return _label(Candidate.of(json.loads(json.loads(match.group(1))))) if match else "one whose key was cut off"
     except (ValueError, TypeError, KeyError, AttributeError):
         return "one whose key was cut off"
 
@@ -171,7 +172,7 @@ def run_candidates(candidates: list[Candidate], *, jobs: int, results: Path | No
             except OSError as exc:
                 raise SpecError(f"--results {results}: cannot append a finished candidate ({exc.strerror})") from None
         if progress:
-            progress(finished, total, _label(c.as_dict()))
+            progress(finished, total, _label(c))
 
     with closing(run_unordered(simulate_candidate, todo, executor=executor, jobs=jobs,
                                scheduler=scheduler)) as finishing:  # closed early: workers stop at once
@@ -219,7 +220,7 @@ def simulated_search(base: dict, *, gpus: int, gpus_per_node: int, top: int | No
         check_results_path(results, resume)
         if resume:
             load_results(results, notice)
-    model = load_model(base["model"])
+    model = load_model(lookup(base, "model"))
     check_expert_grid(model, grid.get("eps"), grid.get("etps"), grid.get("dispatchers"),
                       grid.get("tps", (1, 2, 4, 8)))
     candidates = enumerate_candidates(base, gpus=gpus, gpus_per_node=gpus_per_node, model=model, **grid)
@@ -244,13 +245,12 @@ def simulated_search(base: dict, *, gpus: int, gpus_per_node: int, top: int | No
     for c, est in chosen:
         analytic_rank = position[c.key]
         rep = done[c.key]["report"]
-        label = _label(c.as_dict())
+        label = _label(c)
         chosen = rep.get("config", {}).get("recompute_layers")
         if chosen is not None:
             label = label.replace("rc=auto", f"rc=auto({chosen})")
-        settings = c.as_dict()
-        rows.append({"settings": settings, "label": label, "ep": settings.get("ep", 1),
-                     "etp": settings.get("etp", settings["tp"]), "moe_dispatcher": settings.get("moe_dispatcher"),
+        rows.append({"settings": c.as_dict(), "label": label, "ep": c.get("ep", 1),
+                     "etp": c.get("etp", c.value("tp")), "moe_dispatcher": c.get("moe_dispatcher"),
                      "analytic_rank": analytic_rank,
                      "analytic_step_time_s": est["step_time_s"], "analytic_mfu": est["mfu"],
                      "simulated_step_time_s": rep.get("step_time_s"), "simulated_mfu": rep.get("mfu"),

@@ -10,11 +10,10 @@ valid values and flag spelling. Derived from :data:`SETTINGS`:
   the same words for a flag, a TOML key and a Python value;
 * the settings reference of docs/cli.md (``docs/make_tour.py``).
 
-The defaults are the default scenario's values (:data:`DEFAULT_SCENARIO`): every setting given
-replaces one value of the default scenario and leaves the others as they are. Three settings are
-derived from others when not given: ``nodes`` (enough for ``gpus``), ``dp`` (``gpus /
-(tp*cp*pp)``) and ``etp`` (``tp``). :func:`defaults_note` names, in an error about an impossible
-combination, the default values the user did not set.
+The defaults are the default scenario's values (:data:`DEFAULT_SCENARIO`): every setting given replaces one value
+of the default scenario and leaves the others as they are. Three settings are derived from others when not given:
+``nodes`` (enough for ``gpus``), ``dp`` (``gpus / (tp*cp*pp)``) and ``etp`` (``tp``). :func:`defaults_note`
+names, in an error about an impossible combination, the default values the user did not set.
 
 :data:`OUTPUTS` are the settings of the command's output rather than of the scenario (``out``,
 ``plot``, ``json``, ``require_fit``, ``html``, the Gantt chart's ``window``, ``xlim``, ``ranks``,
@@ -358,6 +357,18 @@ def complete(given: Mapping[str, Any] | None) -> dict[str, Any]:
             OUTPUTS[name].validate(given[name])
     return {name: s.default if given.get(name) is None else s.validate(given[name])
             for name, s in SETTINGS.items()}
+
+
+def setting(name: str) -> Setting:
+    """The setting called ``name``; for a misspelt name a :class:`SpecError` naming the closest."""
+    if name not in SETTINGS:
+        raise unknown_name("setting", name, SETTINGS)
+    return SETTINGS[name]
+
+
+def lookup(settings: Mapping[str, Any], name: str, default: Any = None) -> Any:
+    """``settings.get(name, default)`` of user-level ``settings``, ``name`` checked by :func:`setting`."""
+    return settings.get(setting(name).name, default)
 
 
 def _mentions(message: str, setting: Setting) -> bool:

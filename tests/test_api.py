@@ -21,7 +21,8 @@ def test_auto_recompute_is_the_fewest_layers_that_fit():
     assert api.simulate(sc).report["fits_in_memory"]
     fewer = api.simulate(api.resolve({**settings, "recompute": str(n - 1)})).report
     assert not fewer["fits_in_memory"]
-    assert sc.settings["recompute"] == "auto" and sc.settings["recompute_layers"] == n
+    config = api.scenario_config(sc)
+    assert config["recompute"] == "auto" and config["recompute_layers"] == n
 
 
 def test_auto_recompute_that_cannot_fit_is_an_error():
@@ -99,4 +100,49 @@ def test_an_experiment_file_takes_output_keys(tmp_path):
     cfg.write_text('pp = 2\ngbs = 16\nout = "runs/a"\nplot = false\n')
     settings = api.load_config(cfg)
     assert settings == {"pp": 2, "gbs": 16, "out": "runs/a", "plot": False}
-    assert api.resolve(settings).settings["pp"] == 2  # the scenario ignores the output keys
+    assert api.resolve(settings).parallel.pp == 2  # the scenario ignores the output keys
+
+
+def test_no_setting_is_read_by_key_below_the_command_line():
+    """Every setting is a typed field of the scenario (simtrain.scenario), resolved once: below
+    simtrain/cli/ no code indexes a settings dict (importers write through JobReader.set, a
+    candidate reads through Candidate.get)."""
+    from pathlib import Path
+
+    package = Path(api.__file__).resolve().parent
+    found = [f"{path.relative_to(package.parent)}:{n}: {line.strip()}"
+             for path in sorted(package.rglob("*.py")) if "cli" not in path.relative_to(package).parts[:1]
+             for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1) if "settings[" in line]
+    assert not found, found
+
+
+def test_with_settings_gives_a_scenario_whose_config_matches_its_fields():
+    from dataclasses import replace
+
+    from simtrain.topology.cluster import cluster_for
+
+    sc = api.resolve({"model": "llama3-8b", "topology": "h100-ib", "gpus": 16, "tp": 2, "pp": 2, "gbs": 16,
+                      "recompute": "auto"})
+    before = api.scenario_config(sc)
+    changed = api.with_settings(sc, max_events=50_000, options=replace(sc.options, steps=2, train_tokens=10**9),
+                                cluster=cluster_for("a100-hdr", 16, None))
+    config = api.scenario_config(changed)
+    assert (config["max_events"], config["steps"], config["train_tokens"]) == (50_000, 2, 10**9)
+    assert (config["topology"], config["nodes"]) == ("a100-hdr", changed.cluster.num_nodes)
+    assert {k: v for k, v in config.items() if k not in ("max_events", "steps", "train_tokens", "topology")} == \
+        {k: v for k, v in before.items() if k not in ("max_events", "steps", "train_tokens", "topology")}
+    assert config["recompute"] == "auto" and config["recompute_layers"] == int(sc.parallel.recompute)
+
+
+def test_resolve_with_changes_settings_by_their_checked_names():
+    from simtrain.errors import SpecError
+
+    sc = api.resolve({"model": "llama3-8b", "topology": "h100-ib", "gpus": 16, "tp": 2, "pp": 2, "gbs": 16,
+                      "straggler": "3"})
+    wider = api.resolve_with(sc, tp=4, straggler=None)
+    assert (wider.parallel.tp, wider.parallel.dp, wider.parallel.gbs, wider.model.name) == (4, 2, 16, "llama3-8b")
+    assert not wider.perturbations.any and api.resolve_with(sc).perturbations == sc.perturbations
+    with pytest.raises(SpecError, match="unknown setting 'tpp'; did you mean 'tp'"):
+        api.resolve_with(sc, tpp=4)
+    with pytest.raises(SpecError, match="unknown setting 'out'"):
+        api.resolve_with(sc, out="runs")

@@ -39,7 +39,7 @@ def test_the_quoted_calls_are_one_line(scenario):
         "simulate: scenario must be Scenario, got None; make one with simtrain.api.resolve({...})"
     assert one_line(lambda: api.with_settings(scenario, tp=2)).startswith(
         "with_settings: 'tp' is not a field of Scenario (fields: model, cluster, gpu, parallel, network")
-    assert "simtrain.api.resolve({**scenario.settings, NAME: VALUE})" in one_line(
+    assert "simtrain.api.resolve_with(scenario, NAME=VALUE)" in one_line(
         lambda: api.with_settings(scenario, tp=2))
     assert one_line(lambda: api.resolve({}, recompute_rule="bogus")) == \
         "resolve: recompute_rule = 'bogus': must be one of memory, ledger"
@@ -91,7 +91,8 @@ def test_resolve_with_generated_arguments(settings_, rule):
 
 
 FIELDS = st.sampled_from(["model", "cluster", "gpu", "parallel", "network", "collective_algo", "fold", "max_events",
-                          "routing", "settings", "calibration", "perturbations", "jitter", "tp", "gbs"])
+                          "routing", "calibration", "perturbations", "jitter", "options", "record", "settings",
+                          "tp", "gbs"])
 
 
 @settings(max_examples=EXAMPLES["with_settings"], **FUZZ)

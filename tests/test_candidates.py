@@ -66,3 +66,19 @@ def test_the_table_lists_ep_etp_and_the_dispatcher():
 ])
 def test_bad_expert_lists_are_one_line(argv, words):
     assert_user_error(*SMALL, *argv, contains=words)
+
+
+@pytest.mark.quick
+def test_a_candidate_reads_and_changes_its_settings_by_checked_names():
+    from simtrain.candidates import label
+    from simtrain.errors import SpecError
+
+    c = enumerate_candidates({"model": "llama3-8b", "topology": "h100-ib", "nodes": 1, "gbs": 8}, gpus=8,
+                             gpus_per_node=8, tps=(2,), cps=(1,), pps=(2,))[0]
+    assert (c.get("tp"), c.get("ep", 1), c.value("dp"), c.gives("ep")) == (2, 1, 2, False)
+    assert c.with_setting("recompute", "full").get("recompute") == "full" and c.get("recompute") == "auto"
+    assert label(c) == "TP=2 CP=1 PP=2 DP=2 1f1b mbs=1 ZeRO-1 rc=auto"
+    with pytest.raises(KeyError):
+        c.value("ep")
+    with pytest.raises(SpecError, match="unknown setting 'recompte'"):
+        c.with_setting("recompte", "full")

@@ -75,7 +75,7 @@ def test_keys_without_their_inputs_are_none():
 @pytest.mark.quick
 def test_power_draw_counts_hosts_nics_switches_and_unused_gpus():
     cluster = make_cluster(nodes=8)  # 8 nodes of 8 GPUs and 8 NICs, 2 leaves of 4 nodes, 4 spines
-    draw = power_draw(cluster, GPU, 60, {})
+    draw = power_draw(cluster, GPU, 60)
     assert draw.rest_w == pytest.approx(8 * 550 * 8 + 64 * 25 + 6 * 747 + 4 * 140)
     assert draw.gpu_busy_w == 700 and draw.gpu_idle_w == 140
     assert draw.gpu_comm_w == pytest.approx(140 + 560 * 20 / 132)
@@ -103,11 +103,11 @@ def _topology(**tables):
 def test_the_topology_file_and_the_flag_set_power_and_price(tmp_path):
     cluster = _topology(power={"host_w": 1000, "nic_w": 10, "switch_w": 100, "pue": 1.2},
                         cost={"purchase_usd": 350_640, "depreciation_years": 5, "electricity_usd_per_kwh": 0.1})
-    draw = power_draw(cluster, GPU, 16, {"train_tokens": 7})
+    draw = power_draw(cluster, GPU, 16, train_tokens=7)
     assert draw.rest_w == pytest.approx(2 * 1000 + 16 * 10 + 3 * 100)  # one leaf, two spines
     assert draw.pue == 1.2 and draw.electricity_usd_per_kwh == 0.1 and draw.train_tokens == 7
     assert draw.gpu_hour_usd == pytest.approx(350_640 / (8 * 5 * 8766))  # 1.0
-    assert power_draw(cluster, GPU, 16, {"price_per_gpu_hour_usd": 3.0}).gpu_hour_usd == 3.0  # the flag wins
+    assert power_draw(cluster, GPU, 16, price_per_gpu_hour_usd=3.0).gpu_hour_usd == 3.0  # the flag wins
 
     path = tmp_path / "priced.toml"
     path.write_text('gpu = "h100-sxm"\nnodes = 2\n[node]\ngpus = 8\nnic_gbps = 400\n'
@@ -155,7 +155,7 @@ def test_a_gpu_of_unknown_power_gives_no_energy_but_its_cost():
     assert cluster.gpu.tdp_w == 700  # the base's power
     custom = _topology(gpu={"name": "x", "peak_bf16_tflops": 100, "hbm_gib": 80, "hbm_bandwidth_GBps": 2000,
                             "nvlink_GBps": 450})
-    draw = power_draw(custom, custom.gpu, 16, {"price_per_gpu_hour_usd": 1.0})
+    draw = power_draw(custom, custom.gpu, 16, price_per_gpu_hour_usd=1.0)
     out = energy_metrics([RankSeconds(1.0, 0.0, 0.0, weight=16)], step_s=1.0, tokens=100, draw=draw)
     assert out["energy_per_step_j"] is None and out["cost_per_step_usd"] == pytest.approx(16 / 3600)
     tdp_only = _topology(gpu={"base": "h100-sxm", "tdp_w": 500})

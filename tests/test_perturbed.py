@@ -117,3 +117,21 @@ def test_a_failure_that_disconnects_a_group_names_the_group():
     with pytest.raises(SpecError, match=r"^--fail-link node1/nic3-leaf0: disconnects the dp group of GPUs "
                                         r"\(3, 11, 19, 27, 35, 43, 51, 59\): gpu 3 has no route to gpu 11$"):
         _step(dict(layout, fail_link="node1/nic3-leaf0"))
+
+
+@pytest.mark.quick
+def test_the_cost_report_runs_without_them_and_with_each_setting_alone():
+    from simtrain import perturbed
+    from simtrain.specs.perturbation import Perturbations
+
+    p = perturbed.from_texts(straggler="1:0.5", throttle="0", seed=4)
+    seen = []
+
+    def step_with(q: Perturbations) -> float:
+        seen.append(q)
+        return 1.5 if q.any else 1.0
+
+    out = perturbed.cost_report(p, 1.5, 8, 8, step_with)
+    assert seen == [Perturbations(seed=4), p.only("straggler"), p.only("throttle")]
+    assert out["baseline_step_s"] == 1.0 and out["cost_by_setting_s"] == {"straggler": 0.5, "throttle": 0.0}
+    assert perturbed.cost_report(Perturbations(), 1.0, 8, 8, step_with) == {}

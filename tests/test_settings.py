@@ -259,3 +259,15 @@ def test_recompute_modules_are_refused_in_one_line():
                       contains=("recompute_modules = 'mlp,attn'", "core_attn, mlp, moe"))
     assert_user_error("run", "--recompute", "selective", "--recompute-modules", "moe_act",
                       contains="llama3-70b has no moe_act module")
+
+
+@pytest.mark.quick
+def test_a_setting_is_read_by_its_checked_name():
+    from simtrain.settings import lookup, setting
+
+    assert setting("tp") is SETTINGS["tp"]
+    assert lookup({"tp": 2}, "tp") == 2 and lookup({}, "ep", 1) == 1 and lookup({"etp": None}, "etp", 4) is None
+    with pytest.raises(SpecError, match="unknown setting 'tpp'; did you mean 'tp'"):
+        lookup({"tp": 2}, "tpp")
+    with pytest.raises(SpecError, match="unknown setting 'out'"):
+        setting("out")  # an output setting is no setting of the scenario

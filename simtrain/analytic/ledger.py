@@ -42,6 +42,7 @@ from typing import Any
 from simtrain.costs.shape import Shape
 from simtrain.costs.sizes import layer_activation_bytes, static_bytes
 from simtrain.schedules.registry import REGISTRY
+from simtrain.settings import lookup
 from simtrain.specs.gpu import GpuSpec
 from simtrain.specs.model import ModelSpec
 from simtrain.specs.parallel import ParallelSpec
@@ -188,11 +189,12 @@ NOT_MODELLED = {
 
 
 def not_modelled(settings: Mapping[str, Any], defaults: Mapping[str, Any]) -> list[str]:
-    """The names of the settings of ``settings`` that differ from ``defaults`` and that the
-    closed form does not model (:data:`NOT_MODELLED` says what it assumes instead).
+    """The names of the settings of ``settings`` (a scenario's ``config``, :func:`simtrain.scenario.scenario_config`)
+    that differ from ``defaults`` and that the closed form does not model (:data:`NOT_MODELLED` says
+    what it assumes instead; each read by :func:`simtrain.settings.lookup`, so a misspelt name raises).
 
     >>> not_modelled({"fp8": True, "tp": 4, "jitter": 0.0}, {"fp8": False, "tp": 8, "jitter": 0.0})
     ['fp8']
     """
     return [name for name in NOT_MODELLED
-            if settings.get(name) is not None and settings.get(name) != defaults.get(name)]
+            if lookup(settings, name) is not None and lookup(settings, name) != lookup(defaults, name)]

@@ -34,10 +34,12 @@ def _analytic_for(scenario):
 def _not_modelled_line(scenario) -> str:
     """One line naming the scenario's settings the closed form does not model; empty if none."""
     from simtrain.analytic.ledger import NOT_MODELLED, not_modelled
+    from simtrain.api import scenario_config
 
     words = []
-    for name in not_modelled(scenario.settings, {n: s.default for n, s in SETTINGS.items()}):
-        setting, value = SETTINGS[name], scenario.settings[name]
+    config = scenario_config(scenario)
+    for name in not_modelled(config, {n: s.default for n, s in SETTINGS.items()}):
+        setting, value = SETTINGS[name], config[name]
         flag = (setting.cli_flags[0] if value else setting.off_flag) if setting.kind is bool \
             else f"{setting.cli_flags[0]} {value}"
         words.append(f"{flag} (it assumes {NOT_MODELLED[name]})")

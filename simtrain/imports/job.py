@@ -2,7 +2,8 @@
 the keys simtrain cannot simulate.
 
 A framework reader (:mod:`~simtrain.imports.torchtitan`, :mod:`~simtrain.imports.megatron`) walks
-the job's keys and tells a :class:`JobReader` what each one is: a setting (``settings``),
+the job's keys and tells a :class:`JobReader` what each one is: a setting (:meth:`JobReader.set`,
+whose name must be one of :data:`simtrain.settings.SETTINGS`),
 a key with no effect on one simulated step (:meth:`JobReader.ignore`: logging, paths, checkpoints,
 data, learning rate) or a key that changes the step in a way simtrain does not model
 (:meth:`JobReader.unsupported`). :meth:`JobReader.result` then names every unsupported key in one
@@ -14,10 +15,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
 from simtrain.errors import SpecError
-from simtrain.settings import SETTINGS
+from simtrain.settings import lookup, setting
 from simtrain.specs.model import ModelSpec, list_models, load_model
 
 
@@ -30,6 +32,10 @@ class Imported:
     settings: dict[str, Any]  # simtrain settings (keys of simtrain.settings.SETTINGS)
     ignored: tuple[str, ...]  # the job's keys with no effect on one simulated step
 
+    def pick(self, *names: str) -> dict[str, Any]:
+        """The job's value of each setting named (None where it gives none; a misspelt name raises)."""
+        return {name: lookup(self.settings, name) for name in names}
+
 
 class JobReader:
     """Collects the settings, ignored keys and unsupported keys of one job (see the module
@@ -37,16 +43,40 @@ class JobReader:
 
     def __init__(self, framework: str, source: str, flags: Mapping[str, Any]):
         self.framework, self.source, self.flags = framework, source, dict(flags)
-        self.settings: dict[str, Any] = {}
+        self._values: dict[str, Any] = {}  # the job's settings, each written by set()
         self.ignored: list[str] = []
         self._unsupported: list[str] = []
 
+    @property
+    def settings(self) -> Mapping[str, Any]:
+        """The settings the job gives so far (read-only: :meth:`set` writes them)."""
+        return MappingProxyType(self._values)
+
+    def set(self, name: str, value: Any) -> None:
+        """The job gives setting ``name`` the value ``value``; a misspelt name is a
+        :class:`SpecError` at once (:func:`simtrain.settings.setting`)."""
+        self._values[setting(name).name] = value
+
+    def set_default(self, name: str, value: Any) -> None:
+        """:meth:`set`, unless the job already gives ``name``."""
+        if setting(name).name not in self._values:
+            self.set(name, value)
+
+    def update(self, values: Mapping[str, Any] | None = None, **more: Any) -> None:
+        """:meth:`set` of each setting of ``values`` and ``more``."""
+        for name, value in {**(values or {}), **more}.items():
+            self.set(name, value)
+
+    def own(self, name: str) -> Any:
+        """The job's own value of setting ``name`` (flags aside); None where it gives none."""
+        return lookup(self._values, name)
+
     def value(self, name: str) -> Any:
         """A setting as the run will see it: the flag's, else the job's, else the default."""
-        for table in (self.flags, self.settings):
-            if table.get(name) is not None:
-                return table[name]
-        return SETTINGS[name].default
+        for table in (self.flags, self._values):
+            if lookup(table, name) is not None:
+                return lookup(table, name)
+        return setting(name).default
 
     def ignore(self, key: str) -> None:
         """``key`` does not change one simulated step."""
@@ -67,7 +97,7 @@ class JobReader:
         if self._unsupported:
             raise SpecError(f"{self.source}: {self.framework} keys simtrain cannot simulate: "
                             f"{'; '.join(self._unsupported)}")
-        return Imported(self.framework, self.source, dict(self.settings), tuple(self.ignored))
+        return Imported(self.framework, self.source, dict(self._values), tuple(self.ignored))
 
 
 def stage_split(layers_per_stage: list[int]) -> dict[str, int] | None:

@@ -276,23 +276,23 @@ def _model_and_layout(job: _Launch) -> None:
     if arch and job.flags.get("model") is None:
         arch.update(gated_mlp="--swiglu" in job.args, num_experts=arch.get("num_experts", 0))
         try:
-            job.settings["model"] = match_model(arch)
+            job.set("model", match_model(arch))
         except SpecError as exc:
             job.unsupported("the model flags", str(exc), decides=("model",))
     for flag, name in SETTING_FLAGS.items():
         if flag in job.args:
-            job.settings[name] = job.number(flag)
+            job.set(name, job.number(flag))
     for name, default in (("tp", 1), ("pp", 1), ("cp", 1), ("mbs", 1)):
-        job.settings.setdefault(name, default)
+        job.set_default(name, default)
     if job.model().is_moe:
-        job.settings.update({name: job.number(flag) for flag, name in MOE_FLAGS.items() if flag in job.args})
+        job.update({name: job.number(flag) for flag, name in MOE_FLAGS.items() if flag in job.args})
     nodes, per_node = job.number("--nnodes"), job.number("--nproc_per_node", job.number("--nproc-per-node"))
     if per_node is not None:
-        job.settings["gpus"] = per_node * (nodes or 1)
+        job.set("gpus", per_node * (nodes or 1))
     gpus, inner = job.value("gpus"), job.value("tp") * job.value("pp") * job.value("cp")
-    job.settings.setdefault("gbs", job.value("mbs") * max(gpus // inner, 1))
+    job.set_default("gbs", job.value("mbs") * max(gpus // inner, 1))
     if "--use-tp-pp-dp-mapping" in job.args:
-        job.settings["order"] = "tp-cp-ep-pp-dp"
+        job.set("order", "tp-cp-ep-pp-dp")
     vpp = job.number("--num-virtual-stages-per-pipeline-rank")
     per_chunk = job.number("--num-layers-per-virtual-pipeline-stage")
     if per_chunk is not None:
@@ -304,8 +304,8 @@ def _model_and_layout(job: _Launch) -> None:
                             f"{per_stage} layers per pipeline stage ({layers} layers over pp={pp}; valid: "
                             f"{', '.join(map(str, fits[:12]))}{', ...' if len(fits) > 12 else ''})")
         vpp = per_stage // per_chunk
-    job.settings["vpp"] = vpp or 1
-    job.settings["schedule"] = "interleaved-1f1b" if (vpp or 1) > 1 else "1f1b"
+    job.set("vpp", vpp or 1)
+    job.set("schedule", "interleaved-1f1b" if (vpp or 1) > 1 else "1f1b")
     _dispatcher(job)
 
 
@@ -317,7 +317,7 @@ def _dispatcher(job: _Launch) -> None:
     dispatcher = job.text("--moe-token-dispatcher-type", "alltoall")
     backend = job.text("--moe-flex-dispatcher-backend", "deepep" if "--moe-enable-deepep" in job.args else None)
     if dispatcher == "flex" and backend == "deepep":
-        job.settings["moe_dispatcher"] = "deepep"
+        job.set("moe_dispatcher", "deepep")
     elif dispatcher != "alltoall":
         given = f"--moe-token-dispatcher-type {dispatcher}" + (f" --moe-flex-dispatcher-backend {backend}"
                                                                if backend else "")
@@ -330,7 +330,7 @@ FSDP_ZERO = {"no_shard": 0, "optim": 1, "optim_grads": 2, "optim_grads_params": 
 
 
 def _memory(job: _Launch) -> None:
-    job.settings["sp"] = "--sequence-parallel" in job.args
+    job.set("sp", "--sequence-parallel" in job.args)
     zero = 1 if "--use-distributed-optimizer" in job.args else 0
     if "--use-torch-fsdp2" in job.args:
         zero = 3
@@ -340,19 +340,19 @@ def _memory(job: _Launch) -> None:
             raise SpecError(f"{job.source}: --data-parallel-sharding-strategy {strategy}: must be one of "
                             f"{', '.join(FSDP_ZERO)}")
         zero = FSDP_ZERO[strategy]
-    job.settings["zero"] = zero
-    job.settings["grad_dtype"] = "bf16" if "--grad-reduce-in-bf16" in job.args else "fp32"
-    job.settings["overlap_grad_reduce"] = "--overlap-grad-reduce" in job.args
-    job.settings["overlap_p2p_comm"] = "--no-overlap-p2p-communication" not in job.args
+    job.set("zero", zero)
+    job.set("grad_dtype", "bf16" if "--grad-reduce-in-bf16" in job.args else "fp32")
+    job.set("overlap_grad_reduce", "--overlap-grad-reduce" in job.args)
+    job.set("overlap_p2p_comm", "--no-overlap-p2p-communication" not in job.args)
     if "--fp8-format" in job.args:
-        job.settings["fp8"] = True
-    job.settings.update({name: True for flag, name in SWITCH_SETTINGS.items() if flag in job.args})
+        job.set("fp8", True)
+    job.update({name: True for flag, name in SWITCH_SETTINGS.items() if flag in job.args})
     if job.value("tp_comm_overlap") and job.value("tp") > 1 and not job.value("sp"):
         # Megatron-LM's argument check (megatron/training/arguments.py) and simtrain's own
         raise SpecError(f"{job.source}: --tp-comm-overlap needs sequence parallelism (add --sequence-parallel)")
     backend = job.text("--attention-backend", "auto")
     if backend in ("unfused", "local"):
-        job.settings["attention"] = "eager"
+        job.set("attention", "eager")
     elif backend not in ("auto", "flash", "fused"):
         raise SpecError(f"{job.source}: --attention-backend {backend}: must be auto, flash, fused, unfused or "
                         f"local")
@@ -360,9 +360,9 @@ def _memory(job: _Launch) -> None:
     granularity = job.text("--recompute-granularity", selective)
     method = job.text("--recompute-method")
     if granularity == "full":
-        job.settings["recompute"] = job.number("--recompute-num-layers", 1) if method == "block" else "full"
+        job.set("recompute", job.number("--recompute-num-layers", 1) if method == "block" else "full")
     elif granularity in ("selective", None):
-        job.settings["recompute"] = granularity or "none"
+        job.set("recompute", granularity or "none")
     else:
         raise SpecError(f"{job.source}: --recompute-granularity {granularity}: must be full or selective")
     modules = job.args.get("--recompute-modules")
@@ -370,7 +370,7 @@ def _memory(job: _Launch) -> None:
         if granularity != "selective" or not modules:
             raise SpecError(f"{job.source}: --recompute-modules {' '.join(modules)!r}: needs module names and "
                             f"--recompute-granularity selective (given: {granularity or 'none'})")
-        job.settings["recompute_modules"] = ",".join(modules)
+        job.set("recompute_modules", ",".join(modules))
 
 
 def from_megatron(text_or_path: str, flags: Mapping[str, Any] | None = None) -> Imported:
@@ -382,7 +382,7 @@ def from_megatron(text_or_path: str, flags: Mapping[str, Any] | None = None) -> 
     ...                     "--num-layers 80 --hidden-size 8192 --num-attention-heads 64 --group-query-attention "
     ...                     "--num-query-groups 8 --swiglu --micro-batch-size 1 --global-batch-size 512 "
     ...                     "--seq-length 8192 --sequence-parallel")
-    >>> {k: job.settings[k] for k in ("model", "tp", "pp", "gbs", "sp", "zero")}
+    >>> job.pick("model", "tp", "pp", "gbs", "sp", "zero")
     {'model': 'llama3-70b', 'tp': 8, 'pp': 4, 'gbs': 512, 'sp': True, 'zero': 0}
     """
     job = _Launch(text_or_path, flags or {})

@@ -122,11 +122,11 @@ def _model(job: _Job) -> None:
         job.unsupported(f"model.name = {name!r}, flavor = {flavor!r}", "no simtrain model preset; give --model",
                         decides=("model",))
     else:
-        job.settings["model"] = preset
+        job.set("model", preset)
     converters = job.get("model", "converters", (list, str), [])
     converters = [converters] if isinstance(converters, str) else converters
     if "float8" in converters:
-        job.settings["fp8"] = True
+        job.set("fp8", True)
     other = [c for c in converters if c != "float8"]
     if other:
         job.unsupported(f"model.converters = {other!r}", "simtrain times BF16 and FP8 GEMMs")
@@ -139,10 +139,10 @@ def _layout(job: _Job) -> int:
                                                                                           "context"))
     replicate = get("parallelism", "data_parallel_replicate_degree", int, 1, least=1)
     shard = get("parallelism", "data_parallel_shard_degree", int, -1, least=1, auto="the ranks left over")
-    job.settings.update(tp=tp, pp=pp, cp=cp)
+    job.update(tp=tp, pp=pp, cp=cp)
     tp, pp, cp = job.value("tp"), job.value("pp"), job.value("cp")  # a flag takes precedence
     if shard > 0:
-        job.settings["gpus"] = replicate * shard * cp * tp * pp
+        job.set("gpus", replicate * shard * cp * tp * pp)
     else:
         gpus, inner = job.value("gpus"), replicate * cp * tp * pp
         if gpus % inner:
@@ -158,11 +158,11 @@ def _layout(job: _Job) -> int:
         raise SpecError(f"{job.source}: parallelism.fsdp_reshard_after_forward = {policy!r}: must be default, "
                         f"always or never")
     reshard = policy == "always" or (policy == "default" and pp == 1)
-    job.settings["zero"] = (3 if reshard else 2) if shard > 1 or cp > 1 else 0
+    job.set("zero", (3 if reshard else 2) if shard > 1 or cp > 1 else 0)
     ep = get("parallelism", "expert_parallel_degree", int, 1, least=1)
     etp = get("parallelism", "expert_tensor_parallel_degree", int, 1, least=1)
     if job.model().is_moe:
-        job.settings.update(ep=ep, etp=etp)
+        job.update(ep=ep, etp=etp)
     elif ep > 1:
         job.ignore("parallelism.expert_parallel_degree (no effect on a dense model)")
     for key, fine, why in (("enable_async_tensor_parallel", False, "TP communication overlapped with GEMMs"),
@@ -238,18 +238,18 @@ def _pipeline(job: _Job, pp: int) -> None:
     per_stage = job.get("parallelism", "pipeline_parallel_layers_per_stage", int, None, least=1)
     first, last = _less_layers(job)
     if pp == 1:
-        job.settings["schedule"] = "1f1b"
+        job.set("schedule", "1f1b")
         return
     if csv:
         near = job.path.parent / csv
-        job.settings["schedule"] = str(near if near.is_file() else csv)
+        job.set("schedule", str(near if near.is_file() else csv))
         return
     key = name.lower()
     if key not in SCHEDULES:
         job.unsupported(f"parallelism.pipeline_parallel_schedule = {name!r}",
                         f"simtrain runs {', '.join(SCHEDULES)} of torch's schedules", decides=("schedule",))
         return
-    job.settings["schedule"] = SCHEDULES[key]
+    job.set("schedule", SCHEDULES[key])
     stages = (-(-(job.model().layers + first + last) // per_stage) if per_stage
               else pp * (1 if key in _SINGLE_STAGE else 2))
     per_rank = stages // pp
@@ -259,7 +259,7 @@ def _pipeline(job: _Job, pp: int) -> None:
                         f"{stages} stages over pp={pp} ranks do not suit {name}", decides=("schedule",))
         return
     if key == "interleaved1f1b":
-        job.settings["vpp"] = per_rank
+        job.set("vpp", per_rank)
     counts = _layer_counts(job, stages)
     split = None if counts is None or len(counts) != stages else stage_split(counts)
     if split is None:
@@ -267,7 +267,7 @@ def _pipeline(job: _Job, pp: int) -> None:
                         f"stages evenly (give --first-stage-layers and --last-stage-layers)",
                         decides=("first_stage_layers", "last_stage_layers"))
     else:
-        job.settings.update(split)
+        job.update(split)
 
 
 def _batch(job: _Job, dp: int, pp: int) -> None:
@@ -280,8 +280,8 @@ def _batch(job: _Job, dp: int, pp: int) -> None:
     global_batch = job.get("training", "global_batch_size", int, -1, least=1, auto="local_batch_size x DP")
     micro = job.get("parallelism", "pipeline_parallel_microbatch_size", int, 1, least=1)
     gbs = global_batch if global_batch > 0 else local * dp
-    job.settings.update(seq=job.get("training", "seq_len", int, 2048, least=1), gbs=gbs,
-                        mbs=micro if pp > 1 else local)
+    job.update(seq=job.get("training", "seq_len", int, 2048, least=1), gbs=gbs,
+               mbs=micro if pp > 1 else local)
     if pp > 1 and gbs != local * dp:
         job.unsupported(f"training.global_batch_size = {gbs}", f"{gbs // max(local * dp, 1)} gradient-accumulation "
                         f"steps each run the pipeline schedule; simtrain runs one schedule per step",
@@ -298,13 +298,13 @@ def _recompute(job: _Job, pp: int) -> None:
     mode = job.get("activation_checkpoint", "mode", str, "selective")
     option = str(job.get("activation_checkpoint", "selective_ac_option", (str, int), "2"))
     if mode in ("none", "full"):
-        job.settings["recompute"] = mode
+        job.set("recompute", mode)
     elif mode == "selective" and option == "op":
-        job.settings["recompute"] = "selective"
+        job.set("recompute", "selective")
     elif mode == "selective" and option.isdigit() and int(option) >= 1:
         chunks = pp * job.value("vpp") * (2 if job.value("schedule") in ("zb-v", "dualpipev") else 1)
         every = int(option)  # torchtitan checkpoints every N-th block of a rank's model
-        job.settings["recompute"] = "full" if every == 1 else job.model().layers // chunks // every or "none"
+        job.set("recompute", "full" if every == 1 else job.model().layers // chunks // every or "none")
     else:
         job.unsupported(f"activation_checkpoint.mode = {mode!r}, selective_ac_option = {option!r}",
                         "simtrain recomputes none, selective (attention), full or N layers per chunk",
@@ -316,13 +316,13 @@ def from_torchtitan(path: str | Path, flags: Mapping[str, Any] | None = None) ->
     are the settings given on the command line, which take precedence.
 
     >>> job = from_torchtitan("tests/data/jobs/torchtitan_llama3_70b.toml")
-    >>> {k: job.settings[k] for k in ("model", "tp", "pp", "zero", "recompute")}
+    >>> job.pick("model", "tp", "pp", "zero", "recompute")
     {'model': 'llama3-70b', 'tp': 8, 'pp': 4, 'zero': 2, 'recompute': 'selective'}
     """
     job = _Job(path, flags or {})
     _model(job)
     dp = _layout(job)
-    pp = job.settings["pp"]
+    pp = job.own("pp")
     _pipeline(job, pp)
     _batch(job, dp, pp)
     _recompute(job, pp)

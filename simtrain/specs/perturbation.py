@@ -32,6 +32,11 @@ from simtrain.specs.strict import clip
 #: The speed factor of a straggler, a throttled GPU or a slow node when none is given: the 0.8x
 #: of a GPU held at a lower clock (a user's example, not a measurement; give FACTOR to change it).
 DEFAULT_FACTOR = 0.8
+#: Each setting that perturbs a cluster (in the order the report lists them) and the fields of
+#: :class:`Perturbations` it gives.
+SETTING_FIELDS = {"straggler": ("stragglers",), "throttle": ("throttle_fraction", "throttle_factor"),
+                  "slow_node": ("slow_nodes",), "node_gpu": ("node_gpus",), "degrade_link": ("degraded_links",),
+                  "fail_link": ("failed_links",)}
 
 
 @dataclass(frozen=True)
@@ -46,11 +51,34 @@ class Perturbations:
     degraded_links: tuple[tuple[str, str, float], ...] = ()  # (end, end, bandwidth factor)
     failed_links: tuple[tuple[str, str], ...] = ()  # (end, end)
     seed: int = 0
+    given: tuple[str, ...] = ()  # the settings of SETTING_FIELDS given, even one that perturbs nothing
 
     @property
     def any(self) -> bool:
         return bool(self.stragglers or self.throttle_fraction or self.slow_nodes or self.node_gpus
                     or self.degraded_links or self.failed_links)
+
+    def only(self, setting: str) -> "Perturbations":
+        """What ``setting`` (a key of :data:`SETTING_FIELDS`) alone perturbs, with the same seed."""
+        return Perturbations(**{name: getattr(self, name) for name in SETTING_FIELDS[setting]}, seed=self.seed,
+                             given=(setting,) if setting in self.given else ())
+
+    def settings_given(self) -> tuple[str, ...]:
+        """The settings of :data:`SETTING_FIELDS` that were given or that perturb something."""
+        return tuple(k for k in SETTING_FIELDS if k in self.given or self.only(k).any)
+
+    def setting_texts(self) -> dict[str, str | None]:
+        """Each setting of :data:`SETTING_FIELDS` as text that parses to these perturbations (None:
+        it perturbs nothing)."""
+        def joined(items: list[str]) -> str | None:
+            return ",".join(items) or None
+
+        return {"straggler": joined([f"{g}:{f!r}" for g, f in self.stragglers]),
+                "throttle": f"{self.throttle_fraction!r}:{self.throttle_factor!r}" if self.throttle_fraction else None,
+                "slow_node": joined([f"{n}:{f!r}" for n, f in self.slow_nodes]),
+                "node_gpu": joined([f"{lo}-{hi}:{name}" for lo, hi, name in self.node_gpus]),
+                "degrade_link": joined([f"{a}-{b}:{f!r}" for a, b, f in self.degraded_links]),
+                "fail_link": joined([f"{a}-{b}" for a, b in self.failed_links])}
 
     def speeds(self, gpus: int, gpus_per_node: int) -> dict[int, float]:
         """GPU -> speed factor of every slowed GPU (the product where several slow one GPU)."""

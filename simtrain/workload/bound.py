@@ -24,7 +24,7 @@ from simtrain.workload.options import WorkloadOptions
 from simtrain.workload.stages import chunk_pass_times, split_layers
 
 if TYPE_CHECKING:
-    from simtrain.api import Scenario
+    from simtrain.scenario import Scenario
 
 #: Relative slack below the summed pass costs: the lowering adds the same kernel times per op
 #: rather than per pass, so its sums may differ from these in the last bits.
@@ -38,7 +38,7 @@ def step_lower_bound(scenario: "Scenario") -> float | None:
 
     if scenario.jitter.any or scenario.perturbations.any or scenario.routing.skew > 0:
         return None
-    if int(scenario.settings.get("steps", 1)) != 1:  # the report times the last step, not all of them
+    if scenario.options.steps != 1:  # the report times the last step, not all of them
         return None
     opts = WorkloadOptions(fold=scenario.fold, routing=scenario.routing, calibration=scenario.calibration)
     schedule = build_schedule(scenario, opts)

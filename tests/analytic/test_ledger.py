@@ -97,6 +97,9 @@ def test_settings_the_closed_form_does_not_model():
     assert ledger.not_modelled(defaults, defaults) == []
     assert ledger.not_modelled({"mtp_layers": 1}, {"mtp_layers": None}) == ["mtp_layers"]
     assert ledger.not_modelled({"mtp_layers": None}, {"mtp_layers": None}) == []
+    from simtrain.settings import SETTINGS
+
+    assert set(ledger.NOT_MODELLED) <= set(SETTINGS)  # each read by its checked name
 
 
 def test_docstring_examples():

@@ -23,14 +23,14 @@ def test_unsupported_keys_are_named_in_one_error_unless_flags_decide_them():
     flagged = JobReader("torchtitan", "job.toml", {"schedule": "1f1b"})
     flagged.unsupported("parallelism.pipeline_parallel_schedule = 'LoopedBFS'", "no such schedule",
                         decides=("schedule",))
-    flagged.settings["tp"] = 4
+    flagged.set("tp", 4)
     imported = flagged.result()
     assert imported.settings == {"tp": 4} and imported.ignored == ()
 
 
 def test_a_flag_comes_before_the_job_and_the_job_before_the_default():
     job = JobReader("Megatron-LM", "arguments", {"pp": 2})
-    job.settings.update(pp=4, tp=2)
+    job.update(pp=4, tp=2)
     assert (job.value("pp"), job.value("tp"), job.value("gbs")) == (2, 2, 32)
 
 
@@ -49,3 +49,21 @@ def test_the_model_a_launch_line_describes():
         match_model({"layers": 40, "hidden": 8192, "heads": 64, "kv_heads": 8})
     with pytest.raises(SpecError, match="the presets llama3-8b, mixtral-8x7b have them all; give --model"):
         match_model({"layers": 32, "hidden": 4096})
+
+
+def test_a_setting_is_written_by_its_checked_name():
+    job = JobReader("Megatron-LM", "arguments", {})
+    with pytest.raises(SpecError, match="unknown setting 'tpp'; did you mean 'tp'"):
+        job.set("tpp", 4)
+    with pytest.raises(SpecError, match="unknown setting 'gbz'"):
+        job.update(gbz=8)
+    job.set("tp", 4)
+    job.set_default("tp", 8)
+    job.set_default("pp", 2)
+    assert (job.own("tp"), job.own("pp"), job.own("cp")) == (4, 2, None)
+    with pytest.raises(TypeError):
+        job.settings["tp"] = 1  # read-only: set() writes
+    imported = job.result()
+    assert imported.pick("tp", "cp") == {"tp": 4, "cp": None}
+    with pytest.raises(SpecError, match="unknown setting"):
+        imported.pick("pipeline")

@@ -88,3 +88,18 @@ def test_a_failed_link_given_twice_is_refused_naming_it(text):
     assert_user_error("run", "--model", "llama3-8b", "--topology", "h100-ib", "--gpus", 32, "--gbs", 32, "--seq", 512,
                       "--no-plot", "--fail-link", text, contains="is given twice")
     assert pt.parse_failed("leaf0-spine0,leaf0-spine1") == (("leaf0", "spine0"), ("leaf0", "spine1"))
+
+
+def test_setting_texts_parse_back_and_each_setting_alone():
+    from simtrain.perturbed import from_texts
+
+    p = from_texts(straggler="5:0.5,17", throttle="0.25", slow_node="1", node_gpu="0-1:a100-80g",
+                   degrade_link="leaf0-spine3:0.5", fail_link="leaf1-spine0", seed=3)
+    assert from_texts(**p.setting_texts(), seed=3) == p
+    assert p.setting_texts()["straggler"] == "5:0.5,17:0.8"
+    assert p.only("straggler") == Perturbations(stragglers=p.stragglers, seed=3, given=("straggler",))
+    assert p.only("throttle").throttle_fraction == 0.25 and not p.only("throttle").stragglers
+    assert Perturbations().setting_texts() == dict.fromkeys(pt.SETTING_FIELDS)
+    # a setting given that perturbs nothing still counts as given; one built by hand counts where it perturbs
+    assert from_texts(straggler="2", throttle="0").settings_given() == ("straggler", "throttle")
+    assert Perturbations(failed_links=(("a", "b"),)).settings_given() == ("fail_link",)
