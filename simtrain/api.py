@@ -24,8 +24,7 @@ from simtrain.outputs.view import ChartOptions
 from simtrain.outputs.words import counted
 from simtrain.network.algorithms import check_forced
 from simtrain.network.analytic import AnalyticNetwork
-from simtrain.network.fixed import FixedLatency
-from simtrain.network.protocol import NetworkModel
+from simtrain.network.models import MODELS as NETWORK_MODELS
 from simtrain.costs import Shape, pp_activation_bytes
 from simtrain.costs.calibration import check_peaks, read_calibration
 from simtrain.workload.moe_routing import Routing
@@ -243,15 +242,7 @@ def simulate(scenario: Scenario, options: WorkloadOptions | None = None, *,
     perturbed.check_reachable(program, router, pert.failed_links)
     layer_size = par.tp * par.cp * (par.ep if model.num_experts > 1 else 1)
     slow_steps = apply_jitter(program, scenario.jitter, layer_size)
-    network: NetworkModel
-    if scenario.network == "none":
-        network = FixedLatency(0.0)
-    elif scenario.network == "flow":
-        from simtrain.network.flow import FlowNetwork
-
-        network = FlowNetwork(cluster, router, algo=scenario.collective_algo)
-    else:
-        network = AnalyticNetwork(cluster, router, algo=scenario.collective_algo)
+    network = NETWORK_MODELS[scenario.network].build(cluster, router, scenario.collective_algo)
     interference = run.comm_interference
     if interference is None:
         interference = scenario.gpu.comm_interference

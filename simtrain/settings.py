@@ -34,6 +34,7 @@ from typing import Any
 
 from simtrain.engine import DEFAULT_MAX_EVENTS
 from simtrain.errors import SpecError, unknown_name
+from simtrain.network.models import MODELS, described
 from simtrain.specs.strict import check_value
 from simtrain.specs.order import DEFAULT_ORDER
 from simtrain.specs.parallel import (ATTENTION_KERNELS, GRAD_DTYPES, MOE_DISPATCHERS, RECOMPUTE_MODULES,
@@ -86,8 +87,8 @@ OPTIMIZER_SYNCS = ("grad-norm", "post-validation")
 PROGRESS_MODES = ("auto", "on", "off")
 #: ``simtrain search --executor`` values (:mod:`simtrain.executors`).
 EXECUTORS = ("local", "dask")
-#: Network models a run can use: alpha-beta per collective, max-min fair flows, free.
-NETWORKS = ("analytic", "flow", "none")
+#: Network models a run can use (:data:`simtrain.network.models.MODELS`).
+NETWORKS = tuple(MODELS)
 
 
 @dataclass(frozen=True)
@@ -215,8 +216,7 @@ _TABLE = (
     Setting("account_for_loss_in_pipeline_split", bool, False, "count the LM head and loss as one layer slot of "
             "the last pipeline chunk; the layers plus the counted slots must divide by pp*vpp (Megatron-LM's "
             "--account-for-loss-in-pipeline-split)"),
-    Setting("network", str, "analytic", "network model: analytic (NCCL's closed-form time per collective), flow "
-            "(max-min fair flows on the topology graph) or none (free communication)", choices=NETWORKS,
+    Setting("network", str, NETWORKS[0], "network model: " + described(), choices=NETWORKS,
             metavar="|".join(NETWORKS)),
     Setting("collective_algo", str, None, "force a collective algorithm where it applies: ring, tree, nvls, "
             "nvls_tree, hierarchical, direct", default_text="chosen per message like NCCL's tuner", metavar="ALGO"),

@@ -28,6 +28,7 @@ from simtrain.cli.types import positive_int
 from simtrain.errors import SpecError
 from simtrain.finite import check_finite
 from simtrain.network.chains import run_chains
+from simtrain.network.models import MODELS
 from simtrain.network.links import summarize_links
 from simtrain.network.planner import Planner
 from simtrain.network.solver import FlowModel
@@ -39,7 +40,7 @@ from simtrain.specs.strict import clip, shown
 from simtrain.units import GB, MB, TB, GiB, KB, KiB, MiB, TiB
 
 CLI_OPS = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "p2p")
-COLLECTIVE_NETWORKS = ("analytic", "flow")  # the fidelities that time a collective alone
+COLLECTIVE_NETWORKS = tuple(name for name, r in MODELS.items() if r.times_collectives)
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d*)?(?:[eE][+-]?\d+)?)\s*([A-Za-z]*)\s*$")
 _MULT = {"": 1, "b": 1, "k": KiB, "kib": KiB, "m": MiB, "mib": MiB, "g": GiB, "gib": GiB, "t": TiB, "tib": TiB,
          "kb": int(KB), "mb": int(MB), "gb": int(GB), "tb": int(TB)}
