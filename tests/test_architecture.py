@@ -46,6 +46,46 @@ def test_only_the_engine_imports_simpy():
     assert users == ["simtrain.engine"]
 
 
+# The layers of the data flow, bottom first: a module imports only from its own layer and the
+# layers below it. A module's layer is its package's (a top-level module's is its own name's),
+# unless MODULE_LAYERS places it higher.
+LAYERS = (
+    ("foundations", {"simtrain", "errors", "units", "finite", "presets"}),
+    ("specs", {"specs", "schedules", "budget", "topology", "costs"}),
+    ("program", {"workload", "network"}),
+    ("run", {"timeline", "engine"}),
+    ("results", {"metrics", "energy", "perturbed", "analytic", "scenario", "settings"}),
+    ("library", {"api", "api_types", "outputs", "executors", "imports", "candidates", "search"}),
+    ("command line", {"cli", "__main__"}),
+)
+MODULE_LAYERS = {
+    "simtrain.workload.bound": "library",  # the search's step bound: schedules built as the API builds them
+    "simtrain.workload.fixed_cost": "results",  # simtrain schedule's replay, measured as a run's metrics are
+}
+
+
+def _layer(module: str) -> int:
+    names = [name for name, _ in LAYERS]
+    if module in MODULE_LAYERS:
+        return names.index(MODULE_LAYERS[module])
+    parts = module.split(".")
+    key = parts[1] if len(parts) > 1 else parts[0]
+    found = [k for k, (_, members) in enumerate(LAYERS) if key in members]
+    assert found, f"{module}: in no layer of tests/test_architecture.py's LAYERS"
+    return found[0]
+
+
+@pytest.mark.quick
+def test_imports_go_down_the_layers():
+    """Specs and schedules know nothing of programs, programs nothing of the run's results, and
+    so on up to the command line: no module imports from a layer above its own."""
+    modules = _modules()
+    known = set(modules)
+    upward = sorted(f"{name} ({LAYERS[_layer(name)][0]}) imports {dep} ({LAYERS[_layer(dep)][0]})"
+                    for name, tree in modules.items() for dep in _imports(tree, known) if _layer(dep) > _layer(name))
+    assert not upward, upward
+
+
 def test_no_import_cycles():
     modules = _modules()
     known = set(modules)
