@@ -269,7 +269,15 @@ class _Column(Generic[T]):
     def __set_name__(self, owner: type, name: str) -> None:
         self.name = name
 
-    def __get__(self, ref: OpRef, owner: type | None = None) -> T:
+    @overload
+    def __get__(self, ref: None, owner: type | None = None) -> _Column[T]: ...
+
+    @overload
+    def __get__(self, ref: OpRef, owner: type | None = None) -> T: ...
+
+    def __get__(self, ref: OpRef | None, owner: type | None = None) -> T | _Column[T]:
+        if ref is None:  # looked up on the class
+            return self
         value: T = getattr(ref.table, self.name)[ref.id]
         return value
 
@@ -293,7 +301,7 @@ class OpRef:
     def __repr__(self) -> str:
         return f"OpRef({self.id}: {self.label()})"
 
-    # one property per column of the table, read and written through
+    # one descriptor per column of the table, read and written through
     rank: _Column[int] = _Column()
     stream: _Column[int] = _Column()
     kind: _Column[int] = _Column()

@@ -25,6 +25,7 @@ def test_a_row_view_has_every_field_of_a_record_and_writes_through():
     record = _record(deps=[0], mb=3, key=("tp", 3, 1))
     assert {f: getattr(ref, f) for f in FIELDS} == {f: getattr(record, f) for f in FIELDS}
     assert ref.label() == record.label() == "rank 3 tp: tp.all_reduce mb3 layer 7 (stage 1)"
+    assert all(hasattr(OpRef, f) for f in FIELDS)  # each a descriptor on the class
     ref.name, ref.nbytes = "tp.all_reduce+all_gather", 8192.0
     ref.deps.append(0)  # the column's own list
     assert prog.ops.name[1] == "tp.all_reduce+all_gather" and prog.ops.nbytes[1] == 8192.0
