@@ -311,42 +311,25 @@ def write_outputs(result: SimResult, out_dir: str | Path, plot: bool = True, *, 
     """Write report.json, trace.json, (unless ``plot`` is false) timeline.png showing what
     ``chart`` selects and (with ``html``) report.html, with ``comparison`` in it, into ``out_dir``."""
     from simtrain.metrics import memory_timeline
-    from simtrain.outputs.files import final_paths, output_set, write_json_atomic
-    from simtrain.outputs.trace import run_counters, write_trace
+    from simtrain.outputs.files import final_paths, output_set
+    from simtrain.outputs.formats import FORMATS, OutputRun
+    from simtrain.outputs.trace import run_counters
 
     check_instance("write_outputs", "result", result, SimResult, "the result of simtrain.api.simulate")
     check_path("write_outputs", "out_dir", out_dir)
+    sc = result.scenario
+    memory = memory_timeline(result.timeline, result.static_bytes)
+    title = (f"{sc.model.name} on {sc.parallel.world} x {sc.gpu.name}: TP{sc.parallel.tp} "
+             f"CP{sc.parallel.cp} PP{sc.parallel.pp} DP{sc.parallel.dp}, {sc.parallel.schedule}, "
+             f"{counted(sc.parallel.num_microbatches, 'micro-batch')}")
+    run = OutputRun(result, plot, html, chart or ChartOptions(), comparison, memory,
+                    run_counters(memory, result.link_series), title)
+    paths: dict[str, str] = {}
     with output_set(out_dir) as out:  # a folder of this run's own, moved into place as one set
-        paths = {"report": str(out / "report.json"), "trace": str(out / "trace.json")}
-        write_json_atomic(result.report, paths["report"])
-        memory = memory_timeline(result.timeline, result.static_bytes)
-        counters = run_counters(memory, result.link_series)
-        write_trace(result.timeline, paths["trace"], rank_labels=result.rank_labels, counters=counters)
-        sc = result.scenario
-        title = (f"{sc.model.name} on {sc.parallel.world} x {sc.gpu.name}: TP{sc.parallel.tp} "
-                 f"CP{sc.parallel.cp} PP{sc.parallel.pp} DP{sc.parallel.dp}, {sc.parallel.schedule}, "
-                 f"{counted(sc.parallel.num_microbatches, 'micro-batch')}")
-        if plot:
-            from simtrain.outputs.gantt import draw_gantt
-
-            chart = chart or ChartOptions()
-            paths["timeline"] = str(out / "timeline.png")
-            draw_gantt(result.timeline, paths["timeline"], title=title, rank_labels=result.rank_labels,
-                       memory=memory, memory_capacity_bytes=sc.gpu.usable_memory_bytes, ranks=chart.ranks,
-                       streams=chart.streams, window=chart.window)
-        if plot and len(result.report["step_times_s"]) > 1:
-            from simtrain.outputs.step_times import draw_step_times
-
-            paths["step_times"] = str(out / "step_times.png")
-            draw_step_times(result.report["step_times_s"], result.report["step_time_stats"], paths["step_times"],
-                            title=title)
-        if html:
-            from simtrain.outputs.html import write_html_report
-
-            paths["html"] = str(out / "report.html")
-            write_html_report(paths["html"], result.timeline, title=title, report=result.report,
-                              rank_labels=result.rank_labels, memory=memory,
-                              capacity_bytes=sc.gpu.usable_memory_bytes, comparison=comparison)
+        for fmt in FORMATS:
+            if fmt.wanted(run):
+                paths[fmt.name] = str(out / fmt.file)
+                fmt.write(run, paths[fmt.name])
     return final_paths(out_dir, paths)
 
 
