@@ -18,7 +18,7 @@ from typing import Any, Callable, Iterator
 from simtrain.network.links import Link, link_report
 from simtrain.network.phases import Phase, phase_load
 from simtrain.network.planner import Planner
-from simtrain.network.protocol import LinkSeries, Step, op_parts
+from simtrain.network.protocol import LinkSeries, Step, comm_parts, op_parts
 from simtrain.network.solver import FlowModel
 from simtrain.topology.cluster import Cluster
 from simtrain.topology.routes import Router
@@ -158,9 +158,9 @@ class FlowNetwork:
         for comm, gs, nbytes, rank, stream in zip(t.comm, t.group_set, t.nbytes, t.rank, t.stream):
             if comm is None:
                 continue
-            parts = comm.split("+")  # as op_parts splits an op
+            parts, size = comm_parts(comm, nbytes)
             for part in parts:
-                uses.setdefault(gs, set()).add((part, nbytes / len(parts)))
+                uses.setdefault(gs, set()).add((part, size))
             streams.setdefault(gs, set()).add((rank if comm == "p2p" else -1, stream))
         links_of: dict[int, set[Link]] = {}
         for gs, kinds in uses.items():

@@ -65,11 +65,16 @@ class NetworkModel(Protocol):
 
 
 def op_parts(op: AnyOp) -> tuple[list[str], float]:
-    """The communications ``op`` runs back to back and the bytes of each: ``"a+b"`` is two
-    collectives of half the op's bytes each (they share one stream and one launch); ``"p2p"``
-    and a single collective are one part of all the bytes."""
-    parts = cast(str, op.comm).split("+")  # (asked of communication ops only)
-    return parts, op.nbytes / len(parts)
+    """The communications ``op`` runs back to back and the bytes of each (:func:`comm_parts`)."""
+    return comm_parts(cast(str, op.comm), op.nbytes)  # (asked of communication ops only)
+
+
+def comm_parts(comm: str, nbytes: float) -> tuple[list[str], float]:
+    """The parts of communication ``comm`` of ``nbytes`` and the bytes of each: ``"a+b"`` is two
+    collectives of half the bytes each (they share one stream and one launch); ``"p2p"`` and a
+    single collective are one part of all the bytes."""
+    parts = comm.split("+")
+    return parts, nbytes / len(parts)
 
 
 class PricedNetwork(ABC):

@@ -145,7 +145,7 @@ class OpTable:
     free: array[float]
 
     def __init__(self) -> None:
-        for f in _COLUMNS:
+        for f in _COLUMNS[:-1]:  # all but ``more``
             code = TYPED.get(f)
             setattr(self, f, array(code) if code else [])
         self.more: dict[int, list[int]] = {}
