@@ -148,7 +148,7 @@ def program_bytes_per_op(settings: dict) -> float:
 def _search(settings: dict, jobs: int) -> int:
     """Run the search; its operations are those of every simulated candidate."""
     from simtrain.schedules import REGISTRY
-    from simtrain.search import load_results, simulated_search
+    from simtrain.layout_search.simulated import load_results, simulated_search
 
     schedules = settings["schedules"] or tuple(REGISTRY)
     with tempfile.TemporaryDirectory() as tmp:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from simtrain.search import simulated_search
+from simtrain.layout_search.simulated import simulated_search
 
 
 def main() -> None:

@@ -39,7 +39,7 @@ TOUR_LIST = ["list", "gpus"]
 #: (a module or a subpackage). Names not listed follow, alphabetically.
 FLOW = ("__init__", "units", "errors", "budget", "specs", "presets", "topology", "schedules", "costs", "workload",
         "network", "engine", "timeline", "metrics", "energy", "finite", "analytic", "outputs", "settings",
-        "perturbed", "api", "candidates", "search", "executors", "imports", "cli", "__main__")
+        "perturbed", "scenario", "api", "layout_search", "imports", "cli", "__main__")
 #: Longest summary shown; a longer first sentence is cut to the docstring's first line.
 SUMMARY_CHARS = 200
 

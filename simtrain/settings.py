@@ -85,7 +85,7 @@ def _modules_phrase(value: Any) -> str:
 OPTIMIZER_SYNCS = ("grad-norm", "post-validation")
 #: ``--progress`` values (:mod:`simtrain.outputs.progress`).
 PROGRESS_MODES = ("auto", "on", "off")
-#: ``simtrain search --executor`` values (:mod:`simtrain.executors`).
+#: ``simtrain search --executor`` values (:mod:`simtrain.layout_search.executors`).
 EXECUTORS = ("local", "dask")
 #: Network models a run can use (:data:`simtrain.network.models.MODELS`).
 NETWORKS = tuple(MODELS)

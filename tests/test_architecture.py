@@ -55,7 +55,7 @@ LAYERS = (
     ("program", {"workload", "network"}),
     ("run", {"timeline", "engine"}),
     ("results", {"metrics", "energy", "perturbed", "analytic", "scenario", "settings"}),
-    ("library", {"api", "api_types", "outputs", "executors", "imports", "candidates", "search"}),
+    ("library", {"api", "outputs", "layout_search", "imports"}),
     ("command line", {"cli", "__main__"}),
 )
 MODULE_LAYERS = {
@@ -120,6 +120,43 @@ def test_engine_does_not_ask_what_kind_of_network_it_has():
     source = (PACKAGE / "engine.py").read_text(encoding="utf-8")
     for text in ("hasattr(", "isinstance(", "FlowNetwork", "AnalyticNetwork", "network.flow", "flows is None"):
         assert text not in source, f"engine.py contains {text!r}"
+
+
+#: What the command line may not import: it simulates, estimates, searches, calibrates and times
+#: collectives only through simtrain.api (its modules hold argparse and printing).
+CLI_NEVER_IMPORTS = ("simtrain.engine", "simtrain.workload.lower", "simtrain.metrics", "simtrain.analytic",
+                     "simtrain.layout_search", "simtrain.network.planner", "simtrain.network.solver",
+                     "simtrain.network.chains", "simtrain.costs.calibration")
+
+
+@pytest.mark.quick
+def test_the_command_line_runs_only_through_the_api():
+    modules = _modules()
+    known = set(modules)
+    found = sorted(f"{name} imports {dep}" for name, tree in modules.items() if name.startswith("simtrain.cli")
+                   for dep in _imports(tree, known) if dep.startswith(CLI_NEVER_IMPORTS))
+    assert not found, found
+
+
+@pytest.mark.quick
+def test_the_top_level_names_resolve_and_import_nothing_first():
+    """``simtrain``'s public names are the API's verbs and building blocks, each found on first use;
+    ``import simtrain`` alone loads no other simtrain module (the command line's start-up)."""
+    import subprocess
+    import sys
+
+    import simtrain
+
+    assert simtrain.__all__ == sorted(simtrain.__all__) and {"Scenario", "resolve", "simulate", "estimate", "compare",
+                                                             "collective", "calibrate", "search", "whatif"} <= set(simtrain.__all__)
+    for name in simtrain.__all__:
+        assert getattr(simtrain, name) is not None, name
+        assert name in dir(simtrain)
+    with pytest.raises(AttributeError, match="no attribute 'simulat'"):
+        simtrain.simulat  # noqa: B018
+    code = "import sys, simtrain; print(sorted(m for m in sys.modules if m.startswith('simtrain.')))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
 
 
 # ---- tests follow the layout ---------------------------------------------------------------------

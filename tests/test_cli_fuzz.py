@@ -25,7 +25,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings, strategies as st
 
 from helpers import cli
-from simtrain import executors
+from simtrain.layout_search import executors
 from simtrain.cli.main import build_parser
 from simtrain.settings import OUTPUTS, SETTINGS
 

@@ -203,6 +203,33 @@ def test_readme_examples_run(tmp_path, monkeypatch):
         assert code == 0, f"{cmd}: {err}"
 
 
+def python_examples() -> list[tuple[str, str]]:
+    """(page, code) of every ```python block of the README and the docs pages."""
+    return [(name, block) for name, text in PAGES.items() for block in re.findall(r"```python\n(.*?)```", text, re.S)]
+
+
+def test_python_examples_use_only_the_top_level_api_and_run(tmp_path, monkeypatch, capsys):
+    """Each Python example imports ``simtrain`` or names of its ``__all__``, reads nothing below
+    them (``simtrain.x.y``), and runs."""
+    import ast
+
+    import simtrain
+
+    examples = python_examples()
+    assert examples, "the README shows the Python API"
+    monkeypatch.chdir(tmp_path)
+    for name, code in examples:
+        for node in ast.walk(ast.parse(code)):
+            if isinstance(node, ast.Import):
+                assert all(a.name == "simtrain" or not a.name.startswith("simtrain") for a in node.names), name
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("simtrain"):
+                assert node.module == "simtrain" and all(a.name in simtrain.__all__ for a in node.names), name
+            elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "simtrain":
+                assert node.attr in simtrain.__all__, f"{name}: simtrain.{node.attr}"
+        exec(compile(code, name, "exec"), {})
+    assert "step " in capsys.readouterr().out
+
+
 @pytest.mark.quick
 def test_readme_examples_found():
     """The 18 examples of the manual, none dropped."""

@@ -7,14 +7,15 @@ import importlib
 
 import pytest
 
-MODULES = ["simtrain.api", "simtrain.analytic.model", "simtrain.analytic.compare", "simtrain.search", "simtrain.specs.gpu",
+MODULES = ["simtrain.api.resolve", "simtrain.api.simulate", "simtrain.api.estimate", "simtrain.api.compare",
+           "simtrain.api.search", "simtrain.analytic.model", "simtrain.analytic.compare", "simtrain.layout_search.simulated", "simtrain.specs.gpu",
            "simtrain.specs.parallel", "simtrain.specs.model", "simtrain.specs.order", "simtrain.topology.cluster",
            "simtrain.topology.mesh",
            "simtrain.settings", "simtrain.cli.run", "simtrain.outputs.tables", "simtrain.imports.job",
            "simtrain.imports.megatron", "simtrain.imports.torchtitan", "simtrain.workload.stages"]
 
 
-SLOW = {"simtrain.api", "simtrain.search"}  # their examples run simulations and searches
+SLOW = {"simtrain.api.simulate", "simtrain.api.compare", "simtrain.api.search", "simtrain.layout_search.simulated"}  # their examples run simulations and searches
 
 
 @pytest.mark.parametrize("name", [name if name in SLOW else pytest.param(name, marks=pytest.mark.quick)

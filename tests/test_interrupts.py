@@ -17,7 +17,7 @@ import pytest
 
 from helpers import assert_user_error, cli
 from simtrain.errors import SpecError
-from simtrain.search import load_results
+from simtrain.layout_search.simulated import load_results
 
 ROOT = Path(__file__).resolve().parents[1]
 SEARCH = ("search", "--model", "llama3-8b", "--topology", "seed-h100", "--gpus", "8", "--seq", "8192",

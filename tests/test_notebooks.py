@@ -55,6 +55,33 @@ def test_notebook_committed_without_outputs(path: Path):
     assert not dirty, f"{path.name}: strip the outputs before committing: " + "; ".join(dirty)
 
 
+@pytest.mark.quick
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=_ids)
+def test_notebook_uses_only_the_top_level_api(path: Path):
+    """A notebook imports ``simtrain`` and names from its ``__all__`` only, and reads nothing
+    below it (``simtrain.x.y``): what it shows a reader works as shown."""
+    import ast
+
+    import simtrain
+
+    bad = []
+    for cell in json.loads(path.read_text(encoding="utf-8"))["cells"]:
+        if cell["cell_type"] != "code":
+            continue
+        tree = ast.parse("".join(cell["source"]))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                bad += [a.name for a in node.names if a.name.startswith("simtrain.")]
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("simtrain"):
+                if node.module != "simtrain":
+                    bad.append(node.module)
+                bad += [a.name for a in node.names if a.name not in simtrain.__all__]
+            elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "simtrain":
+                if node.attr not in simtrain.__all__:
+                    bad.append(f"simtrain.{node.attr}")
+    assert not bad, f"{path.name}: {bad}"
+
+
 def _notebook_tools():
     """nbformat and NotebookClient, or a skip naming what is missing."""
     try:

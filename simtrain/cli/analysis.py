@@ -12,51 +12,19 @@ from typing import Any
 from simtrain.cli.run import (RunArgs, add_run_flags, add_setting_flag, chart_of, check_out_spares_inputs,
                                imported_json, imported_text, run_args, run_progress)
 from simtrain.cli.types import check_inputs_kept, jobs_int, list_type, positive_int
-from simtrain.errors import SimtrainError
 from simtrain.settings import SEARCH_OPTIONS, SETTINGS
 
 
-def _analytic_for(scenario):
-    from simtrain.analytic.model import ANALYTIC_SCHEDULES, analytic_report
-
-    par = scenario.parallel
-    if par.schedule not in ANALYTIC_SCHEDULES:
-        raise SimtrainError(f"--schedule {par.schedule}: the closed-form model has bubble formulas for "
-                            f"{', '.join(ANALYTIC_SCHEDULES)} only")
-    from simtrain.finite import check_finite
-
-    report = analytic_report(scenario.model, scenario.cluster, par, schedule=par.schedule, gpu=scenario.gpu,
-                             routing=scenario.routing)
-    check_finite(report, "closed-form estimate")
-    return report
-
-
-def _not_modelled_line(scenario) -> str:
-    """One line naming the scenario's settings the closed form does not model; empty if none."""
-    from simtrain.analytic.ledger import NOT_MODELLED, not_modelled
-    from simtrain.api import scenario_config
-
-    words = []
-    config = scenario_config(scenario)
-    for name in not_modelled(config, {n: s.default for n, s in SETTINGS.items()}):
-        setting, value = SETTINGS[name], config[name]
-        flag = (setting.cli_flags[0] if value else setting.off_flag) if setting.kind is bool \
-            else f"{setting.cli_flags[0]} {value}"
-        words.append(f"{flag} (it assumes {NOT_MODELLED[name]})")
-    return f"note: the closed form does not model {'; '.join(words)}" if words else ""
-
-
 def _resolve(run: RunArgs):
-    from simtrain import api
+    from simtrain.api.estimate import estimate_scenario
 
-    settings = dict(run.settings)
-    settings.setdefault("recompute", "auto")  # the closed form's rule unless the user fixed one
-    return api.resolve(settings, recompute_rule="ledger")
+    return estimate_scenario(run.settings)
 
 
 def cmd_analytic(args: argparse.Namespace) -> int:
-    from simtrain.api import scenario_config
+    from simtrain.api.estimate import estimate, not_modelled_note
     from simtrain.outputs.tables import run_summary
+    from simtrain.scenario import scenario_config
 
     run = run_args(args)
     run.refuse_outputs(("out", "html", "plot", "window", "xlim", "ranks", "streams", "require_fit"),
@@ -64,8 +32,8 @@ def cmd_analytic(args: argparse.Namespace) -> int:
                        "estimate (simtrain run or compare writes the outputs)")
     sc = _resolve(run)
     config = scenario_config(sc)
-    report = _analytic_for(sc)
-    note = _not_modelled_line(sc)
+    report = estimate(sc)
+    note = not_modelled_note(sc)
     if run.outputs["json"]:
         print(json.dumps({**report, "config": config, "not_modelled": note, **imported_json(run)}, sort_keys=True))
         return 0
@@ -79,34 +47,9 @@ def cmd_analytic(args: argparse.Namespace) -> int:
     return 0
 
 
-def _comparison(analytic: dict, simulated: dict) -> tuple[list[list[str]], list[str]]:
-    """The rows of ``compare``'s table and the sentences on its largest differences."""
-    from simtrain.analytic.compare import largest_differences, side_by_side
-    from simtrain.outputs.tables import fmt_seconds
-
-    rows = [["step time", fmt_seconds(analytic["step_time_s"]), fmt_seconds(simulated["step_time_s"]),
-             f"{(simulated['step_time_s'] / analytic['step_time_s'] - 1):+.1%}"],
-            ["MFU", f"{analytic['mfu']:.1%}", f"{simulated['mfu']:.1%}",
-             f"{(simulated['mfu'] - analytic['mfu']) * 100:+.1f} pt"],
-            ["peak memory (GiB, stage 0)", f"{analytic['peak_memory_gib'][0]:.1f}",
-             f"{simulated['peak_memory_gib'][0]:.1f}",
-             f"{simulated['peak_memory_gib'][0] - analytic['peak_memory_gib'][0]:+.1f}"]]
-    for r in side_by_side(analytic, simulated):
-        rows.append([r["category"], f"{fmt_seconds(r['analytic_s'])} ({r['analytic_share']:.0%})",
-                     f"{fmt_seconds(r['simulated_s'])} ({r['simulated_share']:.0%})",
-                     f"{r['difference_s']:+.4g} s"])
-    notes = [f"{d['category']}: simulated {fmt_seconds(abs(d['difference_s']))} "
-             f"{'higher' if d['difference_s'] > 0 else 'lower'}: {d['cause']}"
-             for d in largest_differences(analytic, simulated)]
-    return rows, notes
-
-
-#: The header of ``compare``'s table.
-COMPARE_HEADER = ["", "analytic", "simulated", "difference"]
-
-
 def cmd_compare(args: argparse.Namespace) -> int:
-    from simtrain import api
+    from simtrain.api.compare import COMPARE_HEADER, compare
+    from simtrain.api.write import write_outputs
     from simtrain.outputs.html import SideBySide
     from simtrain.outputs.tables import table
 
@@ -123,16 +66,13 @@ def cmd_compare(args: argparse.Namespace) -> int:
     with run_progress(run.outputs) as bar:
         bar.phase("resolve")
         sc = _resolve(run)
-        note = _not_modelled_line(sc)
-        analytic = {**_analytic_for(sc), "config": api.scenario_config(sc), "not_modelled": note}
-        bar.phase("simulate")
-        result = api.simulate(sc)
-        simulated = {**result.report, "wall_s": result.wall_s}
-        rows, notes = _comparison(analytic, simulated)
+        found = compare(sc, phase=bar.phase)
+        analytic, simulated, rows, notes = found.analytic, found.simulated, found.rows, found.notes
+        note = analytic["not_modelled"]
         if out:
             bar.phase("write outputs")
-            api.write_outputs(result, out, plot=run.outputs["plot"], html=run.outputs["html"], chart=chart,
-                              comparison=SideBySide(COMPARE_HEADER, rows, notes))
+            write_outputs(found.result, out, plot=run.outputs["plot"], html=run.outputs["html"], chart=chart,
+                          comparison=SideBySide(COMPARE_HEADER, rows, notes))
     if run.outputs["json"]:
         print(json.dumps({"analytic": analytic, "simulated": simulated, **imported_json(run)}, sort_keys=True))
         return 0
@@ -153,57 +93,31 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def cmd_search(args: argparse.Namespace) -> int:
-    from simtrain.executors import check_executor
+    from simtrain.api.search import search
     from simtrain.outputs.progress import Progress, wanted
     from simtrain.outputs.tables import table
-    from simtrain.schedules import REGISTRY
-    from simtrain.search import simulated_search
-    from simtrain.specs.model import load_model
-    from simtrain.topology.cluster import load_topology
 
-    load_model(args.model)
-    for name in args.schedules:
-        if name not in REGISTRY:
-            from simtrain.errors import unknown_name
-
-            raise unknown_name("schedule", name, list(REGISTRY))
-    for name, _ in _SEARCH_LISTS:  # each value to try, checked as run checks its flag
-        for value in getattr(args, name):
-            SETTINGS[name].validate(value)
-    for vpp in args.vpp:  # a vpp no schedule to try takes would be skipped unseen
-        if vpp > 1 and not any(REGISTRY.record(name).takes("vpp") for name in args.schedules):
-            REGISTRY.check_vpp(args.schedules[0], vpp)
-    cluster = load_topology(args.topology, nodes=args.nodes or None)
-    nodes = args.nodes or -(-args.gpus // cluster.gpus_per_node)
-    base = {"model": args.model, "topology": args.topology, "nodes": nodes, "seq": args.seq, "gbs": args.gbs}
     results = Path(args.results) if args.results else None
     if results is not None:  # appended to, or replaced without --resume
         check_inputs_kept([("--results", results)], [("--model", args.model), ("--topology", args.topology)])
-    if args.resume and results is None:
-        raise SimtrainError("--resume needs --results FILE (the file an earlier search appended to)")
     for name in SEARCH_OPTIONS:
         if getattr(args, name) is not None:
             SEARCH_OPTIONS[name].validate(getattr(args, name))
-    check_executor(args.executor, args.scheduler)
     bar = Progress(sys.stderr, background=True, enabled=wanted(args.progress, sys.stderr, args.json))
 
     def progress(done: int, total: int, label: str) -> None:
         if label == "estimate":
             if done == 0:
                 bar.phase("estimate", total, "layouts")
-            bar.update(done)
         elif label in ("start", "resumed"):
             bar.phase("simulate", total, "candidates")
-            bar.update(done)
-        else:
-            bar.update(done)
+        bar.update(done)
 
     with bar:
-        out = simulated_search(base, gpus=args.gpus, gpus_per_node=cluster.gpus_per_node, top=args.top,
-                               jobs=args.jobs, results=results, resume=args.resume, progress=progress,
-                               executor=args.executor, scheduler=args.scheduler,
-                               schedules=args.schedules, vpps=args.vpp, mbss=args.mbs, zeros=args.zero,
-                               recomputes=args.recompute, **layout_grid(args))
+        out = search(args.model, args.topology, gpus=args.gpus, seq=args.seq, gbs=args.gbs, nodes=args.nodes,
+                     top=args.top, jobs=args.jobs, results=results, resume=args.resume, progress=progress,
+                     executor=args.executor, scheduler=args.scheduler, schedules=args.schedules, vpps=args.vpp,
+                     mbss=args.mbs, zeros=args.zero, recomputes=args.recompute, **layout_grid(args))
     if args.json:
         from simtrain.finite import check_finite
 
@@ -241,7 +155,7 @@ DEGREE_LISTS = (("tp", (1, 2, 4, 8)), ("cp", (1, 2, 4, 8, 16, 32)), ("pp", (1, 2
 
 def add_expert_flags(p: argparse.ArgumentParser) -> None:
     """``--ep``, ``--etp`` and ``--moe-dispatchers``: the MoE degrees and dispatchers to try
-    (``search`` and ``whatif``; :func:`simtrain.search.check_expert_grid` says which are valid)."""
+    (``search`` and ``whatif``; :func:`simtrain.layout_search.simulated.check_expert_grid` says which are valid)."""
     from simtrain.settings import POSITIVE
     from simtrain.specs.parallel import MOE_DISPATCHERS
 
@@ -258,7 +172,7 @@ def add_expert_flags(p: argparse.ArgumentParser) -> None:
 
 def layout_grid(args: argparse.Namespace) -> dict[str, Any]:
     """The degree and dispatcher lists of ``search`` or ``whatif`` as keywords of
-    :func:`simtrain.search.simulated_search`."""
+    :func:`simtrain.layout_search.simulated.simulated_search`."""
     return {"tps": args.tp, "cps": args.cp, "pps": args.pp, "eps": args.ep, "etps": args.etp,
             "dispatchers": args.moe_dispatchers}
 

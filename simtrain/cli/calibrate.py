@@ -10,39 +10,16 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from simtrain.cli.run import add_run_flags, run_args, run_progress
 from simtrain.cli.types import check_inputs_kept, check_output_file, int_in
+from simtrain.api.calibrate import calibrate
 from simtrain.costs.kernels import Kernel
-from simtrain.errors import SpecError
 
 DEFAULT_OUT = "calibration.csv"
 #: The most runs of one kernel ``--warmup`` and ``--repeat`` ask for (a few seconds of a large GEMM).
 MAX_RUNS = 10_000
-
-
-def calibrate(settings: dict[str, Any], out: str | Path, time_of: Callable[[Kernel], float]) -> tuple[int, str]:
-    """Time the kernels of the scenario ``settings`` with ``time_of`` and write the table to
-    ``out``; returns (kernels measured, the table's comment)."""
-    from simtrain import api
-    from simtrain.costs.calibration import measured
-    from simtrain.costs.measure import layout_kernels
-    from simtrain.outputs.files import atomic_open
-
-    sc = api.resolve(settings)
-    par = sc.parallel
-    table = measured(layout_kernels(sc.model, par), time_of)
-    comment = (f"simtrain calibration: {sc.model.name}, TP={par.tp} CP={par.cp} EP={par.ep} mbs {par.mbs} "
-               f"seq {par.seq}, attention {par.attention}{', fp8' if par.fp8 else ''}; "
-               f"timed on {getattr(time_of, 'device', 'a stand-in timer')}")
-    try:
-        with atomic_open(out) as fh:
-            fh.write(table.to_csv(comment))
-    except OSError as exc:
-        raise SpecError(f"--out {out}: cannot write ({exc.strerror})") from None
-    return len(table.entries), comment
 
 
 class CountedTimer:

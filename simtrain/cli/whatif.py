@@ -1,54 +1,26 @@
-"""``simtrain whatif``: which cluster trains a model soonest, and which cheapest.
+"""``simtrain whatif``: which cluster trains a model soonest, and which cheapest
+(:func:`simtrain.api.whatif.whatif`).
 
-For each topology (``--topologies`` at ``--gpus`` each, or ``--clusters NAME:GPUS,...`` each at its
-own GPU count; and, with ``--sweep KEY=v1,v2``, each value of one topology key) the command
-finds the cluster's best layout with the search's machinery (:func:`simtrain.search.simulated_search`:
-layouts ranked in closed form, the candidates simulated, the fastest that fits in memory kept),
-simulates that layout once more for its full report (energy, cost and time to train of
-``--train-tokens``, :mod:`simtrain.energy`), and ranks the clusters by time to train and by cost
-to train. A sweep writes each changed topology as a file beside the plots
-(:mod:`simtrain.outputs.whatif`), so every candidate loads it as a user's file.
+``--topologies`` at ``--gpus`` each, or ``--clusters NAME:GPUS,...`` each at its own GPU count;
+``--sweep KEY=v1,v2`` runs each value of one topology key; ``--prices NAME=USD,...`` prices a
+GPU-hour per topology.
 """
 
 from __future__ import annotations
 
 import argparse
-import copy
 import json
 import os
 import sys
-from contextlib import nullcontext
-from pathlib import Path
 from typing import Any
 
 from simtrain.cli.analysis import DEGREE_LISTS, add_expert_flags, add_list_flags, layout_grid
 from simtrain.cli.run import add_setting_flag
 from simtrain.cli.types import jobs_int, list_type, positive_int
 from simtrain.errors import SpecError
-from simtrain.outputs.files import output_set
 from simtrain.settings import OUTPUTS, SETTINGS
 
-#: The folder of the swept topologies' files, inside --out.
-TOPOLOGIES = "whatif-topologies"
-#: The files and folder of one whatif run in --out, moved in as one set (the plot last).
-WHATIF_FILES = ("whatif.png", "whatif-sweep.png", TOPOLOGIES)
-
-#: Where a sweep key goes when the topology file does not set it (the keys of
-#: :mod:`simtrain.topology.spec` and :mod:`simtrain.specs.power`); a key the file sets is changed
-#: where it is.
-SWEEP_TABLES: dict[str, tuple[str, ...]] = {
-    "node": ("nvlink_GBps", "nvlink_latency_us", "nvlink_efficiency", "nvls_efficiency", "nics", "nic_gbps",
-             "pcie_GBps", "nic_latency_us"),
-    "fabric": ("nodes_per_leaf", "spines", "oversubscription", "core_oversubscription", "switch_latency_us",
-               "link_latency_us", "nic_efficiency", "switch_ports", "leaves_per_pod", "cores"),
-    "power": ("host_w", "nic_w", "switch_w", "pue"),
-    "cost": ("price_per_gpu_hour_usd", "purchase_usd", "depreciation_years", "electricity_usd_per_kwh"),
-}
-#: Sweep keys whose values are whole numbers.
-INT_KEYS = ("nics", "nodes_per_leaf", "spines", "switch_ports", "leaves_per_pod", "cores")
-#: The report keys a result row carries.
-ROW_KEYS = ("step_time_s", "tokens_per_s", "mfu", "energy_per_step_j", "tokens_per_kwh", "cost_per_step_usd",
-            "tokens_per_usd", "train_steps", "time_to_train_s", "energy_to_train_kwh", "cost_to_train_usd")
+from simtrain.api.whatif import INT_KEYS, SWEEP_TABLES
 
 
 def parse_sweep(text: str) -> tuple[str, tuple[float, ...]]:
@@ -105,132 +77,11 @@ def parse_clusters(text: str) -> list[tuple[str, int]]:
     return list(out.items())
 
 
-def overridden(data: dict[str, Any], key: str, value: float) -> dict[str, Any]:
-    """A copy of topology table ``data`` with ``key`` set to ``value``: where the file sets it, or
-    in its table of :data:`SWEEP_TABLES`."""
-    out = copy.deepcopy(data)
-    for table in (*SWEEP_TABLES, "gpu"):
-        if isinstance(out.get(table), dict) and key in out[table]:
-            out[table][key] = value
-            return out
-    table = next(t for t, keys in SWEEP_TABLES.items() if key in keys)
-    out.setdefault(table, {})[key] = value
-    return out
-
-
-def _table(topology: str) -> dict[str, Any]:
-    from simtrain.specs.strict import read_toml
-    from simtrain.topology.cluster import preset_table
-
-    if topology.endswith(".toml") or "/" in topology or "\\" in topology:
-        return read_toml(topology)
-    return preset_table(topology)
-
-
-def variants(topologies: list[tuple[str, int | None]], sweep: tuple[str, tuple[float, ...]] | None,
-             folder: Path) -> list[dict]:
-    """Each cluster to try: its name, its GPUs (None: ``--gpus`` or the topology's own), the swept
-    value (None without a sweep) and the topology to load (the name, or the file of the changed
-    table). A cluster with its own GPU count is checked to hold them (:func:`cluster_for`)."""
-    from simtrain.outputs.whatif import write_topology
-    from simtrain.topology.cluster import cluster_for, load_topology
-
-    def check(source: str, gpus: int | None) -> None:
-        if gpus is None:
-            load_topology(source)
-            return
-        try:
-            cluster_for(source, gpus)
-        except SpecError as exc:
-            raise SpecError(f"--clusters {name}:{gpus}: {exc}") from None
-
-    out = []
-    stems: dict[str, int] = {}
-    for name, gpus in topologies:
-        label = name if gpus is None else f"{name}, {gpus} GPUs"
-        if sweep is None:
-            check(name, gpus)
-            out.append({"topology": name, "gpus": gpus, "sweep_value": None, "source": name, "label": label})
-            continue
-        key, values = sweep
-        data = _table(name)
-        stem = Path(name).stem
-        stems[stem] = stems.get(stem, 0) + 1
-        if stems[stem] > 1:  # a file and a preset (or two files) of one name: each its own files
-            stem = f"{stem}-{stems[stem]}"
-        for value in values:
-            path = write_topology(overridden(data, key, value), folder / f"{stem}-{key}-{value!r}.toml")
-            check(path, gpus)
-            out.append({"topology": name, "gpus": gpus, "sweep_value": value, "source": path,
-                        "label": f"{label} {key}={value:g}"})
-    return out
-
-
-def best_layout(variant: dict, args: argparse.Namespace, price: float | None, bar: Any = None) -> dict[str, Any]:
-    """The fastest layout of one cluster that fits in memory, with its report's energy, cost and
-    time-to-train keys (:data:`ROW_KEYS`); ``bar`` (a :class:`~simtrain.outputs.progress.Progress`)
-    hears of the search's stages."""
-    from simtrain import api
-    from simtrain.search import simulated_search
-    from simtrain.topology.cluster import load_topology
-
-    cluster = load_topology(variant["source"])
-    gpus = variant["gpus"] or args.gpus or cluster.num_gpus
-    base = {"model": args.model, "topology": variant["source"], "nodes": -(-gpus // cluster.gpus_per_node),
-            "seq": args.seq, "gbs": args.gbs, "train_tokens": args.train_tokens, "price_per_gpu_hour_usd": price}
-
-    def progress(done: int, total: int, label: str) -> None:
-        if bar is None:
-            return
-        if label == "estimate" and done == 0:
-            bar.phase(f"{variant['label']}: estimate", total, "layouts")
-        elif label in ("start", "resumed"):
-            bar.phase(f"{variant['label']}: simulate", total, "candidates")
-        bar.update(done)
-
-    try:
-        found = simulated_search(base, gpus=gpus, gpus_per_node=cluster.gpus_per_node, top=args.top, jobs=args.jobs,
-                                 results=None, resume=False, progress=progress, schedules=args.schedules,
-                                 mbss=args.mbs, zeros=args.zero, recomputes=args.recompute, **layout_grid(args))
-    except SpecError as exc:
-        raise SpecError(f"topology {variant['label']}: {exc}") from None
-    fitting = [r for r in found["ranking"] if r["fits_in_memory"]]
-    if not fitting and found["failed"]:  # say why they failed rather than that none fits
-        first = found["failed"][0]
-        raise SpecError(f"topology {variant['label']}: no layout of {gpus} GPUs could be simulated "
-                        f"({len(found['failed'])} of {found['candidates_simulated']} failed); {first['label']}: "
-                        f"{first['error']}")
-    if not fitting:
-        raise SpecError(f"topology {variant['label']}: no layout of {gpus} GPUs fits in memory when simulated "
-                        f"({found['candidates_simulated']} tried); try more GPUs or --recompute full")
-    best = fitting[0]
-    report = api.simulate(api.resolve(best["settings"], strict=False)).report
-    return {**variant, "gpus": gpus, "gpu": cluster.gpu.name, "layout": best["label"], "ep": best["ep"],
-            "settings": best["settings"], **{k: report[k] for k in ROW_KEYS}}
-
-
-def rank(rows: list[dict]) -> None:
-    """``time_rank`` and ``cost_rank`` (None without a price) of each row among the rows of its
-    sweep value."""
-    for value in dict.fromkeys(r["sweep_value"] for r in rows):
-        group = [r for r in rows if r["sweep_value"] == value]
-        for i, r in enumerate(sorted(group, key=lambda r: (r["time_to_train_s"], r["label"])), 1):
-            r["time_rank"] = i
-        priced = sorted((r for r in group if r["cost_to_train_usd"] is not None),
-                        key=lambda r: (r["cost_to_train_usd"], r["label"]))
-        for r in group:
-            r["cost_rank"] = None
-        for i, r in enumerate(priced, 1):
-            r["cost_rank"] = i
-
-
 def whatif(args: argparse.Namespace) -> dict[str, Any]:
     """The JSON-ready result of ``simtrain whatif`` (rows ranked, plots written unless --no-plot)."""
+    from simtrain.api.whatif import WhatIfQuery, whatif as run_whatif
     from simtrain.outputs.progress import Progress, wanted
-    from simtrain.search import check_expert_grid
-    from simtrain.specs.model import load_model
 
-    check_expert_grid(load_model(args.model), args.ep, args.etp, args.moe_dispatchers, args.tp)
     sweep = parse_sweep(args.sweep) if args.sweep else None
     prices = parse_prices(args.prices)
     if args.clusters is not None:
@@ -247,37 +98,16 @@ def whatif(args: argparse.Namespace) -> dict[str, Any]:
                             f"(see simtrain list topologies)")
         names = [n for n in names if n]
         clusters, flag = [(name, None) for name in names], "--topologies"
+    query = WhatIfQuery(model=args.model, train_tokens=args.train_tokens, seq=args.seq, gbs=args.gbs, gpus=args.gpus,
+                        top=args.top, jobs=args.jobs, schedules=tuple(args.schedules), mbss=tuple(args.mbs),
+                        zeros=tuple(args.zero), recomputes=tuple(args.recompute), grid=layout_grid(args))
     names = [name for name, _ in clusters]
     unknown = sorted(set(prices) - set(names))
     if unknown:
         raise SpecError(f"--prices {args.prices}: {unknown[0]} is not one of {flag} {', '.join(names)}")
-    out = Path(args.out)
-    plot = "whatif.png" if sweep is None else "whatif-sweep.png"
-    staged = output_set(out, names=WHATIF_FILES, marker=plot) if (args.plot or sweep) else nullcontext(None)
-    with staged as stage:  # this run's own folder, its files moved into --out as one set at the end
-        folder = out if stage is None else stage
-        todo = variants(clusters, sweep, folder / TOPOLOGIES)
-        with Progress(sys.stderr, background=True, enabled=wanted(args.progress, sys.stderr, args.json)) as bar:
-            rows = [best_layout(v, args, prices.get(v["topology"], args.price_per_gpu_hour_usd), bar) for v in todo]
-        rank(rows)
-        rows.sort(key=lambda r: (r["sweep_value"] if r["sweep_value"] is not None else 0, r["time_rank"]))
-        plots = {}
-        if args.plot:
-            from simtrain.outputs.whatif import draw_ranking, draw_sweep
-
-            title = f"{args.model}, {args.train_tokens:,} tokens"
-            if sweep is None:
-                plots["ranking"] = draw_ranking(rows, folder / plot, title)
-            else:
-                plots["sweep"] = draw_sweep(rows, sweep[0], folder / plot, title)
-    if stage is not None:  # the paths the files have now
-        for row in rows:
-            if row["sweep_value"] is not None:
-                row["source"] = str(out / TOPOLOGIES / Path(row["source"]).name)
-        plots = {k: str(out / Path(v).name) for k, v in plots.items()}
-    return {"model": args.model, "train_tokens": args.train_tokens, "seq": args.seq, "gbs": args.gbs,
-            "sweep": {"key": sweep[0], "values": list(sweep[1])} if sweep else None, "results": rows,
-            "plots": plots}
+    with Progress(sys.stderr, background=True, enabled=wanted(args.progress, sys.stderr, args.json)) as bar:
+        return run_whatif(query, clusters, sweep=sweep, prices=prices, price_per_gpu_hour_usd=args.price_per_gpu_hour_usd,
+                          out=args.out, plot=args.plot, bar=bar)
 
 
 def _money(x: float | None) -> str:

@@ -12,7 +12,7 @@ The bound holds where every rank computes with the costs those passes are priced
 given (None) with compute jitter, a straggler, throttled or slow node, another GPU in some node,
 skewed MoE routing (which moves expert work between ranks), or several steps (the report times
 the last one, which other ranks' previous step may overlap). A search skips a layout only where
-this bound proves it slower than the layouts it already ranks (:mod:`simtrain.search`);
+this bound proves it slower than the layouts it already ranks (:mod:`simtrain.layout_search.simulated`);
 ``tests/workload/test_bound.py`` checks it against simulated steps of every schedule.
 """
 
@@ -34,7 +34,7 @@ ROUNDING = 1e-9
 def step_lower_bound(scenario: "Scenario") -> float | None:
     """Seconds the simulated step of ``scenario`` lasts at least (module docstring), or None
     where the bound is not known to hold."""
-    from simtrain.api import build_schedule
+    from simtrain.api.schedule import build_schedule
 
     if scenario.jitter.any or scenario.perturbations.any or scenario.routing.skew > 0:
         return None

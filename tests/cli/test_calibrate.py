@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from helpers import assert_user_error, cli
-from simtrain.cli.calibrate import calibrate
+from simtrain.api.calibrate import calibrate
 from simtrain.costs.calibration import read_calibration
 
 pytestmark = pytest.mark.quick

@@ -8,7 +8,8 @@ import json
 import pytest
 
 from helpers import GB, assert_user_error, cli_json, fat_tree, nvlink_node
-from simtrain.cli.collective import add_collective_command, collective_report, parse_size
+from simtrain.api.collective import collective
+from simtrain.cli.collective import add_collective_command, parse_size
 from simtrain.errors import SimtrainError, SpecError
 from simtrain.network.algorithms import bandwidths, bus_factor
 from simtrain.topology.cluster import load_topology
@@ -18,13 +19,13 @@ pytestmark = pytest.mark.quick
 
 def test_busbw_of_an_uncontended_ring_approaches_the_achievable_link_bandwidth():
     c = nvlink_node(bw_GBps=450, latency_us=0.0)
-    rep = collective_report("all-reduce", size_bytes=2**34, gpus=8, topology=c, network="flow",
+    rep = collective("all-reduce", size_bytes=2**34, gpus=8, topology=c, network="flow",
                             algo="ring")
     assert rep["busbw_Bps"] == pytest.approx(450 * GB * 0.822, rel=0.001)  # NCCL's latency: 56 us of 95 ms
     assert rep["algbw_Bps"] == pytest.approx(rep["busbw_Bps"] * 8 / 14, rel=1e-9)
     assert (rep["protocol"], rep["channels"]) == ("Simple", 1)
     for op in ("all-gather", "reduce-scatter"):
-        rep = collective_report(op, size_bytes=2**34, gpus=8, topology=c)
+        rep = collective(op, size_bytes=2**34, gpus=8, topology=c)
         assert rep["busbw_Bps"] == pytest.approx(450 * GB * 0.822, rel=0.001)
     assert bus_factor("all_to_all", 8) == 7 / 8 and bus_factor("p2p", 2) == 1.0
     assert bandwidths("all_reduce", 4, 1e9, 1.0) == (1e9, 1.5e9)
@@ -69,15 +70,15 @@ def test_parse_size():
 def test_collective_report_concurrent_groups_show_contention():
     c = fat_tree(2.0)
     dp = list(range(0, 64, 8))
-    flow = collective_report("all-reduce", size_bytes=2**28, ranks=dp, topology=c, algo="ring",
+    flow = collective("all-reduce", size_bytes=2**28, ranks=dp, topology=c, algo="ring",
                              network="flow", concurrent_groups=8)
     assert flow["groups"] == [list(range(j, 64, 8)) for j in range(8)]
     assert flow["time_s"] / flow["uncontended_time_s"] == pytest.approx(2.0, rel=0.1)
     assert flow["top_links"] and flow["top_links"][0]["mean_utilisation"] <= 1 + 1e-9
-    analytic = collective_report("all-reduce", size_bytes=2**28, ranks=dp, topology=c,
+    analytic = collective("all-reduce", size_bytes=2**28, ranks=dp, topology=c,
                                  algo="ring", concurrent_groups=8)
     assert analytic["time_s"] == pytest.approx(analytic["uncontended_time_s"])
-    blocks = collective_report("all-gather", size_bytes=2**20, gpus=8, topology=c,
+    blocks = collective("all-gather", size_bytes=2**20, gpus=8, topology=c,
                                concurrent_groups=3)
     assert blocks["groups"] == [list(range(8 * k, 8 * k + 8)) for k in range(3)]
     assert set(flow) >= {"time_s", "algbw_Bps", "busbw_Bps", "algorithm", "network", "ranks"}
@@ -85,24 +86,24 @@ def test_collective_report_concurrent_groups_show_contention():
 
 def test_collective_report_bad_inputs():
     c = load_topology("h100-ib")
-    one = collective_report("all-to-all", size_bytes=2**20, gpus=1, topology=c, network="flow")
+    one = collective("all-to-all", size_bytes=2**20, gpus=1, topology=c, network="flow")
     assert one["time_s"] == 0.0 and one["algbw_Bps"] is None
     with pytest.raises(SpecError, match=r"rank 64 is out of range \[0, 64\).*--nodes"):
-        collective_report("all-reduce", size_bytes=1, ranks=[0, 64], topology=c)
+        collective("all-reduce", size_bytes=1, ranks=[0, 64], topology=c)
     with pytest.raises(SpecError, match="more than the 64 GPUs"):
-        collective_report("all-reduce", size_bytes=1, gpus=65, topology=c)
+        collective("all-reduce", size_bytes=1, gpus=65, topology=c)
     with pytest.raises(SpecError, match="did you mean 'ring'"):
-        collective_report("all-reduce", size_bytes=1, gpus=8, topology=c, algo="rign")
+        collective("all-reduce", size_bytes=1, gpus=8, topology=c, algo="rign")
     with pytest.raises(SpecError, match="ranks repeat"):
-        collective_report("all-reduce", size_bytes=1, ranks=[1, 1], topology=c)
+        collective("all-reduce", size_bytes=1, ranks=[1, 1], topology=c)
     with pytest.raises(SpecError, match="either --gpus N or --ranks"):
-        collective_report("all-reduce", size_bytes=1, topology=c)
+        collective("all-reduce", size_bytes=1, topology=c)
     with pytest.raises(SpecError, match="exactly two ranks"):
-        collective_report("p2p", size_bytes=1, ranks=[0, 1, 2], topology=c)
+        collective("p2p", size_bytes=1, ranks=[0, 1, 2], topology=c)
     with pytest.raises(SpecError, match="--network"):
-        collective_report("all-reduce", size_bytes=1, gpus=8, topology=c, network="fast")
+        collective("all-reduce", size_bytes=1, gpus=8, topology=c, network="fast")
     with pytest.raises(SpecError, match="concurrent-groups 9"):
-        collective_report("all-reduce", size_bytes=1, gpus=8, topology=c, concurrent_groups=9)
+        collective("all-reduce", size_bytes=1, gpus=8, topology=c, concurrent_groups=9)
 
 
 def _cli(*argv: str) -> tuple[int, str]:

@@ -11,7 +11,8 @@ import pytest
 
 from helpers import assert_user_error, cli, cli_json
 from simtrain.cli.main import build_parser
-from simtrain.cli.whatif import overridden, parse_clusters, parse_prices, parse_sweep
+from simtrain.api.whatif import overridden
+from simtrain.cli.whatif import parse_clusters, parse_prices, parse_sweep
 from simtrain.errors import SpecError
 
 TOKENS = 10**12

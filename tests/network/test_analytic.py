@@ -9,7 +9,7 @@ from functools import lru_cache
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from simtrain.cli.collective import collective_report
+from simtrain.api.collective import collective
 from simtrain.network.analytic import AnalyticNetwork
 from simtrain.topology.cluster import Cluster, load_topology
 from simtrain.topology.routes import Router
@@ -42,7 +42,7 @@ def test_run_prices_a_collective_as_the_collective_command_does(case):
     c, op, gpus, nbytes = case
     run = AnalyticNetwork(c, Router(c))
     t = run.p2p_time(*gpus, nbytes) if op == "p2p" else run.collective_time(op, gpus, nbytes)
-    rep = collective_report(op, size_bytes=nbytes, ranks=list(gpus), topology=c)
+    rep = collective(op, size_bytes=nbytes, ranks=list(gpus), topology=c)
     assert rep["time_s"] == rep["uncontended_time_s"] == t
 
 
@@ -51,8 +51,8 @@ def test_run_prices_a_collective_as_the_collective_command_does(case):
 @given(collectives())
 def test_flow_agrees_with_analytic_within_2_percent_when_uncontended(case):
     c, op, gpus, nbytes = case
-    analytic = collective_report(op, size_bytes=nbytes, ranks=list(gpus), topology=c)
-    flow = collective_report(op, size_bytes=nbytes, ranks=list(gpus), topology=c, network="flow")
+    analytic = collective(op, size_bytes=nbytes, ranks=list(gpus), topology=c)
+    flow = collective(op, size_bytes=nbytes, ranks=list(gpus), topology=c, network="flow")
     assert flow["algorithm"] == analytic["algorithm"]
     assert flow["time_s"] == pytest.approx(analytic["time_s"], rel=0.02)
 

@@ -6,7 +6,7 @@ import pytest
 
 from helpers import assert_user_error
 from simtrain import api
-from simtrain.cli.collective import COLLECTIVE_NETWORKS
+from simtrain.api.collective import COLLECTIVE_NETWORKS
 from simtrain.network.models import MODELS, described
 from simtrain.settings import NETWORKS, SETTINGS
 from simtrain.topology.routes import Router

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from simtrain.cli.collective import collective_report
+from simtrain.api.collective import collective
 from simtrain.errors import SpecError
 from simtrain.network.nccl_tests import cluster_of, load_measurements, main, markdown, reproduce
 from simtrain.units import GB
@@ -33,7 +33,7 @@ def test_each_measurement_within_10_percent(m):
 
 def test_reproduction_is_what_the_collective_command_reports():
     m = next(m for m in MEASUREMENTS if m.nodes == 2 and m.algorithm == "default" and m.gpu == "H100")
-    rep = collective_report(m.op, size_bytes=m.size_bytes, gpus=m.gpus, topology=cluster_of(m))
+    rep = collective(m.op, size_bytes=m.size_bytes, gpus=m.gpus, topology=cluster_of(m))
     busbw, algo = reproduce(m)
     assert rep["busbw_Bps"] == busbw and algo == f"{rep['algorithm']}/{rep['protocol']}"
     four_nics = next(m for m in MEASUREMENTS if m.nics_per_node == 4)

@@ -36,7 +36,7 @@ def test_interleaved_needs_two_chunks(kw):
 def test_search_lists_no_single_chunk_interleaved_copy_of_1f1b():
     """A configuration search drops interleaved-1f1b at vpp 1 (its closed form does not cover it)
     and keeps it at vpp 2."""
-    from simtrain.search import analytic_estimate, enumerate_candidates
+    from simtrain.layout_search.simulated import analytic_estimate, enumerate_candidates
 
     base = {"model": "llama3-8b", "topology": "h100-ib", "seq": 2048, "gbs": 32}
     found = {(c.as_dict()["schedule"], c.as_dict()["vpp"]): analytic_estimate(c) is not None

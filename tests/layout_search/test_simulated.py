@@ -32,7 +32,7 @@ def test_search_resume_gives_the_same_ranking(tmp_path):
     assert len(results.read_text().splitlines()) >= 4
 
 
-QWEN3_30B = str(Path(__file__).parent / "data" / "qwen3-30b-a3b" / "config.json")
+QWEN3_30B = str(Path(__file__).parent.parent / "data" / "qwen3-30b-a3b" / "config.json")
 MIXTRAL_64 = ("--model", "mixtral-8x7b", "--topology", "h100-ib", "--gpus", 64, "--seq", 2048, "--gbs", 64)
 QWEN_16 = ("--model", QWEN3_30B, "--topology", "h100-ib", "--gpus", 16, "--seq", 2048, "--gbs", 32)
 

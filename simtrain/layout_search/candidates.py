@@ -5,7 +5,7 @@
 expert-TP degree (:func:`simtrain.specs.parallel.expert_layouts`, on the checks a run's layout
 passes) and each token dispatcher where EP > 1, with the schedules, micro-batch sizes, ZeRO
 stages and recompute policies asked for; :func:`estimate_candidates` gives each its closed-form
-estimate (:mod:`simtrain.analytic.model`), by which :mod:`simtrain.search` ranks and prunes them.
+estimate (:mod:`simtrain.analytic.model`), by which :mod:`simtrain.layout_search.simulated` ranks and prunes them.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
 from simtrain.errors import SimtrainError, SpecError
-from simtrain.executors import run_unordered
+from simtrain.layout_search.executors import run_unordered
 from simtrain.schedules import REGISTRY
 from simtrain.settings import lookup, setting
 from simtrain.specs.model import ModelSpec, load_model
@@ -137,7 +137,7 @@ def analytic_estimate(candidate: Candidate, resolved: dict[str, str | None] | No
     count ``auto`` resolved to per candidate with its dispatcher left out: the dispatcher moves no
     memory, so a candidate that differs from an earlier one only there takes its count (or its
     error) instead of finding it again."""
-    from simtrain import api
+    from simtrain.api.resolve import resolve
     from simtrain.analytic.model import estimate
 
     sibling = _sibling(candidate)
@@ -147,7 +147,7 @@ def analytic_estimate(candidate: Candidate, resolved: dict[str, str | None] | No
             return None
         candidate = candidate.with_setting("recompute", resolved[sibling])
     try:
-        sc = api.resolve(candidate.as_dict(), strict=False)
+        sc = resolve(candidate.as_dict(), strict=False)
     except SimtrainError:
         if memo:
             resolved.setdefault(sibling, None)

@@ -11,7 +11,7 @@ import pytest
 
 from helpers import assert_user_error, cli_json
 from simtrain.errors import SpecError
-from simtrain.executors import check_executor, run_unordered
+from simtrain.layout_search.executors import check_executor, run_unordered
 
 SEARCH = ("search", "--model", "llama3-8b", "--topology", "seed-h100", "--gpus", 8, "--seq", 8192,
           "--gbs", 64, "--top", 1)
@@ -83,7 +83,7 @@ def test_a_scheduler_address_is_checked_before_connecting(address, message):
 
 @pytest.mark.quick
 def test_good_scheduler_addresses_pass():
-    from simtrain.executors import check_scheduler
+    from simtrain.layout_search.executors import check_scheduler
 
     for address in ("tcp://10.0.0.5:8786", "10.0.0.5:8786", "tls://sched.example:8786", "tcp://[::1]:8786",
                     "ws://h:1", "ucx://h:65535"):

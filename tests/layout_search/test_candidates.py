@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from helpers import assert_user_error, cli
-from simtrain.candidates import enumerate_candidates
+from simtrain.layout_search.candidates import enumerate_candidates
 from simtrain.specs.model import load_model
 from simtrain.specs.parallel import expert_layouts
 
@@ -70,7 +70,7 @@ def test_bad_expert_lists_are_one_line(argv, words):
 
 @pytest.mark.quick
 def test_a_candidate_reads_and_changes_its_settings_by_checked_names():
-    from simtrain.candidates import label
+    from simtrain.layout_search.candidates import label
     from simtrain.errors import SpecError
 
     c = enumerate_candidates({"model": "llama3-8b", "topology": "h100-ib", "nodes": 1, "gbs": 8}, gpus=8,

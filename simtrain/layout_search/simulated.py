@@ -3,7 +3,7 @@
 Layouts are enumerated as in the course notes' ``parallel_plan.py`` (TP within a node, CP, PP,
 DP derived), for an MoE model with every valid EP and expert-TP degree and each token dispatcher,
 crossed with the schedules, micro-batch sizes, ZeRO stages and recompute policies asked for
-(:mod:`simtrain.candidates`). The closed form ranks them and drops what does not fit; the
+(:mod:`simtrain.layout_search.candidates`). The closed form ranks them and drops what does not fit; the
 simulator then runs the candidates in parallel processes: all of them, or with a top K in the
 closed form's order until the rest are proven slower than the K best simulated (each one's step
 lower bound, :mod:`simtrain.workload.bound`, above the K-th best step). Every finished candidate is
@@ -23,21 +23,22 @@ from typing import Callable
 
 import numpy as np
 
-from simtrain.candidates import (Candidate, analytic_estimate, check_expert_grid,  # noqa: F401 (re-exported)
+from simtrain.layout_search.candidates import (Candidate, analytic_estimate, check_expert_grid,  # noqa: F401 (re-exported)
                                  enumerate_candidates, estimate_candidates)
-from simtrain.candidates import label as _label
+from simtrain.layout_search.candidates import label as _label
 from simtrain.errors import SimtrainError, SpecError
-from simtrain.executors import run_unordered
+from simtrain.layout_search.executors import run_unordered
 from simtrain.settings import lookup
 from simtrain.specs.model import load_model
 
 
 def simulate_candidate(candidate: Candidate) -> dict:
     """Simulate one candidate; returns its report (or the error that stopped it)."""
-    from simtrain import api
+    from simtrain.api.resolve import resolve
+    from simtrain.api.simulate import simulate
 
     try:
-        result = api.simulate(api.resolve(candidate.as_dict(), strict=False))
+        result = simulate(resolve(candidate.as_dict(), strict=False))
     except SimtrainError as exc:
         return {"error": str(exc)}
     return {**result.report, "wall_s": result.wall_s}
@@ -146,7 +147,7 @@ def run_candidates(candidates: list[Candidate], *, jobs: int, results: Path | No
                    progress: Callable[[int, int, str], None] | None = None, executor: str = "local",
                    scheduler: str | None = None, notice: Callable[[str], None] | None = None) -> dict[str, dict]:
     """Simulate ``candidates`` over ``jobs`` processes, or on a dask cluster (``executor``,
-    ``scheduler``: :mod:`simtrain.executors`); append each to ``results`` as it finishes.
+    ``scheduler``: :mod:`simtrain.layout_search.executors`); append each to ``results`` as it finishes.
     ``notice`` hears of a torn last line dropped from ``results`` (:func:`load_results`)."""
     if results is not None:
         check_results_path(results, resume)
@@ -306,11 +307,11 @@ def _proven_top(estimated: list[tuple[Candidate, dict]], top: int, *, resume: bo
 
 def _bound(candidate: Candidate) -> float:
     """The candidate's step lower bound; 0 (no skipping) where none is known or it does not resolve."""
-    from simtrain import api
+    from simtrain.api.resolve import resolve
     from simtrain.workload.bound import step_lower_bound
 
     try:
-        bound = step_lower_bound(api.resolve(candidate.as_dict(), strict=False))
+        bound = step_lower_bound(resolve(candidate.as_dict(), strict=False))
     except SimtrainError:
         return 0.0
     return 0.0 if bound is None else bound
