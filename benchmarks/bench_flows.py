@@ -22,7 +22,7 @@ import time
 from simtrain.network.chains import run_chains
 from simtrain.network.planner import Planner
 from simtrain.network.solver import FlowModel
-from simtrain.outputs.tables import table
+from simtrain.outputs.text_tables import table
 from simtrain.topology.cluster import load_topology
 from simtrain.topology.routes import Router
 

@@ -38,8 +38,8 @@ TOUR_LIST = ["list", "gpus"]
 #: The module map's order: the data flow of the design guide, by first name under simtrain/
 #: (a module or a subpackage). Names not listed follow, alphabetically.
 FLOW = ("__init__", "units", "errors", "budget", "specs", "presets", "topology", "schedules", "costs", "workload",
-        "network", "engine", "timeline", "metrics", "energy", "finite", "analytic", "outputs", "settings",
-        "perturbed", "scenario", "api", "layout_search", "imports", "cli", "__main__")
+        "network", "engine", "timeline", "results", "finite", "analytic", "outputs", "settings",
+        "scenario", "api", "layout_search", "importers", "cli", "__main__")
 #: Longest summary shown; a longer first sentence is cut to the docstring's first line.
 SUMMARY_CHARS = 200
 
@@ -117,7 +117,7 @@ def report_keys() -> str:
     """The report keys from the report types' field comments: the step metrics both the simulation
     and the closed form give, then what only each of them adds."""
     from simtrain.analytic.model import AnalyticReport
-    from simtrain.metrics import Report, StepMetrics
+    from simtrain.results.metrics import Report, StepMetrics
 
     out = []
     for title, cls in (("Step metrics (`report.json` and `simtrain analytic`)", StepMetrics),

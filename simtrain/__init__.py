@@ -49,7 +49,7 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "side_by_side": ("simtrain.analytic.compare", "side_by_side"),
     "largest_differences": ("simtrain.analytic.compare", "largest_differences"),
     # reading and drawing a result
-    "memory_timeline": ("simtrain.metrics", "memory_timeline"),
+    "memory_timeline": ("simtrain.results.metrics", "memory_timeline"),
     "draw_gantt": ("simtrain.outputs.gantt", "draw_gantt"),
     "KIND_COLOURS": ("simtrain.outputs.colors", "KIND_COLOURS"),
     # errors

@@ -15,7 +15,7 @@ compute's kernels would use (:attr:`~simtrain.specs.gpu.GpuSpec.comm_interferenc
 op whose rate changes mid-way re-plans its end from the work it has left; with
 ``comm_interference = 0`` every compute op lasts exactly its cost.
 
-The engine talks to the network only through :class:`~simtrain.network.protocol.NetworkModel`:
+The engine talks to the network only through :class:`~simtrain.network.interface.NetworkModel`:
 an op the network prices up front is one timeout (one for all members of a collective); any
 other runs the network's transfer steps, and one network process wakes the ops whose tokens
 finish.
@@ -43,7 +43,7 @@ import simpy
 from simpy.events import NORMAL
 
 from simtrain.errors import SimulationError
-from simtrain.network.protocol import NetworkModel
+from simtrain.network.interface import NetworkModel
 from simtrain.workload.program import MORE, NONE, STREAM, Key, OpRef, Program
 from simtrain.timeline import Timeline, check_spans, program_timeline
 

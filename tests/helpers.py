@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from simtrain import api, engine
 from simtrain.cli.main import main
-from simtrain.metrics import summarize
+from simtrain.results.metrics import summarize
 from simtrain.network.chains import run_chains
 from simtrain.network.fixed import FixedLatency
 from simtrain.network.solver import FlowModel

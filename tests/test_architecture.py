@@ -54,8 +54,8 @@ LAYERS = (
     ("specs", {"specs", "schedules", "budget", "topology", "costs"}),
     ("program", {"workload", "network"}),
     ("run", {"timeline", "engine"}),
-    ("results", {"metrics", "energy", "perturbed", "analytic", "scenario", "settings"}),
-    ("library", {"api", "outputs", "layout_search", "imports"}),
+    ("results", {"results", "analytic", "scenario", "settings"}),
+    ("library", {"api", "outputs", "layout_search", "importers"}),
     ("command line", {"cli", "__main__"}),
 )
 MODULE_LAYERS = {
@@ -124,7 +124,7 @@ def test_engine_does_not_ask_what_kind_of_network_it_has():
 
 #: What the command line may not import: it simulates, estimates, searches, calibrates and times
 #: collectives only through simtrain.api (its modules hold argparse and printing).
-CLI_NEVER_IMPORTS = ("simtrain.engine", "simtrain.workload.lower", "simtrain.metrics", "simtrain.analytic",
+CLI_NEVER_IMPORTS = ("simtrain.engine", "simtrain.workload.lower", "simtrain.results.metrics", "simtrain.analytic",
                      "simtrain.layout_search", "simtrain.network.planner", "simtrain.network.solver",
                      "simtrain.network.chains", "simtrain.costs.calibration")
 
@@ -159,6 +159,18 @@ def test_the_top_level_names_resolve_and_import_nothing_first():
     assert out.strip() == "[]"
 
 
+@pytest.mark.quick
+def test_every_package_is_installed():
+    """``pip install .`` (the README's first command) installs the packages pyproject.toml lists:
+    each package of the source tree is among them."""
+    from simtrain.specs.strict import tomllib
+
+    listed = set(tomllib.loads((PACKAGE.parent / "pyproject.toml").read_text(encoding="utf-8"))
+                 ["tool"]["setuptools"]["packages"])
+    found = {".".join(p.parent.relative_to(PACKAGE.parent).parts) for p in PACKAGE.rglob("__init__.py")}
+    assert found <= listed, sorted(found - listed)
+
+
 # ---- tests follow the layout ---------------------------------------------------------------------
 
 TESTS = Path(__file__).resolve().parent
@@ -172,7 +184,7 @@ TESTED_THROUGH_OTHERS = {
     "units.py": "constants and converters used by every loader, cost and report",
     "network/fixed.py": "the fixed-latency network tests/test_engine.py runs on",
     "network/links.py": "link statistics: tests/network/test_solver.py and tests/network/test_flow.py",
-    "network/protocol.py": "the engine's side of it: tests/test_engine.py drives a network by hand",
+    "network/interface.py": "the engine's side of it: tests/test_engine.py drives a network by hand",
     "schedules/ir.py": "actions and schedules, built by every test of tests/schedules/",
     "specs/gpu.py": "GPU presets and tables: tests/test_doctests.py and tests/topology/test_build.py",
     "specs/strict.py": "strict tables: the loaders' error tests and tests/test_fuzz_loaders.py",

@@ -157,7 +157,7 @@ def test_every_report_key_is_documented():
     from typing import get_type_hints
 
     from simtrain.analytic.model import AnalyticReport
-    from simtrain.metrics import Report
+    from simtrain.results.metrics import Report
 
     lines = [line for line in page("report.md").splitlines() if line.startswith("- `") and ": " in line]
     for key in {*get_type_hints(Report), *get_type_hints(AnalyticReport)}:
@@ -228,6 +228,15 @@ def test_python_examples_use_only_the_top_level_api_and_run(tmp_path, monkeypatc
                 assert node.attr in simtrain.__all__, f"{name}: simtrain.{node.attr}"
         exec(compile(code, name, "exec"), {})
     assert "step " in capsys.readouterr().out
+
+
+@pytest.mark.quick
+def test_the_api_page_names_every_public_name():
+    import simtrain
+
+    text = PAGES["docs/api.md"]
+    missing = [name for name in simtrain.__all__ if f"`{name}" not in text]
+    assert not missing, missing
 
 
 @pytest.mark.quick

@@ -11,8 +11,8 @@ MODULES = ["simtrain.api.resolve", "simtrain.api.simulate", "simtrain.api.estima
            "simtrain.api.search", "simtrain.analytic.model", "simtrain.analytic.compare", "simtrain.layout_search.simulated", "simtrain.specs.gpu",
            "simtrain.specs.parallel", "simtrain.specs.model", "simtrain.specs.order", "simtrain.topology.cluster",
            "simtrain.topology.mesh",
-           "simtrain.settings", "simtrain.cli.run", "simtrain.outputs.tables", "simtrain.imports.job",
-           "simtrain.imports.megatron", "simtrain.imports.torchtitan", "simtrain.workload.stages"]
+           "simtrain.settings", "simtrain.cli.run", "simtrain.outputs.text_tables", "simtrain.importers.job",
+           "simtrain.importers.megatron", "simtrain.importers.torchtitan", "simtrain.workload.stages"]
 
 
 SLOW = {"simtrain.api.simulate", "simtrain.api.compare", "simtrain.api.search", "simtrain.layout_search.simulated"}  # their examples run simulations and searches

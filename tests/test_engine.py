@@ -12,7 +12,7 @@ from simtrain.costs import KernelTimer, Shape
 from simtrain.errors import SimulationError
 from simtrain.network.analytic import AnalyticNetwork
 from simtrain.network.fixed import FixedLatency
-from simtrain.network.protocol import Step
+from simtrain.network.interface import Step
 from simtrain.schedules import generate
 from simtrain.specs.parallel import ParallelSpec
 from simtrain.topology.cluster import build_topology
@@ -193,7 +193,7 @@ def test_engine_knows_the_network_only_by_its_protocol():
     tree = ast.parse(Path(engine.__file__).read_text(encoding="utf-8"))
     imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
     imported |= {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
-    assert {m for m in imported if m.startswith("simtrain.network")} == {"simtrain.network.protocol"}
+    assert {m for m in imported if m.startswith("simtrain.network")} == {"simtrain.network.interface"}
 
 
 class PricedHalfSecond(FixedLatency):

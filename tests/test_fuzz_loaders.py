@@ -383,7 +383,7 @@ TITAN_LISTS = {"module_fqns_per_model_part": st.one_of(
 @settings(max_examples=LOADER_EXAMPLES["torchtitan"], **LOADERS)
 @given(st.data())
 def test_torchtitan_jobs(tmp_path_factory, data):
-    from simtrain.imports import from_torchtitan
+    from simtrain.importers import from_torchtitan
 
     job = json.loads(json.dumps(TITAN))
     for _ in range(data.draw(st.integers(1, 3))):
@@ -428,7 +428,7 @@ MEGATRON_VALUES = st.one_of(EDGE_INTS.map(lambda i: [str(i)]), EDGE_INTS.map(lam
 @given(st.lists(st.tuples(st.sampled_from(MEGATRON_FLAGS), MEGATRON_VALUES, st.booleans()), min_size=1, max_size=3),
        st.booleans())
 def test_megatron_argument_lines(words, with_model):
-    from simtrain.imports import from_megatron
+    from simtrain.importers import from_megatron
 
     line = " ".join(f"{flag}={' '.join(values)}" if inline else " ".join([flag, *values])
                     for flag, values, inline in words)

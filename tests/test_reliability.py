@@ -16,7 +16,7 @@ from helpers import tiny_model
 from simtrain import engine
 from simtrain.errors import SimulationError
 from simtrain.topology.mesh import build_mesh
-from simtrain.metrics import summarize
+from simtrain.results.metrics import summarize
 from simtrain.network.analytic import AnalyticNetwork
 from simtrain.network.fixed import FixedLatency
 from simtrain.workload.program import KIND, STREAM, Op, Program

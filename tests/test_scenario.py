@@ -7,7 +7,8 @@ from dataclasses import fields, replace
 
 import pytest
 
-from simtrain import api, perturbed
+from simtrain import api
+from simtrain.api import perturbations as perturbed
 from simtrain.scenario import RunOptions, Scenario, given_settings, scenario_config, setting_values
 from simtrain.settings import SETTINGS
 

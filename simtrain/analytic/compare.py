@@ -1,6 +1,6 @@
 """Analytic against simulated: the same categories side by side, and why they differ.
 
-Pure functions of two reports' step metrics (:class:`~simtrain.metrics.StepMetrics`, which the
+Pure functions of two reports' step metrics (:class:`~simtrain.results.metrics.StepMetrics`, which the
 simulation's report and the closed form's both hold). The explanations name the modelling
 difference behind each category; they are chosen by the sign and size of the difference, not
 written per configuration.
@@ -8,7 +8,7 @@ written per configuration.
 
 from __future__ import annotations
 
-from simtrain.metrics import BREAKDOWN, StepMetrics
+from simtrain.results.metrics import BREAKDOWN, StepMetrics
 
 #: What makes each category differ, by direction (simulated above / below analytic).
 CAUSES = {

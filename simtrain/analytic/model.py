@@ -54,7 +54,7 @@ Time of one micro-batch on the slowest (last) stage, then the step:
 * bubble ``(p - 1) t_mb`` for 1F1B; other schedules: their record's bubble
   (:meth:`simtrain.schedules.record.ScheduleRecord.bubble`).
 
-The step splits into the simulator's categories (:data:`simtrain.metrics.BREAKDOWN`):
+The step splits into the simulator's categories (:data:`simtrain.results.metrics.BREAKDOWN`):
 compute ``m x avg``, recompute, imbalance ``m (slow - recompute - avg)``, tp, cp, ep, pp, bubble,
 dp. MoE models (:mod:`simtrain.analytic.moe`): ``N`` in ``f_layer`` is the active parameter count
 (top-k routed and shared experts), each MoE layer adds its routed experts' grouped-GEMM time at
@@ -80,7 +80,7 @@ from simtrain.analytic import ledger, moe
 from simtrain.analytic.bandwidth import (cluster_bandwidths, group_bandwidth,  # noqa: F401 (re-exported)
                                         group_spans, per_node)
 from simtrain.errors import SpecError
-from simtrain.metrics import BREAKDOWN, StepMetrics, step_metrics
+from simtrain.results.metrics import BREAKDOWN, StepMetrics, step_metrics
 from simtrain.schedules.registry import REGISTRY
 from simtrain.specs.gpu import GpuSpec
 from simtrain.specs.model import ModelSpec
@@ -331,7 +331,7 @@ def estimate(model: ModelSpec, cluster: Cluster, par: ParallelSpec, *, gpu: GpuS
     cluster's node count is not checked (see :func:`analytic_report`).
 
     The report (:class:`AnalyticReport`) has the simulator's step metrics
-    (:class:`~simtrain.metrics.StepMetrics`: ``step_time_s``, ``mfu``, ``breakdown_s`` over the
+    (:class:`~simtrain.results.metrics.StepMetrics`: ``step_time_s``, ``mfu``, ``breakdown_s`` over the
     nine categories summing to the step time, ``peak_memory_gib`` per stage, ...), plus
     ``memory_gib`` (the notes' number: the first stage), ``recompute_layers`` and
     ``"model": "analytic"``.

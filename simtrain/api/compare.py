@@ -15,7 +15,7 @@ from simtrain.analytic.compare import largest_differences, side_by_side
 from simtrain.api.estimate import estimate, not_modelled_note
 from simtrain.api.simulate import SimResult, simulate
 from simtrain.api.types import check_instance
-from simtrain.outputs.tables import fmt_seconds
+from simtrain.outputs.text_tables import fmt_seconds
 from simtrain.scenario import Scenario, scenario_config
 
 #: The header of the comparison table.

@@ -10,7 +10,7 @@ from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
 
-from simtrain import perturbed
+from simtrain.api import perturbations as perturbed
 from simtrain.api.schedule import build_schedule
 from simtrain.api.types import check_choice, check_fields, check_instance, check_path, check_settings
 from simtrain.costs.calibration import check_peaks, read_calibration

@@ -10,12 +10,13 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from simtrain import budget, engine, perturbed
+from simtrain import budget, engine
+from simtrain.api import perturbations as perturbed
 from simtrain.api.schedule import build_schedule
 from simtrain.api.types import check_instance
-from simtrain.energy import power_draw
+from simtrain.results.energy import power_draw
 from simtrain.finite import check_finite, check_timeline
-from simtrain.metrics import Report, run_report
+from simtrain.results.metrics import Report, run_report
 from simtrain.network.algorithms import check_forced
 from simtrain.network.models import MODELS as NETWORK_MODELS
 from simtrain.scenario import Scenario, scenario_config
@@ -114,7 +115,7 @@ def _router(cluster: Cluster, pert: Perturbations) -> Router:
 
 
 def _perturbation_costs(scenario: Scenario, step_s: float) -> dict[str, Any]:
-    """The report's ``perturbations`` section (:func:`simtrain.perturbed.cost_report`): the
+    """The report's ``perturbations`` section (:func:`simtrain.api.perturbations.cost_report`): the
     scenario simulated again without perturbations and with each perturbing setting alone."""
     def step_with(perturbations: Perturbations) -> float:
         other = replace(scenario, perturbations=perturbations)

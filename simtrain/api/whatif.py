@@ -4,7 +4,7 @@ For each cluster (a topology at a GPU count; and, with a sweep ``(key, values)``
 topology key) :func:`whatif` finds the cluster's best layout with the search's machinery
 (:func:`simtrain.layout_search.simulated.simulated_search`: layouts ranked in closed form, the candidates
 simulated, the fastest that fits in memory kept), simulates that layout once more for its full
-report (energy, cost and time to train, :mod:`simtrain.energy`), and ranks the clusters by time
+report (energy, cost and time to train, :mod:`simtrain.results.energy`), and ranks the clusters by time
 to train and by cost to train. A sweep writes each changed topology as a file beside the plots
 (:mod:`simtrain.outputs.whatif`), so every candidate loads it as a user's file.
 """

@@ -18,7 +18,7 @@ def write_outputs(result: SimResult, out_dir: str | Path, plot: bool = True, *, 
                   chart: ChartOptions | None = None, comparison: SideBySide | None = None) -> dict[str, str]:
     """Write report.json, trace.json, (unless ``plot`` is false) timeline.png showing what
     ``chart`` selects and (with ``html``) report.html, with ``comparison`` in it, into ``out_dir``."""
-    from simtrain.metrics import memory_timeline
+    from simtrain.results.metrics import memory_timeline
     from simtrain.outputs.files import final_paths, output_set
     from simtrain.outputs.formats import FORMATS, OutputRun
     from simtrain.outputs.trace import run_counters

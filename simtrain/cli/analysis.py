@@ -23,7 +23,7 @@ def _resolve(run: RunArgs):
 
 def cmd_analytic(args: argparse.Namespace) -> int:
     from simtrain.api.estimate import estimate, not_modelled_note
-    from simtrain.outputs.tables import run_summary
+    from simtrain.outputs.text_tables import run_summary
     from simtrain.scenario import scenario_config
 
     run = run_args(args)
@@ -51,7 +51,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from simtrain.api.compare import COMPARE_HEADER, compare
     from simtrain.api.write import write_outputs
     from simtrain.outputs.html import SideBySide
-    from simtrain.outputs.tables import table
+    from simtrain.outputs.text_tables import table
 
     run = run_args(args, output_defaults={"out": None})
     chart = chart_of(run.outputs)
@@ -95,7 +95,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 def cmd_search(args: argparse.Namespace) -> int:
     from simtrain.api.search import search
     from simtrain.outputs.progress import Progress, wanted
-    from simtrain.outputs.tables import table
+    from simtrain.outputs.text_tables import table
 
     results = Path(args.results) if args.results else None
     if results is not None:  # appended to, or replaced without --resume

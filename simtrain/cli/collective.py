@@ -17,7 +17,7 @@ from simtrain.api.collective import COLLECTIVE_NETWORKS, MAX_SIZE_BYTES, collect
 from simtrain.cli.types import positive_int
 from simtrain.errors import SpecError
 from simtrain.network.algorithms import ALGORITHMS
-from simtrain.outputs.tables import fmt_seconds
+from simtrain.outputs.text_tables import fmt_seconds
 from simtrain.outputs.words import counted
 from simtrain.specs.strict import shown
 from simtrain.units import GB, MB, TB, GiB, KB, KiB, MiB, TiB
@@ -73,7 +73,7 @@ def _fmt_ranks(ranks: list[int]) -> str:
 
 
 def format_report(rep: dict[str, Any]) -> str:
-    from simtrain.outputs.tables import table
+    from simtrain.outputs.text_tables import table
 
     k = len(rep["groups"])
     head = (f"{rep['op']} of {rep['size_bytes']:,} bytes on {len(rep['ranks'])} GPUs (ranks "

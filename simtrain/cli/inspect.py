@@ -84,7 +84,7 @@ def _number(value: float | None, fmt: str = ",.0f") -> str:
 
 def list_table(what: str, rows: list[dict[str, Any]]) -> str:
     """``simtrain list WHAT`` as a text table."""
-    from simtrain.outputs.tables import table
+    from simtrain.outputs.text_tables import table
 
     if what == "gpus":
         return table([[r["name"], _number(r["bf16_tflops"]), _number(r["fp8_tflops"]), _number(r["hbm_gib"]),
@@ -128,7 +128,7 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_topology(args: argparse.Namespace) -> int:
-    from simtrain.outputs.tables import fmt_bandwidth, table
+    from simtrain.outputs.text_tables import fmt_bandwidth, table
     from simtrain.topology.cluster import load_topology, summary
 
     if args.draw:

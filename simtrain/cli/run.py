@@ -4,7 +4,7 @@ The setting flags come from the settings table, one per setting (two for a bool 
 spellings, ``--sp``/``--no-sp``): :data:`~simtrain.settings.SETTINGS` for the scenario and
 :data:`~simtrain.settings.OUTPUTS` for the command's output (``--out``, ``--no-plot``, ``--json``,
 ``--require-fit``). Every one is also a key of a ``--config`` TOML file. A job of another
-framework comes in through ``--from-torchtitan`` or ``--from-megatron`` (:mod:`simtrain.imports`).
+framework comes in through ``--from-torchtitan`` or ``--from-megatron`` (:mod:`simtrain.importers`).
 Values are taken in this order, each over the one before: the default scenario, ``--config`` or
 the imported job, the flags.
 """
@@ -86,7 +86,7 @@ class RunArgs:
 
     settings: dict[str, Any]
     outputs: dict[str, Any]
-    imported: Any = None  # simtrain.imports.Imported
+    imported: Any = None  # simtrain.importers.Imported
     flags: dict[str, Any] = field(default_factory=dict)  # the settings given as flags
     inputs: tuple[tuple[str, str], ...] = ()  # (flag, path) of each input that may be a file
     given_outputs: tuple[str, ...] = ()  # the output settings given (as flags or by --config)
@@ -124,7 +124,7 @@ def run_args(args: argparse.Namespace, output_defaults: Mapping[str, Any] | None
     if args.config:
         settings = api.load_config(args.config)
     elif args.from_torchtitan or args.from_megatron:
-        from simtrain.imports import from_megatron, from_torchtitan
+        from simtrain.importers import from_megatron, from_torchtitan
 
         imported = (from_torchtitan(args.from_torchtitan, flags) if args.from_torchtitan
                     else from_megatron(args.from_megatron, flags))
@@ -184,7 +184,7 @@ def chart_of(outputs: Mapping[str, Any]):
 
 def cmd_run(args: argparse.Namespace) -> int:
     from simtrain import api
-    from simtrain.outputs.tables import memory_excess, run_summary
+    from simtrain.outputs.text_tables import memory_excess, run_summary
 
     run = run_args(args)
     chart = chart_of(run.outputs)

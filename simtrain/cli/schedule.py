@@ -35,7 +35,7 @@ def check_costs(F: float, I: float, W: float, comm: float) -> None:  # noqa: E74
 
 
 def cmd_schedule(args: argparse.Namespace) -> int:
-    from simtrain.outputs.tables import table
+    from simtrain.outputs.text_tables import table
     from simtrain.outputs.view import chart_options
     from simtrain.outputs.words import counted
     from simtrain.schedules import REGISTRY, load_schedule

@@ -115,7 +115,7 @@ def _money(x: float | None) -> str:
 
 
 def cmd_whatif(args: argparse.Namespace) -> int:
-    from simtrain.outputs.tables import fmt_duration, fmt_seconds, table
+    from simtrain.outputs.text_tables import fmt_duration, fmt_seconds, table
 
     for name in ("price_per_gpu_hour_usd", "train_tokens", "seq", "gbs", "gpus"):
         if getattr(args, name) is not None:

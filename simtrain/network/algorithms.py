@@ -3,7 +3,7 @@
 A :class:`CollectiveAlgorithm` says which collectives an algorithm implements, where it can run,
 whether the tuner offers it for a group, how it runs as phases of flows (builders in
 :mod:`simtrain.network.phases` and :mod:`simtrain.network.trees`) and which family of NCCL's
-tuning model prices its latency and protocols (:mod:`simtrain.network.protocols`; none: Simple,
+tuning model prices its latency and protocols (:mod:`simtrain.network.nccl_protocols`; none: Simple,
 with the latency its builder sets). Everything that asks about algorithms (the tuner,
 :func:`check_algorithm`, :func:`applicable`, :func:`phases`, :func:`price`) reads
 :data:`REGISTRY`, or the registry it is given: adding an algorithm is adding one record.
@@ -11,7 +11,7 @@ with the latency its builder sets). Everything that asks about algorithms (the t
 The price of an algorithm is its closed form on the graph: for each protocol, NCCL's latency plus
 each phase's busiest link (bytes over achievable bandwidth, :func:`~simtrain.network.phases.phase_time`)
 divided by the protocol's bandwidth factor (a tree no faster than NCCL's per-channel cap,
-:func:`~simtrain.network.protocols.tree_cap_Bps`); the protocol with the smallest time wins, as in
+:func:`~simtrain.network.nccl_protocols.tree_cap_Bps`); the protocol with the smallest time wins, as in
 NCCL's ``ncclTopoGetAlgoTime``. The flow network runs the same phases with the bytes scaled by the
 same ratio and the latency after the last phase, so both fidelities agree when nothing contends.
 """
@@ -27,7 +27,7 @@ from simtrain.errors import SpecError, unknown_name
 from simtrain.network.channels import HopArrays, channel_count, node_blocks
 from simtrain.network.phases import (Phase, direct_phases, group_shape, hierarchical_phases, hops_time, phase_time,
                                      ring_phases, ring_unit_hops)
-from simtrain.network.protocols import GroupShape, bandwidth_factor, latency_s, protocols, tree_cap_Bps
+from simtrain.network.nccl_protocols import GroupShape, bandwidth_factor, latency_s, protocols, tree_cap_Bps
 from simtrain.network.trees import nvls_phases, nvls_tree_phases, tree_phases, tree_unit_hops
 from simtrain.topology.cluster import Cluster
 from simtrain.topology.routes import Router

@@ -1,6 +1,6 @@
 """The ``analytic`` network: collectives and transfers priced up front in closed form.
 
-A :class:`~simtrain.network.protocol.PricedNetwork` whose prices are the
+A :class:`~simtrain.network.interface.PricedNetwork` whose prices are the
 :class:`~simtrain.network.planner.Planner`'s: NCCL's algorithm and protocol choice, its channels
 over every NIC, the links' achievable bandwidth and NCCL's latency model, exactly as
 ``simtrain collective`` reports them for one group. Concurrent collectives do not slow each other
@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from simtrain.network.planner import Planner
-from simtrain.network.protocol import PricedNetwork
+from simtrain.network.interface import PricedNetwork
 from simtrain.topology.cluster import Cluster
 from simtrain.topology.routes import Router
 

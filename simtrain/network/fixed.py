@@ -7,7 +7,7 @@
 
 from __future__ import annotations
 
-from simtrain.network.protocol import PricedNetwork
+from simtrain.network.interface import PricedNetwork
 
 
 class FixedLatency(PricedNetwork):

@@ -18,7 +18,7 @@ from typing import Any, Callable, Iterator
 from simtrain.network.links import Link, link_report
 from simtrain.network.phases import Phase, phase_load
 from simtrain.network.planner import Planner
-from simtrain.network.protocol import LinkSeries, Step, comm_parts, op_parts
+from simtrain.network.interface import LinkSeries, Step, comm_parts, op_parts
 from simtrain.network.solver import FlowModel
 from simtrain.topology.cluster import Cluster
 from simtrain.topology.routes import Router
@@ -29,7 +29,7 @@ Groups = tuple[tuple[int, ...], ...]
 
 
 class FlowNetwork:
-    """The flow fidelity's :class:`~simtrain.network.protocol.NetworkModel`. ``algo`` forces a
+    """The flow fidelity's :class:`~simtrain.network.interface.NetworkModel`. ``algo`` forces a
     collective algorithm where it applies (elsewhere the tuner decides); ``nvls`` enables or
     disables NVLink SHARP (None: as the topology says). Each :meth:`prepare` starts a fresh flow
     model, kept in :attr:`model` after the run."""

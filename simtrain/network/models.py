@@ -1,6 +1,6 @@
 """The network-model registry: every network a run can use, by name, one record each.
 
-A network model implements :class:`~simtrain.network.protocol.NetworkModel`; adding one is its
+A network model implements :class:`~simtrain.network.interface.NetworkModel`; adding one is its
 module plus one record in :data:`MODELS`. Everything that names a network reads it here: the
 ``--network`` setting's choices and help, :func:`simtrain.api.simulate`, and the networks
 ``simtrain collective`` can time a collective on.
@@ -14,7 +14,7 @@ from types import MappingProxyType
 
 from simtrain.network.analytic import AnalyticNetwork
 from simtrain.network.fixed import FixedLatency
-from simtrain.network.protocol import NetworkModel
+from simtrain.network.interface import NetworkModel
 from simtrain.topology.cluster import Cluster
 from simtrain.topology.routes import Router
 

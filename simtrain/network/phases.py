@@ -8,7 +8,7 @@ the per-rank send buffer of an all-to-all (``S/n`` to each peer), the message of
 send. NCCL pipelines its algorithms chunk by chunk, so a ring or a tree is one phase whose flows
 all run at once (the steady state of the pipeline); hierarchical all-reduce runs three phases.
 The latency of the NCCL algorithms comes from their tuning model
-(:mod:`simtrain.network.protocols`); builders here set it where a phase's latency is that of its
+(:mod:`simtrain.network.nccl_protocols`); builders here set it where a phase's latency is that of its
 routes (sends) or of its sub-collectives (hierarchical). Tree and NVLS builders are in
 :mod:`simtrain.network.trees`; the algorithm records that use the builders in
 :mod:`simtrain.network.algorithms`.
@@ -23,7 +23,7 @@ import numpy as np
 
 from simtrain.network.channels import HopArrays, node_blocks, pxn_relay, rail_members, ring_hop_arrays, ring_hops
 from simtrain.network.links import Link
-from simtrain.network.protocols import GroupShape, latency_s
+from simtrain.network.nccl_protocols import GroupShape, latency_s
 from simtrain.topology.cluster import Cluster
 from simtrain.topology.routes import Router
 
@@ -113,7 +113,7 @@ def hierarchical_phases(op: str, gpus: Sequence[int], nbytes: float, router: Rou
     nodes (one per local position, so one per rail), then ring all-gather inside each node
     (NCCL's CollNet/"2D" schemes, Horovod hierarchical all-reduce; Jia et al., "Highly scalable
     deep learning training system with mixed-precision", 2018). Three phases, each with the
-    ``Simple`` ring latency of its sub-collective (:mod:`simtrain.network.protocols`)."""
+    ``Simple`` ring latency of its sub-collective (:mod:`simtrain.network.nccl_protocols`)."""
     if len(gpus) <= 1 or nbytes <= 0:
         return []
     blocks = node_blocks(gpus, router.cluster)

@@ -16,7 +16,7 @@ from simtrain.network.algorithms import (REGISTRY, CollectiveAlgorithm, Price, c
                                          hop_cost, normalize_op, price, scaled_phases, tuning_shape, unit_cost,
                                          unit_phases)
 from simtrain.network.phases import Phase
-from simtrain.network.protocols import GroupShape, latency_s, protocols
+from simtrain.network.nccl_protocols import GroupShape, latency_s, protocols
 from simtrain.network.shapes import GroupShapes, NodeKey, ring_learned, same_node_key
 from simtrain.topology.cluster import Cluster
 from simtrain.topology.routes import Router

@@ -2,7 +2,7 @@
 
 NCCL pipelines both, so each is one phase whose flows all run at once (the steady state of the
 pipeline: reduction and broadcast overlap, one link direction each); their latency comes from
-NCCL's tuning model (:mod:`simtrain.network.protocols`). Channels and heads as in
+NCCL's tuning model (:mod:`simtrain.network.nccl_protocols`). Channels and heads as in
 :mod:`simtrain.network.channels`: channel ``c`` of a node is carried across nodes by its head,
 the member at position ``floor(c k / C)``, on that member's NIC.
 """

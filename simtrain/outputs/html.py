@@ -26,11 +26,11 @@ from typing import Any
 
 import numpy as np
 
-from simtrain.metrics import BREAKDOWN
+from simtrain.results.metrics import BREAKDOWN
 from simtrain.outputs.colors import (CAPACITY_COLOUR, CHUNK_LIGHTEN, KIND_COLOURS, KIND_HATCHES,
                                      KIND_LABELS, LINE_COLOURS, hex_colour, lighten, text_colour)
 from simtrain.outputs.files import atomic_open
-from simtrain.outputs.tables import EXPOSED_NOTE, IDLE_NOTE, fmt_seconds
+from simtrain.outputs.text_tables import EXPOSED_NOTE, IDLE_NOTE, fmt_seconds
 from simtrain.outputs.view import chunk_index, plan_rows, row_of_spans
 from simtrain.timeline import Timeline
 from simtrain.units import GiB

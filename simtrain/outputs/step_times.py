@@ -1,6 +1,6 @@
 """The step-time distribution of a run of several steps (``--steps N``, with ``--jitter`` or
 ``--slow-steps``): each step's time in order and their histogram, with the mean and the 50th,
-90th and 99th percentiles of the steady steps marked (:func:`simtrain.metrics.step_time_stats`)."""
+90th and 99th percentiles of the steady steps marked (:func:`simtrain.results.metrics.step_time_stats`)."""
 
 from __future__ import annotations
 

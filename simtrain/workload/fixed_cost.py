@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from simtrain.metrics import memory_peaks, rank_breakdown
+from simtrain.results.metrics import memory_peaks, rank_breakdown
 from simtrain.schedules import REGISTRY, Replay, Schedule, replay, scaled_costs, validate
 from simtrain.schedules.replay import stage_weight
 from simtrain.timeline import Timeline, TimelineBuilder

@@ -8,7 +8,7 @@ from helpers import cli
 from simtrain import api, engine
 from simtrain.costs import KernelTimer, Shape, attention_cost, mlp_cost
 from simtrain.network.analytic import AnalyticNetwork
-from simtrain.network.protocol import op_parts
+from simtrain.network.interface import op_parts
 from simtrain.topology.mesh import build_mesh
 from simtrain.topology.routes import Router
 from simtrain.workload.lower import lower

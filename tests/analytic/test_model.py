@@ -103,7 +103,7 @@ def test_report_matches_simulator_keys(llama70b, seed64):
     from typing import get_type_hints
 
     from simtrain.analytic.model import AnalyticReport
-    from simtrain.metrics import StepMetrics
+    from simtrain.results.metrics import StepMetrics
 
     est = estimate(llama70b, seed64, ParallelSpec(recompute="auto", tp=8, pp=4, dp=2, gbs=32, seq=8192))
     assert set(get_type_hints(StepMetrics)) < set(est) == set(get_type_hints(AnalyticReport))

@@ -7,7 +7,7 @@ import pytest
 
 from helpers import N_70B, N_8B
 from simtrain.analytic.search import closed_form_search, format_plan, rank_of
-from simtrain.metrics import BREAKDOWN
+from simtrain.results.metrics import BREAKDOWN
 
 pytestmark = pytest.mark.quick
 

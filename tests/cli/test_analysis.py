@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from helpers import assert_user_error, cli, cli_json
-from simtrain.metrics import BREAKDOWN
+from simtrain.results.metrics import BREAKDOWN
 
 
 # The notes' three best layouts of the 70B on 64 GPUs (TP, CP, PP), there at gbs 512. At gbs 128 (32 to 128

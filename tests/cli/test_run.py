@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from helpers import assert_user_error, cli, cli_json, drawn_xlims
-from simtrain.metrics import BREAKDOWN
+from simtrain.results.metrics import BREAKDOWN
 from simtrain.schedules import generate
 
 

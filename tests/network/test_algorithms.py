@@ -12,7 +12,7 @@ from simtrain.network.algorithms import (ALGORITHMS, REGISTRY, CollectiveAlgorit
                                          check_algorithm, phases, price, select_algorithm, uncontended_time)
 from simtrain.network.phases import Phase
 from simtrain.network.planner import Planner
-from simtrain.network.protocols import GroupShape, latency_s
+from simtrain.network.nccl_protocols import GroupShape, latency_s
 from simtrain.topology.cluster import load_topology
 from simtrain.topology.routes import Router
 

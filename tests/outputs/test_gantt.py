@@ -11,7 +11,7 @@ import pytest
 
 from helpers import assert_user_error, cli, two_rank_timeline
 from simtrain import api
-from simtrain.metrics import memory_timeline
+from simtrain.results.metrics import memory_timeline
 from simtrain.outputs.colors import KIND_HATCHES
 from simtrain.outputs.gantt import _chunks_of, _compound, _merged, draw_gantt, gantt_figure
 from simtrain.outputs.view import chunk_index, parse_window

@@ -2,7 +2,7 @@
 
 import pytest
 
-from simtrain.metrics import step_time_stats
+from simtrain.results.metrics import step_time_stats
 from simtrain.outputs.step_times import draw_step_times
 
 

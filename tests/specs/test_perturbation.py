@@ -91,7 +91,7 @@ def test_a_failed_link_given_twice_is_refused_naming_it(text):
 
 
 def test_setting_texts_parse_back_and_each_setting_alone():
-    from simtrain.perturbed import from_texts
+    from simtrain.api.perturbations import from_texts
 
     p = from_texts(straggler="5:0.5,17", throttle="0.25", slow_node="1", node_gpu="0-1:a100-80g",
                    degrade_link="leaf0-spine3:0.5", fail_link="leaf1-spine0", seed=3)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from simtrain.errors import ScheduleError
-from simtrain.metrics import memory_timeline
+from simtrain.results.metrics import memory_timeline
 from simtrain.schedules import REGISTRY, Action, Schedule, generate, replay, scaled_costs
 from simtrain.workload.fixed_cost import run_schedule
 

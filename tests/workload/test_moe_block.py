@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from simtrain import costs, engine
-from simtrain.metrics import summarize
+from simtrain.results.metrics import summarize
 from simtrain.network.analytic import AnalyticNetwork
 from simtrain.schedules import generate
 from simtrain.specs.gpu import get_gpu

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from simtrain.errors import SpecError
-from simtrain.imports.job import Imported, JobReader, stage_split
+from simtrain.importers.job import Imported, JobReader, stage_split
 from simtrain.specs.strict import check_value, read_toml, shown
 
 #: (torchtitan model name, flavor) -> simtrain model preset.

@@ -28,7 +28,7 @@ The report is typed: :class:`StepMetrics` holds the metrics that both the simula
 entry in docs/report.md (generated), plus one line in :func:`step_metrics` (a key derived
 from the step's quantities: both reports then carry it) or in :func:`run_report` (a key only
 the simulation gives, measured here on the timeline), and its row in
-:func:`simtrain.outputs.tables.run_summary`. JSON writing and ``compare`` need no change.
+:func:`simtrain.outputs.text_tables.run_summary`. JSON writing and ``compare`` need no change.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from typing import Any, TypedDict, cast
 import numpy as np
 
 from simtrain.costs.timing import SOURCES
-from simtrain.energy import PowerDraw, RankSeconds, energy_metrics
+from simtrain.results.energy import PowerDraw, RankSeconds, energy_metrics
 from simtrain.specs.gpu import GpuSpec
 from simtrain.specs.model import ModelSpec
 from simtrain.specs.parallel import ParallelSpec
@@ -367,7 +367,7 @@ def run_report(tl: Timeline, program: Program, *, model: ModelSpec, gpu: GpuSpec
     """The report of a simulated step: the metrics of its timeline and the facts of the run,
     with the ``interference`` factor the engine ran with, the compute seconds communication
     added on each simulated rank (``slowdown_s``) and the energy and cost of the step at the
-    cluster's ``power`` (:mod:`simtrain.energy`; without it, no GPU power and no price)."""
+    cluster's ``power`` (:mod:`simtrain.results.energy`; without it, no GPU power and no price)."""
     ends = tl.step_ends()
     last = tl.window(ends[-2], ends[-1]) if len(ends) > 1 else tl
     metrics = summarize(last, model=model, gpu=gpu, num_gpus=par.world, seq=par.seq, gbs=par.gbs,

@@ -3,8 +3,8 @@
 :class:`Imported` job: the settings, and the job's keys that have no effect on one step. Keys that
 change the step in a way simtrain does not model are named in one error."""
 
-from simtrain.imports.job import Imported
-from simtrain.imports.megatron import from_megatron
-from simtrain.imports.torchtitan import from_torchtitan
+from simtrain.importers.job import Imported
+from simtrain.importers.megatron import from_megatron
+from simtrain.importers.torchtitan import from_torchtitan
 
 __all__ = ["Imported", "from_megatron", "from_torchtitan"]

@@ -129,7 +129,7 @@ def arch_row(arch: str) -> int:
     row = ARCH_ROW.get(arch)
     if row is None:
         raise SpecError(f"gpu architecture {arch!r} has no row in NCCL's tuning tables "
-                        f"(simtrain.network.protocols.ARCH_ROW, rows for: {', '.join(ARCH_ROW)}); "
+                        f"(simtrain.network.nccl_protocols.ARCH_ROW, rows for: {', '.join(ARCH_ROW)}); "
                         f"add one (Volta 0, Ampere 1, Hopper 2)")
     return row
 

@@ -6,7 +6,7 @@ import textwrap
 from collections.abc import Mapping
 from typing import Any
 
-from simtrain.metrics import BREAKDOWN, StepMetrics
+from simtrain.results.metrics import BREAKDOWN, StepMetrics
 from simtrain.outputs.words import counted
 from simtrain.units import GB, MS, US
 
@@ -133,7 +133,7 @@ def fmt_duration(s: float) -> str:
 
 
 def energy_table(report: Mapping[str, Any]) -> str:
-    """Energy, cost and time to train of a report (:mod:`simtrain.energy`): the rows it has numbers
+    """Energy, cost and time to train of a report (:mod:`simtrain.results.energy`): the rows it has numbers
     for, empty when it has none (a closed-form report, a GPU of unknown power and no price)."""
     r = report
     rows = []
@@ -172,7 +172,7 @@ EXPOSED_NOTE = ("exposed: the time a kind runs while the compute stream is idle;
 
 
 def perturbation_table(report: Mapping[str, Any]) -> str:
-    """What the perturbations of a run cost (:mod:`simtrain.perturbed`): the step without them and
+    """What the perturbations of a run cost (:mod:`simtrain.api.perturbations`): the step without them and
     each perturbing setting alone; empty without perturbations."""
     p = report.get("perturbations") or {}
     if not p:

@@ -1,7 +1,7 @@
 """What an imported training job becomes: simtrain settings, the keys left out, and one error for
 the keys simtrain cannot simulate.
 
-A framework reader (:mod:`~simtrain.imports.torchtitan`, :mod:`~simtrain.imports.megatron`) walks
+A framework reader (:mod:`~simtrain.importers.torchtitan`, :mod:`~simtrain.importers.megatron`) walks
 the job's keys and tells a :class:`JobReader` what each one is: a setting (:meth:`JobReader.set`,
 whose name must be one of :data:`simtrain.settings.SETTINGS`),
 a key with no effect on one simulated step (:meth:`JobReader.ignore`: logging, paths, checkpoints,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from simtrain.network.protocols import GroupShape, bandwidth_factor, latency_s, protocols, tree_cap_Bps
+from simtrain.network.nccl_protocols import GroupShape, bandwidth_factor, latency_s, protocols, tree_cap_Bps
 
 pytestmark = pytest.mark.quick
 
@@ -78,7 +78,7 @@ def test_tree_cap_per_channel_by_generation_and_nodes():
 @pytest.mark.quick
 def test_every_architecture_has_a_row_and_a_missing_one_is_one_line():
     from simtrain.errors import SpecError
-    from simtrain.network.protocols import ARCH_ROW
+    from simtrain.network.nccl_protocols import ARCH_ROW
     from simtrain.specs.arch import ARCHS
 
     assert set(ARCHS) <= set(ARCH_ROW)

@@ -9,9 +9,9 @@ import pytest
 
 from helpers import GPU, assert_user_error, cli_json, make_cluster, tiny_model, two_rank_timeline
 from simtrain import api
-from simtrain.energy import ENERGY_KEYS, PowerDraw, RankSeconds, energy_metrics, power_draw
+from simtrain.results.energy import ENERGY_KEYS, PowerDraw, RankSeconds, energy_metrics, power_draw
 from simtrain.errors import SpecError
-from simtrain.metrics import run_report
+from simtrain.results.metrics import run_report
 from simtrain.specs.parallel import ParallelSpec
 from simtrain.topology.cluster import build_topology
 from simtrain.workload.program import Program
@@ -166,6 +166,6 @@ def test_a_gpu_of_unknown_power_gives_no_energy_but_its_cost():
 def test_docstring_examples():
     import doctest
 
-    import simtrain.energy
+    import simtrain.results.energy
 
-    assert doctest.testmod(simtrain.energy).failed == 0
+    assert doctest.testmod(simtrain.results.energy).failed == 0

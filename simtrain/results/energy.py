@@ -38,7 +38,7 @@ J_PER_KWH = 3.6e6
 S_PER_HOUR = 3600.0
 #: Graph node kinds that are fabric switches (simtrain.topology.cluster).
 SWITCH_KINDS = ("leaf", "spine", "core")
-#: The report keys :func:`energy_metrics` gives (documented on :class:`simtrain.metrics.Report`).
+#: The report keys :func:`energy_metrics` gives (documented on :class:`simtrain.results.metrics.Report`).
 ENERGY_KEYS = ("energy_per_step_j", "gpu_energy_per_step_j", "mean_power_w", "tokens_per_kwh",
                "cost_per_step_usd", "tokens_per_usd", "train_steps", "time_to_train_s",
                "energy_to_train_kwh", "cost_to_train_usd")

@@ -55,7 +55,7 @@ from pathlib import Path
 from typing import Any
 
 from simtrain.errors import SpecError
-from simtrain.imports.job import Imported, JobReader, match_model
+from simtrain.importers.job import Imported, JobReader, match_model
 from simtrain.specs.strict import read_text, shown
 
 #: Flags that set one simtrain setting to their integer value.

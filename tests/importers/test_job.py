@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from simtrain.errors import SpecError
-from simtrain.imports.job import JobReader, match_model, stage_split
+from simtrain.importers.job import JobReader, match_model, stage_split
 
 pytestmark = pytest.mark.quick
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from simtrain.errors import SpecError
-from simtrain.imports.torchtitan import from_torchtitan
+from simtrain.importers.torchtitan import from_torchtitan
 
 pytestmark = pytest.mark.quick
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from simtrain.errors import SpecError
-from simtrain.imports.megatron import from_megatron, launch_tokens
+from simtrain.importers.megatron import from_megatron, launch_tokens
 
 pytestmark = pytest.mark.quick
 

@@ -121,7 +121,7 @@ def test_a_failure_that_disconnects_a_group_names_the_group():
 
 @pytest.mark.quick
 def test_the_cost_report_runs_without_them_and_with_each_setting_alone():
-    from simtrain import perturbed
+    from simtrain.api import perturbations as perturbed
     from simtrain.specs.perturbation import Perturbations
 
     p = perturbed.from_texts(straggler="1:0.5", throttle="0", seed=4)

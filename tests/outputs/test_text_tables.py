@@ -8,7 +8,7 @@ import json
 import pytest
 
 from helpers import cli
-from simtrain.outputs.tables import EXPOSED_NOTE, IDLE_NOTE, table
+from simtrain.outputs.text_tables import EXPOSED_NOTE, IDLE_NOTE, table
 
 
 def test_a_run_that_does_not_fit_says_where_and_by_how_much(tmp_path):
