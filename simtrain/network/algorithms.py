@@ -27,7 +27,8 @@ from simtrain.errors import SpecError, unknown_name
 from simtrain.network.channels import HopArrays, channel_count, node_blocks
 from simtrain.network.phases import (Phase, direct_phases, group_shape, hierarchical_phases, hops_time, phase_time,
                                      ring_phases, ring_unit_hops)
-from simtrain.network.nccl_protocols import GroupShape, bandwidth_factor, latency_s, protocols, tree_cap_Bps
+from simtrain.network.nccl_protocols import (GroupShape, bandwidth_factor, family_of, latency_s, protocols,
+                                             tree_cap_Bps)
 from simtrain.network.trees import nvls_phases, nvls_tree_phases, tree_phases, tree_unit_hops
 from simtrain.topology.cluster import Cluster
 from simtrain.topology.routes import Router
@@ -266,10 +267,10 @@ def price(op: str, algo: str, gpus: Sequence[int], nbytes: float, router: Router
     if family is None:
         return Price(algo, "Simple", nbytes * seconds + fixed)
     shape = tuning_shape(gpus, router) if shape is None else shape
-    best = None
+    best, capped = None, family_of(family).channel_capped
     for proto in protocols(family, shape):
         moving = nbytes * seconds / bandwidth_factor(family, op, proto, shape, nbytes)
-        if family == "tree":
+        if capped:
             moving = max(moving, nbytes / tree_cap_Bps(proto, shape))
         lat = latency_s(family, op, proto, shape)
         cand = Price(algo, proto, lat + moving, moving / (nbytes * seconds), lat, shape.channels)

@@ -36,31 +36,16 @@ where latency dominates, and NCCL's ring channel count inside a node (16 to 24) 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 
-from simtrain.errors import SpecError
+from simtrain.errors import SpecError, unknown_name
 
 PROTOCOLS = ("LL", "LL128", "Simple")
-
-#: ``baseLat`` (us) by algorithm family, per protocol LL, LL128, Simple.
-BASE_LATENCY_US = {"ring": (6.6, 14.0, 8.4), "tree": (6.8, 14.0, 0.0), "nvls": (0.0, 0.0, 0.0),
-                   "nvls_tree": (0.0, 0.0, 0.0)}
-#: ``hwLat`` (us) per step by link kind and algorithm family, per protocol LL, LL128, Simple.
-STEP_LATENCY_US = {
-    "nvlink": {"ring": (0.6, 1.9, 3.4), "tree": (0.6, 1.25, 28.0), "nvls": (0.0, 0.0, 23.0),
-               "nvls_tree": (0.0, 0.0, 23.0)},
-    "pci": {"ring": (1.0, 2.5, 5.7), "tree": (1.0, 1.9, 28.0), "nvls": (0.0, 0.0, 0.0),
-            "nvls_tree": (0.0, 0.0, 0.0)},
-    "net": {"ring": (2.7, 4.0, 14.0), "tree": (5.0, 8.5, 28.0), "nvls": (0.0, 0.0, 18.0),
-            "nvls_tree": (0.0, 0.0, 14.0)},
-}
+#: A latency or rate per protocol LL, LL128, Simple.
+PerProtocol = tuple[float, float, float]
 NET_OVERHEAD_US = 1.0  # getNetOverhead: network post overhead on x86 (Intel; 2 on AMD)
-#: GPU generation -> row of NCCL's per-channel tables (Volta 0, Ampere 1, Hopper 2; Blackwell: Hopper's,
-#: NCCL 2.19 predates it).
-ARCH_ROW = {"volta": 0, "ampere": 1, "hopper": 2, "blackwell": 2}
-#: ``perChMaxTreeBws`` and ``perChMaxTreeLL128Bws`` (GB/s per channel) by row, for 1, 2, > 2 nodes.
-TREE_CHANNEL_GBPS = ((26.5, 18.5, 10.0), (24.0, 23.6, 17.8), (38.7, 41.4, 36.0))
-TREE_LL128_CHANNEL_GBPS = ((20.0, 20.0, 20.0), (20.0, 20.0, 20.0), (36.7, 36.7, 29.0))
 LL_MAX_GBPS = (39.0, 39.0, 20.4)  # ``llMaxBws`` across nodes on x86 Intel hosts, for 1, 2, > 2 nodes
 #: ``treeCorrectionFactor`` per protocol, by log2(bytes / 64) from 0 (64 B) to 22 (256 MiB).
 TREE_CORRECTION = {
@@ -68,6 +53,26 @@ TREE_CORRECTION = {
     "LL128": (1.0, 1.0, 1.0, 1.0, 1.0, .9, .8, .8, .8, .7, .6, .6, .6, .6, .6, .6, .8, .9, .9, .9, .9, 1.0, 1.0),
     "Simple": (.9, .9, .9, .9, .9, .9, .9, .8, .7, .6, .6, .5, .5, .5, .5, .6, .7, .8, .7, .7, .8, .9, .9),
 }
+
+
+@dataclass(frozen=True)
+class NcclArch:
+    """NCCL's per-channel tree rates for one GPU generation (GB/s per channel for 1, 2 and more
+    than 2 nodes): ``perChMaxTreeBws`` and ``perChMaxTreeLL128Bws`` of ``tuning.cc``."""
+
+    name: str
+    tree_channel_GBps: PerProtocol
+    tree_ll128_channel_GBps: PerProtocol
+
+
+#: Each GPU generation's row (NCCL 2.19 has Volta, Ampere and Hopper; Blackwell takes Hopper's,
+#: NCCL 2.19 predates it).
+NCCL_ARCHS: Mapping[str, NcclArch] = MappingProxyType({a.name: a for a in (
+    NcclArch("volta", (26.5, 18.5, 10.0), (20.0, 20.0, 20.0)),
+    NcclArch("ampere", (24.0, 23.6, 17.8), (20.0, 20.0, 20.0)),
+    NcclArch("hopper", (38.7, 41.4, 36.0), (36.7, 36.7, 29.0)),
+    NcclArch("blackwell", (38.7, 41.4, 36.0), (36.7, 36.7, 29.0)),
+)})
 
 
 @dataclass(frozen=True)
@@ -89,26 +94,97 @@ class GroupShape:
         return self.ranks / self.nodes
 
 
+#: (op, protocol, shape, bytes) -> the fraction of the links' bandwidth a family reaches.
+Factor = Callable[[str, str, GroupShape, float], float]
+#: (op, protocol, shape, base, intra, inter) -> latency in us, from one step's intra- and
+#: inter-node latency.
+Steps = Callable[[str, str, GroupShape, float, float, float], float]
+
+
+@dataclass(frozen=True)
+class LatencyFamily:
+    """One family of NCCL's tuning model: ``baseLat`` and ``hwLat`` per step by link kind
+    (``nvlink``, ``pci``, ``net``; microseconds, per protocol), whether it runs ``Simple`` only,
+    its bandwidth factor, its latency from one step's, and whether its bus bandwidth is capped
+    per channel (the tree's :func:`tree_cap_Bps`)."""
+
+    name: str
+    base_us: PerProtocol
+    step_us: Mapping[str, PerProtocol]
+    steps: Steps
+    factor: Factor | None = None  # None: 1
+    simple_only: bool = False
+    channel_capped: bool = False
+
+
+def _ring_factor(op: str, proto: str, shape: GroupShape, nbytes: float) -> float:
+    if proto == "LL":
+        return 1 / 4 if shape.nodes > 1 or op == "all_reduce" else 1 / 3
+    return (0.92 if shape.ppn >= 2 else 0.7) if proto == "LL128" else 1.0
+
+
+def _tree_factor(op: str, proto: str, shape: GroupShape, nbytes: float) -> float:
+    factor = 0.92 * (1 / 3.8, 120 / 128 if shape.nodes > 1 else 7 / 9, 1.0)[PROTOCOLS.index(proto)]
+    log = int(math.log2(max(nbytes, 64) / 64))
+    return factor * (TREE_CORRECTION[proto][log] if log < 23 else 1.0)
+
+
+def _ring_steps(op: str, proto: str, shape: GroupShape, base: float, intra: float, inter: float) -> float:
+    n, multi = shape.ranks, shape.nodes > 1
+    steps = 2 * (n - 1) if op == "all_reduce" else n - 1
+    net_steps = min(steps, (2 * shape.nodes if op == "all_reduce" else shape.nodes - 1) if multi else 0)
+    if multi:
+        intra = max(intra, NET_OVERHEAD_US * (3 if proto == "Simple" else 1))
+    return base + (steps - net_steps) * intra + net_steps * inter
+
+
+def _tree_steps(op: str, proto: str, shape: GroupShape, base: float, intra: float, inter: float) -> float:
+    return base + 2 * ((shape.ppn - 1) * intra + int(math.log2(shape.nodes)) * inter)
+
+
+def _nvls_steps(op: str, proto: str, shape: GroupShape, base: float, intra: float, inter: float) -> float:
+    return intra + (inter if shape.nodes > 1 else 0.0)
+
+
+def _nvls_tree_steps(op: str, proto: str, shape: GroupShape, base: float, intra: float, inter: float) -> float:
+    return base + intra + 2 * int(math.log2(shape.nodes)) * inter
+
+
+#: NCCL's families (``baseLat`` and ``hwLat`` of ``tuning.cc``, by protocol LL, LL128, Simple).
+FAMILIES: Mapping[str, LatencyFamily] = MappingProxyType({f.name: f for f in (
+    LatencyFamily("ring", (6.6, 14.0, 8.4), {"nvlink": (0.6, 1.9, 3.4), "pci": (1.0, 2.5, 5.7),
+                                             "net": (2.7, 4.0, 14.0)}, _ring_steps, _ring_factor),
+    LatencyFamily("tree", (6.8, 14.0, 0.0), {"nvlink": (0.6, 1.25, 28.0), "pci": (1.0, 1.9, 28.0),
+                                             "net": (5.0, 8.5, 28.0)}, _tree_steps, _tree_factor,
+                  channel_capped=True),
+    LatencyFamily("nvls", (0.0, 0.0, 0.0), {"nvlink": (0.0, 0.0, 23.0), "pci": (0.0, 0.0, 0.0),
+                                            "net": (0.0, 0.0, 18.0)}, _nvls_steps, simple_only=True),
+    LatencyFamily("nvls_tree", (0.0, 0.0, 0.0), {"nvlink": (0.0, 0.0, 23.0), "pci": (0.0, 0.0, 0.0),
+                                                 "net": (0.0, 0.0, 14.0)}, _nvls_tree_steps, simple_only=True),
+)})
+
+
+def family_of(name: str) -> LatencyFamily:
+    """The record of NCCL tuning family ``name``; one without one is a one-line error naming the
+    table and the families it has."""
+    found = FAMILIES.get(name)
+    if found is None:
+        raise unknown_name("NCCL tuning family", name, list(FAMILIES))
+    return found
+
+
 def protocols(family: str, shape: GroupShape) -> tuple[str, ...]:
     """The protocols NCCL may use: NVLS and NVLS tree only ``Simple``; ``LL128`` only where NVLink
     joins a node's GPUs (NCCL enables it by default only there)."""
-    if family in ("nvls", "nvls_tree"):
+    if family_of(family).simple_only:
         return ("Simple",)
     return PROTOCOLS if shape.nvlink else ("LL", "Simple")
 
 
 def bandwidth_factor(family: str, op: str, proto: str, shape: GroupShape, nbytes: float) -> float:
     """The fraction of the links' achievable bandwidth ``family`` reaches with ``proto``."""
-    p = PROTOCOLS.index(proto)
-    if family == "ring":
-        if proto == "LL":
-            return 1 / 4 if shape.nodes > 1 or op == "all_reduce" else 1 / 3
-        return (0.92 if shape.ppn >= 2 else 0.7) if proto == "LL128" else 1.0
-    if family == "tree":
-        factor = 0.92 * (1 / 3.8, 120 / 128 if shape.nodes > 1 else 7 / 9, 1.0)[p]
-        log = int(math.log2(max(nbytes, 64) / 64))
-        return factor * (TREE_CORRECTION[proto][log] if log < 23 else 1.0)
-    return 1.0
+    factor = family_of(family).factor
+    return 1.0 if factor is None else factor(op, proto, shape, nbytes)
 
 
 def tree_cap_Bps(proto: str, shape: GroupShape) -> float:
@@ -118,42 +194,29 @@ def tree_cap_Bps(proto: str, shape: GroupShape) -> float:
     if proto == "LL":
         bus = LL_MAX_GBPS[nodes]
     else:
-        table = TREE_LL128_CHANNEL_GBPS if proto == "LL128" else TREE_CHANNEL_GBPS
-        bus = shape.channels * table[arch_row(shape.arch)][nodes]
+        row = nccl_arch(shape.arch)
+        bus = shape.channels * (row.tree_ll128_channel_GBps if proto == "LL128" else row.tree_channel_GBps)[nodes]
     return 0.5 * bus * 1e9
 
 
-def arch_row(arch: str) -> int:
-    """The row of NCCL's per-channel tables for GPU generation ``arch`` (:data:`ARCH_ROW`); an
-    architecture without one is a one-line :class:`SpecError` naming the table to extend."""
-    row = ARCH_ROW.get(arch)
+def nccl_arch(arch: str) -> NcclArch:
+    """NCCL's per-channel tables for GPU generation ``arch`` (:data:`NCCL_ARCHS`); an
+    architecture without a row is a one-line :class:`SpecError` naming the table to extend."""
+    row = NCCL_ARCHS.get(arch)
     if row is None:
         raise SpecError(f"gpu architecture {arch!r} has no row in NCCL's tuning tables "
-                        f"(simtrain.network.nccl_protocols.ARCH_ROW, rows for: {', '.join(ARCH_ROW)}); "
-                        f"add one (Volta 0, Ampere 1, Hopper 2)")
+                        f"(simtrain.network.nccl_protocols.NCCL_ARCHS, rows for: {', '.join(NCCL_ARCHS)}); "
+                        f"add one (NCCL's tuning.cc perChMaxTreeBws and perChMaxTreeLL128Bws)")
     return row
 
 
 def latency_s(family: str, op: str, proto: str, shape: GroupShape) -> float:
     """The latency NCCL's tuning model predicts for ``family`` running ``op`` with ``proto``."""
+    record = family_of(family)
     p = PROTOCOLS.index(proto)
-    intra = STEP_LATENCY_US["nvlink" if shape.nvlink else "pci"][family][p]
-    inter = STEP_LATENCY_US["net"][family][p] + shape.net_latency_s * 1e6 * (2 if proto == "Simple" else 1)
-    multi = shape.nodes > 1
-    if multi and proto == "LL":
+    intra = record.step_us["nvlink" if shape.nvlink else "pci"][p]
+    inter = record.step_us["net"][p] + shape.net_latency_s * 1e6 * (2 if proto == "Simple" else 1)
+    if shape.nodes > 1 and proto == "LL":
         intra *= 1.8
-    base = BASE_LATENCY_US[family][p]
-    if family == "ring":
-        n = shape.ranks
-        steps = 2 * (n - 1) if op == "all_reduce" else n - 1
-        net_steps = min(steps, (2 * shape.nodes if op == "all_reduce" else shape.nodes - 1) if multi else 0)
-        if multi:
-            intra = max(intra, NET_OVERHEAD_US * (3 if proto == "Simple" else 1))
-        us = base + (steps - net_steps) * intra + net_steps * inter
-    elif family == "tree":
-        us = base + 2 * ((shape.ppn - 1) * intra + int(math.log2(shape.nodes)) * inter)
-    elif family == "nvls":
-        us = intra + (inter if multi else 0.0)
-    else:
-        us = base + intra + 2 * int(math.log2(shape.nodes)) * inter
-    return us * 1e-6
+    base = record.base_us[p]
+    return record.steps(op, proto, shape, base, intra, inter) * 1e-6

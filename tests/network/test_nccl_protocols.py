@@ -78,9 +78,22 @@ def test_tree_cap_per_channel_by_generation_and_nodes():
 @pytest.mark.quick
 def test_every_architecture_has_a_row_and_a_missing_one_is_one_line():
     from simtrain.errors import SpecError
-    from simtrain.network.nccl_protocols import ARCH_ROW
+    from simtrain.network.nccl_protocols import NCCL_ARCHS
     from simtrain.specs.arch import ARCHS
 
-    assert set(ARCHS) <= set(ARCH_ROW)
-    with pytest.raises(SpecError, match=r"^gpu architecture 'rubin' has no row in NCCL's tuning tables .*ARCH_ROW"):
+    assert set(ARCHS) <= set(NCCL_ARCHS)
+    with pytest.raises(SpecError, match=r"^gpu architecture 'rubin' has no row in NCCL's tuning tables .*NCCL_ARCHS"):
         tree_cap_Bps("Simple", GroupShape(ranks=16, nodes=2, channels=8, arch="rubin"))
+
+
+@pytest.mark.quick
+def test_every_algorithm_names_a_family_with_a_record_and_a_missing_one_is_one_line():
+    from simtrain.errors import SpecError
+    from simtrain.network.algorithms import REGISTRY
+    from simtrain.network.nccl_protocols import FAMILIES, family_of
+
+    assert {a.family for a in REGISTRY.values()} - {None} == set(FAMILIES)
+    for record in FAMILIES.values():
+        assert set(record.step_us) == {"nvlink", "pci", "net"}
+    with pytest.raises(SpecError, match=r"^unknown NCCL tuning family 'collnet' \(known: nvls, nvls_tree, ring, tree\)"):
+        family_of("collnet")
