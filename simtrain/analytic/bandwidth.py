@@ -10,7 +10,7 @@ leaf oversubscription, more than one pod also by the core oversubscription.
 
 from __future__ import annotations
 
-from simtrain.specs.order import parse_order
+from simtrain.specs.order import dimension_spans
 from simtrain.specs.parallel import ParallelSpec
 from simtrain.topology.cluster import Cluster
 
@@ -76,10 +76,6 @@ def group_spans(par: ParallelSpec) -> dict[str, int]:
     ``bandwidth(1, tp)``, ``bandwidth(tp, cp)``, ``bandwidth(tp*cp*dp, pp)`` and
     ``bandwidth(tp, dp*cp)``. EP is folded from DP x CP and has size 1 for dense models.
     """
-    sizes = {"tp": par.tp, "cp": par.cp, "ep": 1, "dp": par.dp, "pp": par.pp}
-    span, stride = {}, 1
-    for dim in parse_order(par.order):
-        span[dim] = stride * sizes[dim]
-        stride *= sizes[dim]
+    span = dimension_spans(par.order, {"tp": par.tp, "cp": par.cp, "ep": 1, "dp": par.dp, "pp": par.pp})
     return {"tp": span["tp"], "cp": span["cp"], "pp": span["pp"],
             "dpcp": max(span["dp"], span["cp"])}

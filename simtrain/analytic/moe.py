@@ -55,7 +55,7 @@ from simtrain.costs import dispatch
 from simtrain.costs.kernels import Gemm
 from simtrain.specs.gpu import GpuSpec
 from simtrain.specs.model import ModelSpec
-from simtrain.specs.order import parse_order
+from simtrain.specs.order import dimension_spans
 from simtrain.specs.parallel import ParallelSpec
 from simtrain.workload.moe_routing import Routing, load_factors
 
@@ -76,15 +76,12 @@ def expert_layout(model: ModelSpec, par: ParallelSpec, n_total: float) -> Expert
     """Parameters per rank and EP / expert-DP spans of ``par`` (``n_total`` parameters in all).
 
     The expert grid regroups the ranks as ``et x e x edp x pp`` in the order of ``par.order``
-    (:mod:`simtrain.topology.mesh`): a dimension's span is its stride times its size.
+    (:mod:`simtrain.topology.mesh`): a dimension's span is its stride times its size
+    (:func:`~simtrain.specs.order.dimension_spans`).
     """
     experts = float(model.moe_layers * model.num_experts * model.expert_params())
     etp, p = par.expert_tp, par.pp
-    sizes = {"tp": etp, "cp": 1, "ep": par.ep, "dp": par.edp, "pp": p}
-    span, stride = {}, 1
-    for dim in parse_order(par.order):
-        span[dim] = stride * sizes[dim]
-        stride *= sizes[dim]
+    span = dimension_spans(par.order, {"tp": etp, "cp": 1, "ep": par.ep, "dp": par.edp, "pp": p})
     return ExpertLayout(dense_params=(n_total - experts) / (par.tp * p),
                         expert_params=experts / (etp * par.ep * p), edp=par.edp,
                         ep_span=span["ep"], edp_span=span["dp"], etp_span=span["tp"])
