@@ -9,7 +9,7 @@
 - :mod:`~simtrain.api.calibrate`: a layout's kernels timed on a device into a calibration table;
 - :mod:`~simtrain.api.search`: a model's layouts ranked by simulated step time;
 - :mod:`~simtrain.api.whatif`: clusters ranked by time and cost to train;
-- :mod:`~simtrain.api.schedule` builds a scenario's pipeline schedule, :mod:`~simtrain.api.types`
+- :mod:`~simtrain.api.schedule` builds a scenario's pipeline schedule, :mod:`~simtrain.api.checks`
   checks the arguments of every function here.
 
 Only these modules and ``outputs/`` touch the filesystem. The package ``simtrain`` exports the

@@ -14,7 +14,7 @@ from typing import Any
 from simtrain.analytic.compare import largest_differences, side_by_side
 from simtrain.api.estimate import estimate, not_modelled_note
 from simtrain.api.simulate import SimResult, simulate
-from simtrain.api.types import check_instance
+from simtrain.api.checks import check_instance
 from simtrain.outputs.text_tables import fmt_seconds
 from simtrain.scenario import Scenario, scenario_config
 

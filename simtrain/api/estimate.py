@@ -13,7 +13,7 @@ from typing import Any
 from simtrain.analytic.ledger import NOT_MODELLED, not_modelled
 from simtrain.analytic.model import ANALYTIC_SCHEDULES, analytic_report
 from simtrain.api.resolve import resolve
-from simtrain.api.types import check_instance
+from simtrain.api.checks import check_instance
 from simtrain.errors import SimtrainError
 from simtrain.finite import check_finite
 from simtrain.scenario import Scenario, scenario_config

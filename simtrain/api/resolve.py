@@ -12,7 +12,7 @@ from typing import Any
 
 from simtrain.api import perturbations as perturbed
 from simtrain.api.schedule import build_schedule
-from simtrain.api.types import check_choice, check_fields, check_instance, check_path, check_settings
+from simtrain.api.checks import check_choice, check_fields, check_instance, check_path, check_settings
 from simtrain.costs.calibration import check_peaks, read_calibration
 from simtrain.errors import SimtrainError, SpecError
 from simtrain.schedules import REGISTRY as SCHEDULES
@@ -184,8 +184,8 @@ def with_settings(scenario: Scenario, **changes) -> Scenario:
     """``scenario`` with some of its fields replaced (each of its type; its report's ``config``
     shows the new values: :func:`simtrain.scenario.scenario_config`); a setting such as ``tp`` is
     resolved again instead: :func:`resolve_with`."""
-    check_instance("with_settings", "scenario", scenario, Scenario, "make one with simtrain.api.resolve({...})")
-    check_fields("with_settings", Scenario, changes, "a setting is resolved again: simtrain.api.resolve_with("
+    check_instance("with_settings", "scenario", scenario, Scenario, "make one with simtrain.resolve({...})")
+    check_fields("with_settings", Scenario, changes, "a setting is resolved again: simtrain.resolve_with("
                  "scenario, NAME=VALUE)")
     return replace(scenario, **changes)
 
@@ -201,7 +201,7 @@ def resolve_with(scenario: Scenario, *, recompute_rule: str = "memory", strict: 
     >>> wider.parallel.tp, wider.parallel.dp, wider.parallel.gbs
     (4, 2, 16)
     """
-    check_instance("resolve_with", "scenario", scenario, Scenario, "make one with simtrain.api.resolve({...})")
+    check_instance("resolve_with", "scenario", scenario, Scenario, "make one with simtrain.resolve({...})")
     for name in changes:
         setting(name)
     return resolve({**given_settings(scenario), **changes}, recompute_rule, strict=strict)

@@ -13,7 +13,7 @@ from typing import Any
 from simtrain import budget, engine
 from simtrain.api import perturbations as perturbed
 from simtrain.api.schedule import build_schedule
-from simtrain.api.types import check_instance
+from simtrain.api.checks import check_instance
 from simtrain.results.energy import power_draw
 from simtrain.finite import check_finite, check_timeline
 from simtrain.results.metrics import Report, run_report
@@ -59,7 +59,7 @@ def simulate(scenario: Scenario, options: WorkloadOptions | None = None, *,
     >>> abs(sum(result.report["breakdown_s"].values()) - result.report["step_time_s"]) < 1e-9
     True
     """
-    check_instance("simulate", "scenario", scenario, Scenario, "make one with simtrain.api.resolve({...})")
+    check_instance("simulate", "scenario", scenario, Scenario, "make one with simtrain.resolve({...})")
     check_instance("simulate", "options", options, (WorkloadOptions, type(None)))
     t0 = time.perf_counter()
     par, model = scenario.parallel, scenario.model

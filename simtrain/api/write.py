@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from simtrain.api.simulate import SimResult
-from simtrain.api.types import check_instance, check_path
+from simtrain.api.checks import check_instance, check_path
 from simtrain.outputs.html import SideBySide
 from simtrain.outputs.view import ChartOptions
 from simtrain.outputs.words import counted
@@ -23,7 +23,7 @@ def write_outputs(result: SimResult, out_dir: str | Path, plot: bool = True, *, 
     from simtrain.outputs.formats import FORMATS, OutputRun
     from simtrain.outputs.trace import run_counters
 
-    check_instance("write_outputs", "result", result, SimResult, "the result of simtrain.api.simulate")
+    check_instance("write_outputs", "result", result, SimResult, "the result of simtrain.simulate")
     check_path("write_outputs", "out_dir", out_dir)
     sc = result.scenario
     memory = memory_timeline(result.timeline, result.static_bytes)

@@ -36,10 +36,10 @@ def test_the_quoted_calls_are_one_line(scenario):
     assert one_line(lambda: api.resolve([1, 2])) == \
         'resolve: settings must be a dict of settings (e.g. {"tp": 2, "gbs": 64}), got list [1, 2]'
     assert one_line(lambda: api.simulate(None)) == \
-        "simulate: scenario must be Scenario, got None; make one with simtrain.api.resolve({...})"
+        "simulate: scenario must be Scenario, got None; make one with simtrain.resolve({...})"
     assert one_line(lambda: api.with_settings(scenario, tp=2)).startswith(
         "with_settings: 'tp' is not a field of Scenario (fields: model, cluster, gpu, parallel, network")
-    assert "simtrain.api.resolve_with(scenario, NAME=VALUE)" in one_line(
+    assert "simtrain.resolve_with(scenario, NAME=VALUE)" in one_line(
         lambda: api.with_settings(scenario, tp=2))
     assert one_line(lambda: api.resolve({}, recompute_rule="bogus")) == \
         "resolve: recompute_rule = 'bogus': must be one of memory, ledger"
