@@ -507,7 +507,7 @@ HF_EDGE_KEYS = ["num_key_value_heads", "head_dim", "vocab_size", "num_attention_
 @pytest.mark.quick
 def test_enough_loader_inputs():
     """The suite's fuzzed invocations: the command line's, these loaders' and the API's."""
-    from api import test_types as test_api_types
+    from api import test_checks as test_api_types
     import test_cli_fuzz
 
     cli_total = sum(test_cli_fuzz.EXAMPLES.values()) + test_cli_fuzz.CONFIG_EXAMPLES
