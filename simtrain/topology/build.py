@@ -77,33 +77,55 @@ def paused_gc() -> Iterator[None]:
             gc.enable()
 
 
+def link_kinds(spec: TopologySpec) -> dict[str, tuple[float, float]]:
+    """Line rate and latency of each tier of link the graph of ``spec`` has (every link of a tier
+    has the same): NVLink with an NVSwitch and two or more GPUs, PCIe with NICs, leaf (NIC <->
+    leaf) with NICs and a fabric, spine (leaf <-> spine, the leaf's uplink capacity split over its
+    spines) with a fabric, core (spine <-> core) with three tiers. The builder's rules; module
+    docstring."""
+    nd, fb = spec.node, spec.fabric
+    out: dict[str, tuple[float, float]] = {}
+    if nd.nvswitch and nd.gpus > 1:
+        out["nvlink"] = (nd.nvlink_Bps, nd.nvlink_latency_s / 2)
+    if nd.nics:
+        out["pcie"] = (nd.pcie_Bps, nd.nic_latency_s)
+    if fb.kind == "none":
+        return out
+    ports = fb.nodes_per_leaf if fb.kind == "rail-optimized" else fb.nodes_per_leaf * nd.nics  # of a full leaf
+    leaf_up = ports * nd.nic_Bps / fb.oversubscription / fb.spines  # per leaf-spine link
+    if nd.nics:
+        out["leaf"] = (nd.nic_Bps, fb.link_latency_s)
+    out["spine"] = (leaf_up, fb.link_latency_s)
+    if fb.tiers == 3:
+        per_spine = fb.cores // fb.spines
+        out["core"] = (fb.leaves_per_pod * leaf_up / fb.core_oversubscription / per_spine, fb.link_latency_s)
+    return out
+
+
 def _build(spec: TopologySpec) -> nx.DiGraph:
     """The graph, written straight into networkx's own dicts (``_node``, ``_succ``, ``_pred``) in
     the order ``add_nodes_from`` and ``add_edges_from`` would fill them from the node and edge lists
-    below (tests/topology/test_build.py compares both): each link adds ``u -> v`` then ``v -> u``,
-    each directed edge a copy of its kind's attributes, one dict shared by ``succ[u][v]`` and
-    ``pred[v][u]``. Every endpoint exists before its links and no link repeats, so networkx's
-    per-edge checks have nothing to find."""
+    below (tests/topology/test_build.py compares both): each link adds ``u -> v`` then
+    ``v -> u``, each directed edge a copy of its tier's attributes, one dict shared by
+    ``succ[u][v]`` and ``pred[v][u]``. Every endpoint exists before its links and no link repeats,
+    so networkx's per-edge checks have nothing to find."""
     g = nx.DiGraph(name=spec.name)
-    add = _Adder(g, link_efficiencies(spec))
+    add = _Adder(g, spec)
     nd = spec.node
     per_nic = nd.gpus // nd.nics if nd.nics else 0
-    nvswitch = nd.nvswitch and nd.gpus > 1
-    nvlink = add.kind(nd.nvlink_Bps, nd.nvlink_latency_s / 2, "nvlink") if nvswitch else {}
-    pcie = add.kind(nd.pcie_Bps, nd.nic_latency_s, "pcie") if nd.nics else {}
     for n in range(spec.nodes):
         first = n * nd.gpus
         gpus = [f"gpu{first + i}" for i in range(nd.gpus)]
         for i, name in enumerate(gpus):
             add.node(name, {"kind": "gpu", "index": first + i, "node": n, "local": i, "latency_s": 0.0})
-        if nvswitch:
+        if "nvlink" in add.tiers:
             sw = f"node{n}/nvswitch"
             add.node(sw, {"kind": "nvswitch", "node": n, "latency_s": 0.0})
-            add.star(sw, gpus, nvlink)
+            add.star(sw, gpus, add.tiers["nvlink"])
         for k in range(nd.nics):
             nic = f"node{n}/nic{k}"
             add.node(nic, {"kind": "nic", "node": n, "index": k, "latency_s": 0.0})
-            add.star(nic, gpus[k * per_nic:(k + 1) * per_nic], pcie)
+            add.star(nic, gpus[k * per_nic:(k + 1) * per_nic], add.tiers["pcie"])
     if spec.fabric.kind != "none":
         _build_fabric(add, spec)
     return g
@@ -111,22 +133,14 @@ def _build(spec: TopologySpec) -> nx.DiGraph:
 
 class _Adder:
     """Nodes and links written into graph ``g``'s own dicts (:func:`_build`), with one attribute
-    template per kind of link (line rate, latency, tier; its achievable rate from ``efficiency``)."""
+    template per tier of link (:func:`link_kinds`; its achievable rate from :func:`link_efficiencies`)."""
 
-    def __init__(self, g: nx.DiGraph, efficiency: dict[str, float]) -> None:
+    def __init__(self, g: nx.DiGraph, spec: TopologySpec) -> None:
         self.nodes, self.succ, self.pred = g._node, g._succ, g._pred
-        self.efficiency = efficiency
-        self.kinds: dict[tuple[float, float, str], dict[str, Any]] = {}
-
-    def kind(self, bandwidth: float, latency: float, tier: str) -> dict[str, Any]:
-        """The attributes of a link of this kind (the template each directed edge copies)."""
-        key = (bandwidth, latency, tier)
-        attrs = self.kinds.get(key)
-        if attrs is None:
-            attrs = self.kinds[key] = dict(bandwidth_Bps=float(bandwidth),
-                                           capacity_Bps=float(bandwidth) * self.efficiency[tier],
-                                           latency_s=float(latency), tier=tier)
-        return attrs
+        efficiency = link_efficiencies(spec)
+        self.tiers = {tier: dict(bandwidth_Bps=float(bw), capacity_Bps=float(bw) * efficiency[tier],
+                                 latency_s=float(lat), tier=tier)
+                      for tier, (bw, lat) in link_kinds(spec).items()}
 
     def node(self, name: str, attrs: dict[str, Any]) -> None:
         """A new node (what ``add_nodes_from`` makes of ``(name, attrs)``)."""
@@ -152,10 +166,8 @@ class _Adder:
 def _build_fabric(add: _Adder, spec: TopologySpec) -> None:
     fb, nd = spec.fabric, spec.node
     rail = fb.kind == "rail-optimized"
-    npl, sw_lat, ln_lat = fb.nodes_per_leaf, fb.switch_latency_s, fb.link_latency_s
-    ports = npl if rail else npl * nd.nics  # downlinks of a full leaf
-    leaf_up = ports * nd.nic_Bps / fb.oversubscription / fb.spines  # per leaf-spine link
-    down, up = add.kind(nd.nic_Bps, ln_lat, "leaf"), add.kind(leaf_up, ln_lat, "spine")
+    npl, sw_lat = fb.nodes_per_leaf, fb.switch_latency_s
+    down, up = add.tiers.get("leaf", {}), add.tiers["spine"]
     spines: set[str] = set()
     for leaf in range(spec.num_leaves):
         group, r = divmod(leaf, nd.nics) if rail else (leaf, None)
@@ -176,13 +188,32 @@ def _build_fabric(add: _Adder, spec: TopologySpec) -> None:
                 add.node(spine, {"kind": "spine", "index": s, "pod": pod, "latency_s": sw_lat})
             add.link(name, spine, up)
     if fb.tiers == 3:
-        per_spine = fb.cores // fb.spines
-        spine_up = fb.leaves_per_pod * leaf_up / fb.core_oversubscription / per_spine
-        core = add.kind(spine_up, ln_lat, "core")
+        core = add.tiers["core"]
         for c in range(fb.cores):
             add.node(f"core{c}", {"kind": "core", "index": c, "latency_s": sw_lat})
             for pod in range(spec.num_pods):
                 add.link(f"pod{pod}/spine{c % fb.spines}", f"core{c}", core)
+
+
+def routable(spec: TopologySpec) -> bool:
+    """Whether the graph :func:`build_graph` makes of ``spec`` passes :func:`check_graph`, known
+    from the spec alone (False: not known, run the check). True when every tier's line rate
+    (:func:`link_kinds`) is > 0 and either there are fewer than two GPUs, or every node has NICs
+    on a fabric, or there is one node whose GPUs share its NVSwitch or its single NIC. The fabric
+    case: every NIC links to a leaf (the leaves cover every node: ``num_leaves`` groups of
+    ``nodes_per_leaf``, one leaf per rail on a rail-optimised fabric), every leaf to each of its
+    pod's spines (``spines`` >= 1), and with three tiers core 0 to spine 0 of every pod, so all
+    NICs and switches form one component without GPUs, and each GPU has a NIC in it: the
+    check's first success. Otherwise the graph is checked (tests/topology/test_build.py
+    compares this with the check on every preset and on graphs that fail it)."""
+    nd, fb = spec.node, spec.fabric
+    if not all(bw > 0 for bw, _ in link_kinds(spec).values()):
+        return False
+    if spec.nodes * nd.gpus < 2:
+        return True
+    if fb.kind != "none" and nd.nics > 0 and fb.spines >= 1:
+        return fb.tiers == 2 or (fb.tiers == 3 and fb.cores >= 1)
+    return spec.nodes == 1 and ((nd.nvswitch and nd.gpus > 1) or nd.nics == 1)
 
 
 def check_graph(g: nx.DiGraph, spec: TopologySpec, source: str) -> None:
