@@ -48,8 +48,8 @@ def link_efficiencies(spec: TopologySpec) -> dict[str, float]:
 def build_graph(spec: TopologySpec) -> nx.DiGraph:
     """The cluster graph: typed nodes, two directed edges per physical link. A spec whose graph
     would exceed :data:`simtrain.budget.MAX_GRAPH_ELEMENTS` is refused before anything is built.
-    Nodes and edges are collected first and added in bulk, in the same order as one by one
-    (``add_node`` and ``add_edge`` give the same graph, more slowly)."""
+    Nodes and edges are written into the graph's own dicts, in the order ``add_node`` and
+    ``add_edge`` one by one would give them (:func:`_build`)."""
     check_graph_size(spec, spec.name)
     with paused_gc():
         return _build(spec)
@@ -77,79 +77,143 @@ def paused_gc() -> Iterator[None]:
             gc.enable()
 
 
+def link_kinds(spec: TopologySpec) -> dict[str, tuple[float, float]]:
+    """Line rate and latency of each tier of link the graph of ``spec`` has (every link of a tier
+    has the same): NVLink with an NVSwitch and two or more GPUs, PCIe with NICs, leaf (NIC <->
+    leaf) with NICs and a fabric, spine (leaf <-> spine, the leaf's uplink capacity split over its
+    spines) with a fabric, core (spine <-> core) with three tiers. The builder's rules; module
+    docstring."""
+    nd, fb = spec.node, spec.fabric
+    out: dict[str, tuple[float, float]] = {}
+    if nd.nvswitch and nd.gpus > 1:
+        out["nvlink"] = (nd.nvlink_Bps, nd.nvlink_latency_s / 2)
+    if nd.nics:
+        out["pcie"] = (nd.pcie_Bps, nd.nic_latency_s)
+    if fb.kind == "none":
+        return out
+    ports = fb.nodes_per_leaf if fb.kind == "rail-optimized" else fb.nodes_per_leaf * nd.nics  # of a full leaf
+    leaf_up = ports * nd.nic_Bps / fb.oversubscription / fb.spines  # per leaf-spine link
+    if nd.nics:
+        out["leaf"] = (nd.nic_Bps, fb.link_latency_s)
+    out["spine"] = (leaf_up, fb.link_latency_s)
+    if fb.tiers == 3:
+        per_spine = fb.cores // fb.spines
+        out["core"] = (fb.leaves_per_pod * leaf_up / fb.core_oversubscription / per_spine, fb.link_latency_s)
+    return out
+
+
 def _build(spec: TopologySpec) -> nx.DiGraph:
-    nodes: list[tuple[str, dict[str, Any]]] = []
-    edges: list[tuple[str, str, dict[str, Any]]] = []
+    """The graph, written straight into networkx's own dicts (``_node``, ``_succ``, ``_pred``) in
+    the order ``add_nodes_from`` and ``add_edges_from`` would fill them from the node and edge lists
+    below (tests/topology/test_build.py compares both): each link adds ``u -> v`` then
+    ``v -> u``, each directed edge a copy of its tier's attributes, one dict shared by
+    ``succ[u][v]`` and ``pred[v][u]``. Every endpoint exists before its links and no link repeats,
+    so networkx's per-edge checks have nothing to find."""
+    g = nx.DiGraph(name=spec.name)
+    add = _Adder(g, spec)
     nd = spec.node
-    efficiency = link_efficiencies(spec)
-    kinds: dict[tuple[float, float, str], dict[str, Any]] = {}
-
-    def link(u: str, v: str, bandwidth: float, latency: float, tier: str) -> None:
-        key = (bandwidth, latency, tier)
-        attrs = kinds.get(key)
-        if attrs is None:  # one template per kind of link, copied into each directed edge below
-            attrs = kinds[key] = dict(bandwidth_Bps=float(bandwidth),
-                                      capacity_Bps=float(bandwidth) * efficiency[tier],
-                                      latency_s=float(latency), tier=tier)
-        edges.append((u, v, attrs))
-        edges.append((v, u, attrs))
-
     per_nic = nd.gpus // nd.nics if nd.nics else 0
     for n in range(spec.nodes):
-        gpus = [f"gpu{n * nd.gpus + i}" for i in range(nd.gpus)]
+        first = n * nd.gpus
+        gpus = [f"gpu{first + i}" for i in range(nd.gpus)]
         for i, name in enumerate(gpus):
-            nodes.append((name, dict(kind="gpu", index=n * nd.gpus + i, node=n, local=i, latency_s=0.0)))
-        if nd.nvswitch and nd.gpus > 1:
+            add.node(name, {"kind": "gpu", "index": first + i, "node": n, "local": i, "latency_s": 0.0})
+        if "nvlink" in add.tiers:
             sw = f"node{n}/nvswitch"
-            nodes.append((sw, dict(kind="nvswitch", node=n, latency_s=0.0)))
-            for name in gpus:
-                link(name, sw, nd.nvlink_Bps, nd.nvlink_latency_s / 2, "nvlink")
+            add.node(sw, {"kind": "nvswitch", "node": n, "latency_s": 0.0})
+            add.star(sw, gpus, add.tiers["nvlink"])
         for k in range(nd.nics):
             nic = f"node{n}/nic{k}"
-            nodes.append((nic, dict(kind="nic", node=n, index=k, latency_s=0.0)))
-            for name in gpus[k * per_nic:(k + 1) * per_nic]:
-                link(name, nic, nd.pcie_Bps, nd.nic_latency_s, "pcie")
+            add.node(nic, {"kind": "nic", "node": n, "index": k, "latency_s": 0.0})
+            add.star(nic, gpus[k * per_nic:(k + 1) * per_nic], add.tiers["pcie"])
     if spec.fabric.kind != "none":
-        _build_fabric(nodes, spec, link)
-    g = nx.DiGraph(name=spec.name)
-    g.add_nodes_from(nodes)
-    succ, pred = g._succ, g._pred  # what add_edges_from fills, without its per-edge checks: every
-    for u, v, attrs in edges:  # endpoint is a node already and no edge repeats
-        succ[u][v] = pred[v][u] = attrs.copy()
+        _build_fabric(add, spec)
     return g
 
 
-def _build_fabric(nodes: list[tuple[str, dict[str, Any]]], spec: TopologySpec, link: Any) -> None:
+class _Adder:
+    """Nodes and links written into graph ``g``'s own dicts (:func:`_build`), with one attribute
+    template per tier of link (:func:`link_kinds`; its achievable rate from :func:`link_efficiencies`)."""
+
+    def __init__(self, g: nx.DiGraph, spec: TopologySpec) -> None:
+        self.nodes, self.succ, self.pred = g._node, g._succ, g._pred
+        efficiency = link_efficiencies(spec)
+        self.tiers = {tier: dict(bandwidth_Bps=float(bw), capacity_Bps=float(bw) * efficiency[tier],
+                                 latency_s=float(lat), tier=tier)
+                      for tier, (bw, lat) in link_kinds(spec).items()}
+
+    def node(self, name: str, attrs: dict[str, Any]) -> None:
+        """A new node (what ``add_nodes_from`` makes of ``(name, attrs)``)."""
+        self.nodes[name] = attrs
+        self.succ[name] = {}
+        self.pred[name] = {}
+
+    def link(self, u: str, v: str, attrs: dict[str, Any]) -> None:
+        """The two directed edges ``u -> v`` and ``v -> u``, in that order."""
+        succ, pred = self.succ, self.pred
+        succ[u][v] = pred[v][u] = attrs.copy()
+        succ[v][u] = pred[u][v] = attrs.copy()
+
+    def star(self, hub: str, ends: list[str], attrs: dict[str, Any]) -> None:
+        """``link(end, hub, attrs)`` for each of ``ends`` in order (a node's NVSwitch or NIC)."""
+        succ, pred = self.succ, self.pred
+        hub_succ, hub_pred = succ[hub], pred[hub]
+        for end in ends:
+            hub_pred[end] = succ[end][hub] = attrs.copy()
+            hub_succ[end] = pred[end][hub] = attrs.copy()
+
+
+def _build_fabric(add: _Adder, spec: TopologySpec) -> None:
     fb, nd = spec.fabric, spec.node
     rail = fb.kind == "rail-optimized"
-    npl, sw_lat, ln_lat = fb.nodes_per_leaf, fb.switch_latency_s, fb.link_latency_s
-    ports = npl if rail else npl * nd.nics  # downlinks of a full leaf
-    leaf_up = ports * nd.nic_Bps / fb.oversubscription / fb.spines  # per leaf-spine link
+    npl, sw_lat = fb.nodes_per_leaf, fb.switch_latency_s
+    down, up = add.tiers.get("leaf", {}), add.tiers["spine"]
     spines: set[str] = set()
     for leaf in range(spec.num_leaves):
         group, r = divmod(leaf, nd.nics) if rail else (leaf, None)
         pod = leaf // fb.leaves_per_pod if fb.tiers == 3 else 0
         name = f"leaf{leaf}"
-        attrs = dict(kind="leaf", index=leaf, pod=pod, latency_s=sw_lat)
+        attrs: dict[str, Any] = {"kind": "leaf", "index": leaf, "pod": pod, "latency_s": sw_lat}
         if rail:
             attrs["rail"] = r
-        nodes.append((name, attrs))
+        add.node(name, attrs)
+        rails = [r] if rail else range(nd.nics)
         for n in range(group * npl, min(spec.nodes, (group + 1) * npl)):
-            for k in ([r] if rail else range(nd.nics)):
-                link(f"node{n}/nic{k}", name, nd.nic_Bps, ln_lat, "leaf")
+            for k in rails:
+                add.link(f"node{n}/nic{k}", name, down)
         for s in range(fb.spines):
             spine = f"pod{pod}/spine{s}" if fb.tiers == 3 else f"spine{s}"
             if spine not in spines:
                 spines.add(spine)
-                nodes.append((spine, dict(kind="spine", index=s, pod=pod, latency_s=sw_lat)))
-            link(name, spine, leaf_up, ln_lat, "spine")
+                add.node(spine, {"kind": "spine", "index": s, "pod": pod, "latency_s": sw_lat})
+            add.link(name, spine, up)
     if fb.tiers == 3:
-        per_spine = fb.cores // fb.spines
-        spine_up = fb.leaves_per_pod * leaf_up / fb.core_oversubscription / per_spine
+        core = add.tiers["core"]
         for c in range(fb.cores):
-            nodes.append((f"core{c}", dict(kind="core", index=c, latency_s=sw_lat)))
+            add.node(f"core{c}", {"kind": "core", "index": c, "latency_s": sw_lat})
             for pod in range(spec.num_pods):
-                link(f"pod{pod}/spine{c % fb.spines}", f"core{c}", spine_up, ln_lat, "core")
+                add.link(f"pod{pod}/spine{c % fb.spines}", f"core{c}", core)
+
+
+def routable(spec: TopologySpec) -> bool:
+    """Whether the graph :func:`build_graph` makes of ``spec`` passes :func:`check_graph`, known
+    from the spec alone (False: not known, run the check). True when every tier's line rate
+    (:func:`link_kinds`) is > 0 and either there are fewer than two GPUs, or every node has NICs
+    on a fabric, or there is one node whose GPUs share its NVSwitch or its single NIC. The fabric
+    case: every NIC links to a leaf (the leaves cover every node: ``num_leaves`` groups of
+    ``nodes_per_leaf``, one leaf per rail on a rail-optimised fabric), every leaf to each of its
+    pod's spines (``spines`` >= 1), and with three tiers core 0 to spine 0 of every pod, so all
+    NICs and switches form one component without GPUs, and each GPU has a NIC in it: the
+    check's first success. Otherwise the graph is checked (tests/topology/test_build.py
+    compares this with the check on every preset and on graphs that fail it)."""
+    nd, fb = spec.node, spec.fabric
+    if not all(bw > 0 for bw, _ in link_kinds(spec).values()):
+        return False
+    if spec.nodes * nd.gpus < 2:
+        return True
+    if fb.kind != "none" and nd.nics > 0 and fb.spines >= 1:
+        return fb.tiers == 2 or (fb.tiers == 3 and fb.cores >= 1)
+    return spec.nodes == 1 and ((nd.nvswitch and nd.gpus > 1) or nd.nics == 1)
 
 
 def check_graph(g: nx.DiGraph, spec: TopologySpec, source: str) -> None:

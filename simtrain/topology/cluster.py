@@ -62,7 +62,7 @@ from simtrain.errors import SpecError, unknown_name
 from simtrain.specs.gpu import GpuSpec
 from simtrain.specs.strict import parse_toml, read_toml
 from simtrain.topology.bisection import bisection_flow
-from simtrain.topology.build import build_graph, check_graph
+from simtrain.topology.build import build_graph, check_graph, routable
 from simtrain.topology.spec import TopologySpec, parse_spec
 
 NODE_KINDS = ("gpu", "nvswitch", "nic", "leaf", "spine", "core")
@@ -71,7 +71,12 @@ TIERS = ("nvlink", "pcie", "leaf", "spine", "core")
 
 @dataclass(frozen=True)
 class Cluster:
-    """A built topology. ``graph`` follows the conventions of the module docstring."""
+    """A built topology. ``graph`` follows the conventions of the module docstring. ``uniform``:
+    the graph is the one :func:`build_topology` built from ``spec``, unchanged (every node alike:
+    the same GPUs, NVSwitch and NICs with the same links, named by their node), which the router's
+    tables use to learn one node and rename it for the others; a changed graph (a degraded or
+    failed link, :func:`~simtrain.topology.faults.perturb_links`) has ``uniform=False``. Change a
+    graph only through a copy, as ``perturb_links`` does."""
 
     name: str
     source: str  # preset name or file path
@@ -84,6 +89,7 @@ class Cluster:
     oversubscription: float = 1.0
     description: str = ""
     spec: TopologySpec | None = field(default=None, repr=False, compare=False)
+    uniform: bool = field(default=False, repr=False, compare=False)
 
     @property
     def num_gpus(self) -> int:
@@ -169,14 +175,17 @@ def load_topology(name_or_path: str, nodes: int | None = None,
 
 def build_topology(data: dict[str, Any], source: str, nodes: int | None = None,
                    gpu: GpuSpec | None = None) -> Cluster:
-    """Build and validate a cluster from a parsed topology table."""
+    """Build and validate a cluster from a parsed topology table: the graph is checked
+    (:func:`~simtrain.topology.build.check_graph`) unless its spec proves it passes
+    (:func:`~simtrain.topology.build.routable`)."""
     spec = parse_spec(data, source, nodes, gpu)
     graph = build_graph(spec)
-    check_graph(graph, spec, source)
+    if not routable(spec):
+        check_graph(graph, spec, source)
     return Cluster(name=spec.name, source=source, gpu=spec.gpu, num_nodes=spec.nodes,
                    gpus_per_node=spec.node.gpus, graph=graph, fabric_kind=spec.fabric.kind,
                    tiers=spec.fabric.tiers, oversubscription=spec.fabric.oversubscription,
-                   description=spec.description, spec=spec)
+                   description=spec.description, spec=spec, uniform=True)
 
 
 def cluster_for(topology: str, gpus: int, nodes: int | None = None) -> Cluster:

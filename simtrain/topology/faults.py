@@ -57,4 +57,4 @@ def perturb_links(cluster: Cluster, degraded: tuple[tuple[str, str, float], ...]
     for a, b in failed:
         g.remove_edge(a, b)
         g.remove_edge(b, a)
-    return replace(cluster, graph=g)
+    return replace(cluster, graph=g, uniform=False)

@@ -21,6 +21,7 @@ from them for many sends at once; the tests compare both on every preset.
 from __future__ import annotations
 
 import zlib
+from operator import itemgetter
 from typing import Any
 
 import numpy as np
@@ -41,7 +42,7 @@ class LinkIds:
         self.router = router
         edges = router._static()[0]  # (u, v) -> (capacity_Bps, latency_s), every directed edge
         self._ids: dict[Link, int] = dict(zip(edges, range(len(edges))))
-        self._capacity = np.fromiter((c for c, _ in edges.values()), dtype=float, count=len(edges))
+        self._capacity = np.fromiter(map(itemgetter(0), edges.values()), dtype=float, count=len(edges))
         n = router.cluster.num_gpus
         self._known = np.zeros(n, dtype=bool)
         self._head = np.full((n, 2), -1, dtype=np.int64)  # GPU -> NIC, NIC -> leaf
@@ -106,8 +107,9 @@ class LinkIds:
         rows = self.routes(src, dst)
         if self._latency is None:
             edges, node_lat = self.router._static()[:2]
-            self._latency = np.fromiter((lat for _, lat in edges.values()), dtype=float, count=len(edges))
-            self._node_latency = np.fromiter((node_lat[v] for _, v in edges), dtype=float, count=len(edges))
+            self._latency = np.fromiter(map(itemgetter(1), edges.values()), dtype=float, count=len(edges))
+            self._node_latency = np.fromiter(map(node_lat.__getitem__, map(itemgetter(1), edges)), dtype=float,
+                                             count=len(edges))
         valid = rows >= 0
         safe = np.where(valid, rows, 0)
         bandwidth = np.where(valid, self._capacity[safe], np.inf).min(axis=1)
@@ -125,14 +127,25 @@ class LinkIds:
             self._learn_gpus(np.unique(new))
 
     def _learn_gpus(self, new: np.ndarray) -> None:
-        """Head, tail, leaf, NVSwitch links and NIC of GPUs ``new`` (distinct, not yet known)."""
+        """Head, tail, leaf, NVSwitch links and NIC of GPUs ``new`` (distinct, not yet known),
+        each from the router's tables; on a uniform cluster from one node's, renamed
+        (:func:`_renamed`)."""
+        gpn = self.router.cluster.gpus_per_node
+        if self.router.cluster.uniform and len(new) > gpn:
+            self._store(new, *_renamed(self, int(new[0]) // gpn, new))
+        else:
+            self._store(new, *self._read(new.tolist()))
+
+    def _read(self, new: list[int]) -> tuple[list[int], list[int], list[int], list[int], list[int]]:
+        """Per GPU of ``new``: head and tail links (two each), leaf index, NVSwitch links (two),
+        NIC number, read from the router's tables (flat lists)."""
         router = self.router
         attrs, link, ids = router.cluster.graph._node, self._ids.__getitem__, self._ids
         ports, anchor = router._static()[3:5]
         gpn = router.cluster.gpus_per_node
         adj, numbers = plain_adjacency(router.cluster.graph), self._nic_names
         head, tail, leaf, nvswitch, nics = [], [], [], [], []  # type: ignore[var-annotated]
-        for g in new.tolist():
+        for g in new:
             gid = f"gpu{g}"
             channel_nic = first_nic(gid, adj, attrs)  # Router.nic_of
             nics.append(-1 if channel_nic is None else numbers.setdefault(channel_nic, len(numbers)))
@@ -148,6 +161,10 @@ class LinkIds:
                 leaf.append(-1)
             sw = f"node{g // gpn}/nvswitch"
             nvswitch += (link((gid, sw)), link((sw, gid))) if (gid, sw) in ids else (-1, -1)
+        return head, tail, leaf, nvswitch, nics
+
+    def _store(self, new: np.ndarray, head: list[int], tail: list[int], leaf: list[int], nvswitch: list[int],
+               nics: list[int]) -> None:
         self._head[new] = np.array(head, dtype=np.int64).reshape(-1, 2)
         self._tail[new] = np.array(tail, dtype=np.int64).reshape(-1, 2)
         self._leaf[new] = leaf
@@ -238,6 +255,52 @@ def member_links(ids: LinkIds, gpus: np.ndarray) -> tuple[np.ndarray, np.ndarray
     nics = ids.nic_numbers(gpus)  # learns them
     own = np.concatenate([ids._head[gpus], ids._tail[gpus], ids._nvswitch[gpus]], axis=1)
     return own, ids._leaf[gpus], nics
+
+
+def _renamed(ids: LinkIds, node: int, new: np.ndarray) -> tuple[list[int], list[int], list[int], list[int], list[int]]:
+    """:meth:`LinkIds._read` of GPUs ``new`` of a uniform cluster, from what it read on ``node``:
+    every node has the same GPUs, NVSwitch and NICs, named by their node, so local GPU ``i`` of any
+    node has the channel NIC, the NIC its routes leave by and the NVSwitch link of local GPU ``i``
+    of ``node``, renamed; each link's id, each NIC's leaf (the switch its tables route it from)
+    and that leaf's index are looked up under the new names as ``_read`` does."""
+    router = ids.router
+    graph, gpn, numbers = router.cluster.graph, router.cluster.gpus_per_node, ids._nic_names
+    attrs, adj, (ports, anchor) = graph._node, plain_adjacency(graph), router._static()[3:5]
+    cut, sw = len(f"node{node}/"), f"node{node}/nvswitch"
+    channel, port, switch = [], [], []
+    for g in range(node * gpn, (node + 1) * gpn):
+        nic = first_nic(f"gpu{g}", adj, attrs)
+        channel.append(None if nic is None else nic[cut:])
+        found = nic_port(f"gpu{g}", ports, anchor)
+        port.append(None if found is None or attrs[found[1]]["kind"] != "leaf" else found[0][cut:])
+        switch.append((f"gpu{g}", sw) in ids._ids)
+    n_of, i_of = (new // gpn).tolist(), (new % gpn).tolist()
+    gids = [f"gpu{g}" for g in new.tolist()]
+    if all(p is not None for p in port):
+        nics = [-1 if channel[i] is None else numbers.setdefault(f"node{n}/{channel[i]}", len(numbers))
+                for n, i in zip(n_of, i_of)]
+        nic_names = [f"node{n}/{port[i]}" for n, i in zip(n_of, i_of)]
+        leaves = [anchor[nic][0] for nic in nic_names]
+        if all(attrs[lf]["kind"] == "leaf" for lf in leaves):
+            link = ids._ids.__getitem__
+            up = list(map(link, zip(gids, nic_names))), list(map(link, zip(nic_names, leaves)))
+            down = list(map(link, zip(leaves, nic_names))), list(map(link, zip(nic_names, gids)))
+            head = [x for pair in zip(*up) for x in pair]
+            tail = [x for pair in zip(*down) for x in pair]
+            leaf = [attrs[lf]["index"] for lf in leaves]
+            if all(switch) or not any(switch):
+                return head, tail, leaf, _nvswitch_links(ids, gids, n_of, all(switch)), nics
+    return ids._read(new.tolist())  # GPUs without NICs under leaves: read each
+
+
+def _nvswitch_links(ids: LinkIds, gids: list[str], nodes: list[int], has_switch: bool) -> list[int]:
+    """GPU -> NVSwitch and back, flat, per GPU of ``gids`` (on ``nodes``); -1 without one."""
+    if not has_switch:
+        return [-1] * (2 * len(gids))
+    link = ids._ids.__getitem__
+    switches = [f"node{n}/nvswitch" for n in nodes]
+    out = list(map(link, zip(gids, switches))), list(map(link, zip(switches, gids)))
+    return [x for pair in zip(*out) for x in pair]
 
 
 def _fabric_table(ids: LinkIds) -> dict[str, Any] | None:

@@ -9,6 +9,10 @@ route between local GPUs ``i`` and ``j`` is the same switch on every node whose 
 local neighbours with the same capacities: it is learned on the first such node from the router's
 own search and reused, renamed, on the others (a tied or longer route is never reused). A folded
 tensor-parallel collective on 131,072 GPUs asks for a quarter of a million such routes.
+
+A node's kind is read from the router's tables once per node, and once per cluster where the
+cluster is uniform (its graph as the builder made it: every node has the same GPUs, NVSwitch and
+NICs with the same link capacities, its ports named by its node, so every kind equals the first).
 """
 
 from __future__ import annotations
@@ -66,19 +70,29 @@ class NodeRoutes:
 
     def kind(self, node: int) -> tuple:
         """Per local GPU, its non-GPU neighbours (named locally when on the node) with the
-        capacity of the link to and from each."""
+        capacity of the link to and from each. On a uniform cluster (every node alike,
+        :class:`~simtrain.topology.cluster.Cluster`) every node has the first one's kind."""
         kind = self._kinds.get(node)
         if kind is None:
-            edges, _, _, ports = self.router._static()[:4]
-            gpn, prefix = self.router.cluster.gpus_per_node, f"node{node}/"
-            cut, none = len(prefix), (None,)
-            out = []
-            for g in range(node * gpn, (node + 1) * gpn):
-                gid = f"gpu{g}"
-                row = []
-                for p in ports[gid]:
-                    name = (p[cut:], True) if p.startswith(prefix) else (p, False)
-                    row.append((name, edges[(gid, p)][0], edges.get((p, gid), none)[0]))
-                out.append(tuple(row))
-            kind = self._kinds[node] = tuple(out)
+            if self.router.cluster.uniform and self._kinds:
+                kind = next(iter(self._kinds.values()))
+            else:
+                kind = node_kind(self.router, node)
+            self._kinds[node] = kind
         return kind
+
+
+def node_kind(router: Any, node: int) -> tuple:
+    """:meth:`NodeRoutes.kind` of ``node``, read from ``router``'s tables."""
+    edges, _, _, ports = router._static()[:4]
+    gpn, prefix = router.cluster.gpus_per_node, f"node{node}/"
+    cut, none = len(prefix), (None,)
+    out = []
+    for g in range(node * gpn, (node + 1) * gpn):
+        gid = f"gpu{g}"
+        row = []
+        for p in ports[gid]:
+            name = (p[cut:], True) if p.startswith(prefix) else (p, False)
+            row.append((name, edges[(gid, p)][0], edges.get((p, gid), none)[0]))
+        out.append(tuple(row))
+    return tuple(out)

@@ -88,3 +88,51 @@ def test_the_busiest_link_of_many_flows_is_the_phases():
     assert hops_time(src, dst, nbytes, Router(cluster)) == phase_time(phase, cluster)
     same = src == dst
     assert hops_time(src[same], dst[same], nbytes[same], router) == 0.0  # no link crossed
+
+
+def _uniform_clusters():
+    """Uniform clusters: presets at a few sizes (partly filled leaves, pods, rail groups)."""
+    out = [load_topology(name) for name in list_topologies()]
+    out += [load_topology("h100-ib-2to1", nodes=7), load_topology("h100-3tier", nodes=37),
+            load_topology("h100-rail", nodes=13), load_topology("gb200-nvl72", nodes=3)]
+    return out
+
+
+@pytest.mark.quick
+@pytest.mark.parametrize("cluster", _uniform_clusters(), ids=lambda c: f"{c.name}-{c.num_nodes}")
+def test_renamed_tables_equal_the_tables_read_per_gpu(cluster):
+    """On a uniform cluster the GPUs' tables and the nodes' kinds come from one node, renamed:
+    the same as read GPU by GPU and node by node on the same graph marked not uniform, in every
+    order GPUs are learned in (NIC numbers included)."""
+    from dataclasses import replace
+
+    from simtrain.topology.link_ids import member_links
+
+    assert cluster.uniform
+    plain = replace(cluster, uniform=False)
+    rng = np.random.default_rng(3)
+    for order in (np.arange(cluster.num_gpus), rng.permutation(cluster.num_gpus)):
+        fast, slow = Router(cluster).link_ids(), Router(plain).link_ids()
+        for part in np.array_split(order, 3):
+            got, want = member_links(fast, part), member_links(slow, part)
+            for a, b in zip(got, want):
+                assert np.array_equal(a, b)
+    fast_r, slow_r = Router(cluster), Router(plain)
+    for node in range(cluster.num_nodes):
+        assert fast_r.node_routes.kind(node) == slow_r.node_routes.kind(node)
+    src, dst = _pairs(cluster, 400, 9)
+    for a, b in zip(fast_r.link_ids().route_costs(src[src != dst], dst[src != dst]),
+                    slow_r.link_ids().route_costs(src[src != dst], dst[src != dst])):
+        assert np.array_equal(a, b)
+
+
+@pytest.mark.quick
+def test_a_perturbed_cluster_is_not_uniform():
+    cluster = load_topology("h100-ib", nodes=4)
+    slow = perturb_links(cluster, (("node1/nic0", "leaf0", 0.5),), ())
+    failed = perturb_links(cluster, (), (("gpu0", "node0/nvswitch"),))
+    assert cluster.uniform and not slow.uniform and not failed.uniform
+    r = Router(slow)
+    assert r.node_routes.kind(1) == r.node_routes.kind(0)  # NIC -> leaf is no part of a kind
+    r = Router(failed)
+    assert r.node_routes.kind(0) != r.node_routes.kind(1)
