@@ -134,34 +134,7 @@ class LinkIds:
         if self.router.cluster.uniform and len(new) > gpn:
             self._store(new, *_renamed(self, int(new[0]) // gpn, new))
         else:
-            self._store(new, *self._read(new.tolist()))
-
-    def _read(self, new: list[int]) -> tuple[list[int], list[int], list[int], list[int], list[int]]:
-        """Per GPU of ``new``: head and tail links (two each), leaf index, NVSwitch links (two),
-        NIC number, read from the router's tables (flat lists)."""
-        router = self.router
-        attrs, link, ids = router.cluster.graph._node, self._ids.__getitem__, self._ids
-        ports, anchor = router._static()[3:5]
-        gpn = router.cluster.gpus_per_node
-        adj, numbers = plain_adjacency(router.cluster.graph), self._nic_names
-        head, tail, leaf, nvswitch, nics = [], [], [], [], []  # type: ignore[var-annotated]
-        for g in new:
-            gid = f"gpu{g}"
-            channel_nic = first_nic(gid, adj, attrs)  # Router.nic_of
-            nics.append(-1 if channel_nic is None else numbers.setdefault(channel_nic, len(numbers)))
-            port = nic_port(gid, ports, anchor)  # the NIC its routes leave by (Router._nic_port)
-            nic, lf = port if port is not None else (None, None)
-            if lf is not None and attrs[lf]["kind"] == "leaf":
-                head += (link((gid, nic)), link((nic, lf)))
-                tail += (link((lf, nic)), link((nic, gid)))
-                leaf.append(attrs[lf]["index"])
-            else:
-                head += (-1, -1)
-                tail += (-1, -1)
-                leaf.append(-1)
-            sw = f"node{g // gpn}/nvswitch"
-            nvswitch += (link((gid, sw)), link((sw, gid))) if (gid, sw) in ids else (-1, -1)
-        return head, tail, leaf, nvswitch, nics
+            self._store(new, *_read(self, new.tolist()))
 
     def _store(self, new: np.ndarray, head: list[int], tail: list[int], leaf: list[int], nvswitch: list[int],
                nics: list[int]) -> None:
@@ -257,12 +230,40 @@ def member_links(ids: LinkIds, gpus: np.ndarray) -> tuple[np.ndarray, np.ndarray
     return own, ids._leaf[gpus], nics
 
 
+def _read(ids: LinkIds, new: list[int]) -> tuple[list[int], list[int], list[int], list[int], list[int]]:
+    """What :meth:`LinkIds._learn_gpus` learns per GPU of ``new``: head and tail links (two
+    each), leaf index, NVSwitch links (two), NIC number, read from the router's tables (flat lists)."""
+    router = ids.router
+    attrs, link, known = router.cluster.graph._node, ids._ids.__getitem__, ids._ids
+    ports, anchor = router._static()[3:5]
+    gpn = router.cluster.gpus_per_node
+    adj, numbers = plain_adjacency(router.cluster.graph), ids._nic_names
+    head, tail, leaf, nvswitch, nics = [], [], [], [], []  # type: ignore[var-annotated]
+    for g in new:
+        gid = f"gpu{g}"
+        channel_nic = first_nic(gid, adj, attrs)  # Router.nic_of
+        nics.append(-1 if channel_nic is None else numbers.setdefault(channel_nic, len(numbers)))
+        port = nic_port(gid, ports, anchor)  # the NIC its routes leave by (Router._nic_port)
+        nic, lf = port if port is not None else (None, None)
+        if lf is not None and attrs[lf]["kind"] == "leaf":
+            head += (link((gid, nic)), link((nic, lf)))
+            tail += (link((lf, nic)), link((nic, gid)))
+            leaf.append(attrs[lf]["index"])
+        else:
+            head += (-1, -1)
+            tail += (-1, -1)
+            leaf.append(-1)
+        sw = f"node{g // gpn}/nvswitch"
+        nvswitch += (link((gid, sw)), link((sw, gid))) if (gid, sw) in known else (-1, -1)
+    return head, tail, leaf, nvswitch, nics
+
+
 def _renamed(ids: LinkIds, node: int, new: np.ndarray) -> tuple[list[int], list[int], list[int], list[int], list[int]]:
-    """:meth:`LinkIds._read` of GPUs ``new`` of a uniform cluster, from what it read on ``node``:
+    """:func:`_read` of GPUs ``new`` of a uniform cluster, from what it read on ``node``:
     every node has the same GPUs, NVSwitch and NICs, named by their node, so local GPU ``i`` of any
     node has the channel NIC, the NIC its routes leave by and the NVSwitch link of local GPU ``i``
     of ``node``, renamed; each link's id, each NIC's leaf (the switch its tables route it from)
-    and that leaf's index are looked up under the new names as ``_read`` does."""
+    and that leaf's index are looked up under the new names as :func:`_read` does."""
     router = ids.router
     graph, gpn, numbers = router.cluster.graph, router.cluster.gpus_per_node, ids._nic_names
     attrs, adj, (ports, anchor) = graph._node, plain_adjacency(graph), router._static()[3:5]
@@ -290,7 +291,7 @@ def _renamed(ids: LinkIds, node: int, new: np.ndarray) -> tuple[list[int], list[
             leaf = [attrs[lf]["index"] for lf in leaves]
             if all(switch) or not any(switch):
                 return head, tail, leaf, _nvswitch_links(ids, gids, n_of, all(switch)), nics
-    return ids._read(new.tolist())  # GPUs without NICs under leaves: read each
+    return _read(ids, new.tolist())  # GPUs without NICs under leaves: read each
 
 
 def _nvswitch_links(ids: LinkIds, gids: list[str], nodes: list[int], has_switch: bool) -> list[int]:
