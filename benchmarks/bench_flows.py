@@ -24,7 +24,7 @@ from simtrain.network.planner import Planner
 from simtrain.network.solver import FlowModel
 from simtrain.outputs.text_tables import table
 from simtrain.topology.cluster import load_topology
-from simtrain.topology.routes import Router
+from simtrain.topology.routing.router import Router
 
 REPEATS = 3
 

@@ -17,7 +17,7 @@ from simtrain.schedules import generate
 from simtrain.specs.parallel import ParallelSpec
 from simtrain.topology.cluster import build_topology
 from simtrain.topology.mesh import build_mesh
-from simtrain.topology.routes import Router
+from simtrain.topology.routing.router import Router
 from simtrain.workload.lower import lower
 from simtrain.workload.options import WorkloadOptions
 from simtrain.workload.program import KIND, STREAM, Op, Program

@@ -24,7 +24,7 @@ from simtrain.schedules import generate
 from simtrain.specs.gpu import get_gpu
 from simtrain.specs.parallel import ParallelSpec
 from simtrain.topology.cluster import build_topology
-from simtrain.topology.routes import Router
+from simtrain.topology.routing.router import Router
 from simtrain.workload.lower import lower
 from simtrain.workload.options import WorkloadOptions
 

@@ -25,7 +25,7 @@ from simtrain.network.solver import FlowModel
 from simtrain.outputs.words import counted
 from simtrain.specs.strict import clip, shown
 from simtrain.topology.cluster import Cluster, load_topology
-from simtrain.topology.routes import Router
+from simtrain.topology.routing.router import Router
 
 #: The networks that time a collective on its own.
 COLLECTIVE_NETWORKS = tuple(name for name, r in MODELS.items() if r.times_collectives)

@@ -9,7 +9,7 @@ from simtrain.network.analytic import AnalyticNetwork
 from simtrain.scenario import Scenario
 from simtrain.schedules import REGISTRY as SCHEDULES, load_schedule, validate
 from simtrain.schedules.ir import Schedule
-from simtrain.topology.routes import Router
+from simtrain.topology.routing.router import Router
 from simtrain.workload.options import WorkloadOptions
 from simtrain.workload.stages import chunk_pass_times, split_layers
 

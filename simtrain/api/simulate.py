@@ -26,7 +26,7 @@ from simtrain.topology.build import paused_gc
 from simtrain.topology.cluster import Cluster
 from simtrain.topology.faults import perturb_links
 from simtrain.topology.mesh import build_mesh
-from simtrain.topology.routes import Router
+from simtrain.topology.routing.router import Router
 from simtrain.workload.jitter import apply_jitter
 from simtrain.workload.lower import lower
 from simtrain.workload.options import WorkloadOptions

@@ -31,7 +31,7 @@ from simtrain.network.nccl_protocols import (GroupShape, bandwidth_factor, famil
                                              tree_cap_Bps)
 from simtrain.network.trees import nvls_phases, nvls_tree_phases, tree_phases, tree_unit_hops
 from simtrain.topology.cluster import Cluster
-from simtrain.topology.routes import Router
+from simtrain.topology.routing.router import Router
 
 if TYPE_CHECKING:  # pragma: no cover
     from simtrain.workload.program import Program

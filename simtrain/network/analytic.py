@@ -14,7 +14,7 @@ from typing import Sequence
 from simtrain.network.planner import Planner
 from simtrain.network.interface import PricedNetwork
 from simtrain.topology.cluster import Cluster
-from simtrain.topology.routes import Router
+from simtrain.topology.routing.router import Router
 
 
 class AnalyticNetwork(PricedNetwork):

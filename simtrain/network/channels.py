@@ -22,7 +22,7 @@ from typing import Sequence
 import numpy as np
 
 from simtrain.topology.cluster import Cluster
-from simtrain.topology.routes import Router
+from simtrain.topology.routing.router import Router
 
 Hop = tuple[int, int, float]  # (source GPU, destination GPU, share of the per-rank volume)
 HopArrays = tuple[np.ndarray, np.ndarray, np.ndarray]  # sources, destinations, shares (or bytes) of hops

@@ -21,7 +21,7 @@ from simtrain.network.planner import Planner
 from simtrain.network.interface import LinkSeries, Step, comm_parts, op_parts
 from simtrain.network.solver import FlowModel
 from simtrain.topology.cluster import Cluster
-from simtrain.topology.routes import Router
+from simtrain.topology.routing.router import Router
 from simtrain.workload.program import AnyOp, Program
 
 #: The GPU groups of a folded op (one group set): one tuple of GPUs per group.

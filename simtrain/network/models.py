@@ -16,7 +16,7 @@ from simtrain.network.analytic import AnalyticNetwork
 from simtrain.network.fixed import FixedLatency
 from simtrain.network.interface import NetworkModel
 from simtrain.topology.cluster import Cluster
-from simtrain.topology.routes import Router
+from simtrain.topology.routing.router import Router
 
 
 @dataclass(frozen=True)

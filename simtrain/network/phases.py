@@ -25,7 +25,7 @@ from simtrain.network.channels import HopArrays, node_blocks, pxn_relay, rail_me
 from simtrain.network.links import Link
 from simtrain.network.nccl_protocols import GroupShape, latency_s
 from simtrain.topology.cluster import Cluster
-from simtrain.topology.routes import Router
+from simtrain.topology.routing.router import Router
 
 
 #: One flow of a phase: the links of its route and the bytes it carries.
@@ -172,7 +172,7 @@ def phase_time(phase: Phase, cluster: Cluster) -> float:
 def hops_time(src: np.ndarray, dst: np.ndarray, nbytes: np.ndarray, router: Router) -> float:
     """:func:`phase_time` of a phase without latency whose flows carry ``nbytes[k]`` from GPU
     ``src[k]`` to GPU ``dst[k]`` over the router's routes, bit for bit, without building a route
-    per flow (:class:`~simtrain.topology.link_ids.LinkIds`): each link's bytes are added flow by
+    per flow (:class:`~simtrain.topology.routing.link_ids.LinkIds`): each link's bytes are added flow by
     flow in order, as :func:`phase_load` adds them (``numpy.bincount`` sums in input order)."""
     ids = router.link_ids()
     links, flow = ids.route_links(src, dst)

@@ -19,7 +19,7 @@ from simtrain.network.phases import Phase
 from simtrain.network.nccl_protocols import GroupShape, latency_s, protocols
 from simtrain.network.shapes import GroupShapes, NodeKey, ring_learned, same_node_key
 from simtrain.topology.cluster import Cluster
-from simtrain.topology.routes import Router
+from simtrain.topology.routing.router import Router
 
 
 class Planner:
@@ -157,7 +157,7 @@ class Planner:
     def p2p_max_time(self, pairs: Sequence[tuple[int, ...]], nbytes: float) -> float:
         """The longest :meth:`p2p_time` of ``nbytes`` over ``pairs`` (source, destination), bit for
         bit: where the tuner's only choice is ``direct``, many sends at once from their routes'
-        costs (:meth:`LinkIds.route_costs <simtrain.topology.link_ids.LinkIds.route_costs>`) by
+        costs (:meth:`LinkIds.route_costs <simtrain.topology.routing.link_ids.LinkIds.route_costs>`) by
         :meth:`_send_price`'s formula; a folded pipeline transfer on 100,000 GPUs stands for 2,500."""
         ends = np.array(pairs, dtype=np.int64) if self._direct_p2p and len(pairs) >= 256 and nbytes > 0 and all(
             len(p) == 2 and p[0].__class__ is int and p[1].__class__ is int for p in pairs) else None

@@ -10,12 +10,12 @@ is the same number on every copy when the copies' routes are the same up to a re
 **The key** of a group spanning two or more nodes (:meth:`GroupShapes.key`), its members
 numbered in group order, its nodes, NICs, leaves and pods numbered by first appearance: per member,
 its node's number and, where the group has two or more GPUs of that node, its local GPU index; its
-NIC's number (:meth:`~simtrain.topology.link_ids.LinkIds.nic_numbers`);
+NIC's number (:meth:`~simtrain.topology.routing.link_ids.LinkIds.nic_numbers`);
 its six node-side links (GPU -> NIC -> leaf and back, GPU -> NVSwitch and back) numbered by first
 appearance, with their capacities; its leaf's number. Per leaf: its pod's number and the capacities
 of its links to and from every spine; per pod, those to and from every core. Per node: whether it
 has an NVSwitch and, where the group has two or more of its GPUs, its kind
-(:meth:`~simtrain.topology.node_routes.NodeRoutes.kind`: its GPUs' ports with their capacities).
+(:meth:`~simtrain.topology.routing.node_routes.NodeRoutes.kind`: its GPUs' ports with their capacities).
 Numbers by first appearance make two groups' keys equal exactly when the member-by-member map
 between them preserves which members share a node, a NIC, a link, a leaf or a pod; capacities are
 compared as floats (``==``). A group gets no key (and is priced alone, as before) where routes are
@@ -27,7 +27,7 @@ could share a spine link, see below).
 in order. (1) The hops: :func:`~simtrain.network.channels.ring_hop_arrays` and
 :func:`~simtrain.network.trees.tree_hops` read only which members share a node (in group order)
 and the channel count, itself the fewest distinct NICs on a node, so ``G'``'s hops are ``phi`` of
-``G``'s with the same bytes, in the same order. (2) The routes (:class:`~simtrain.topology.link_ids.LinkIds`):
+``G``'s with the same bytes, in the same order. (2) The routes (:class:`~simtrain.topology.routing.link_ids.LinkIds`):
 a hop inside a node crosses the switch learned for the node's kind (the same local switch on equal
 kinds); a hop between nodes is the source's GPU -> NIC -> leaf, one middle chosen by ECMP when the
 two leaves differ, the destination's leaf -> NIC -> GPU. (3) ECMP picks by ``crc32`` of the GPUs'
@@ -56,8 +56,8 @@ import numpy as np
 from simtrain.network.algorithms import REGISTRY, CollectiveAlgorithm, candidates, hop_arrays
 from simtrain.network.channels import channel_count, node_blocks
 from simtrain.network.phases import hops_time
-from simtrain.topology.link_ids import member_links
-from simtrain.topology.routes import Router
+from simtrain.topology.routing.link_ids import member_links
+from simtrain.topology.routing.router import Router
 
 #: the algorithms whose hops read only which members share a node and the channel count
 SHAPED = ("ring", "tree")
@@ -199,7 +199,7 @@ def same_node_key(router: Router, registry: Mapping[str, CollectiveAlgorithm], o
                   nbytes: float) -> NodeKey | None:
     """For a ring-family collective on two or more GPUs of one node: (op, bytes, the node's
     kind, the GPUs' local numbers), under which the price is the same on every node of that
-    kind once the ring's routes are learned for it (:mod:`simtrain.topology.node_routes`): the
+    kind once the ring's routes are learned for it (:mod:`simtrain.topology.routing.node_routes`): the
     candidates there are the ring and NVLS (trees and hierarchical need two nodes), the ring's
     links are its learned routes' and NVLS's each GPU's link to its NVSwitch, with the
     capacities the kind lists, and their latencies come from the group's shape (one node: no

@@ -17,7 +17,7 @@ import numpy as np
 from simtrain.network.channels import Hop, HopArrays, channel_count, heads, hop_list, node_blocks
 from simtrain.network.links import Link
 from simtrain.network.phases import Flow, Phase
-from simtrain.topology.routes import Router
+from simtrain.topology.routing.router import Router
 
 
 def _btree_parent(rank: int, n: int) -> int:

@@ -45,7 +45,7 @@ tiers), ``core{c}``. Edges carry ``bandwidth_Bps``, ``latency_s`` and ``tier`` (
 nic<->leaf, spine = leaf<->spine, core = spine<->core) and ``capacity_Bps`` (the achievable rate:
 ``bandwidth_Bps`` x the tier's efficiency). Leaf uplinks = downlinks / oversubscription,
 one aggregated edge per leaf-spine pair; the builder rules and their sources are in
-:mod:`simtrain.topology.build`, routes between GPUs in :mod:`simtrain.topology.routes`.
+:mod:`simtrain.topology.build`, routes between GPUs in :mod:`simtrain.topology.routing.router`.
 """
 
 from __future__ import annotations

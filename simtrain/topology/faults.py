@@ -2,7 +2,7 @@
 
 A degraded link keeps ``factor`` of its line rate and achievable bandwidth in both directions (a
 port that trained down, a flapping cable); a failed link is removed in both directions, and routes
-are searched on what remains (:class:`~simtrain.topology.routes.Router` with ``structural=False``,
+are searched on what remains (:class:`~simtrain.topology.routing.router.Router` with ``structural=False``,
 since the fabric's arithmetic routes assume every link is there). Links are named by their ends as
 the graph names them (:mod:`simtrain.topology.cluster`).
 """

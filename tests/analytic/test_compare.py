@@ -10,7 +10,7 @@ from simtrain.costs import KernelTimer, Shape, attention_cost, mlp_cost
 from simtrain.network.analytic import AnalyticNetwork
 from simtrain.network.interface import op_parts
 from simtrain.topology.mesh import build_mesh
-from simtrain.topology.routes import Router
+from simtrain.topology.routing.router import Router
 from simtrain.workload.lower import lower
 from simtrain.workload.options import WorkloadOptions
 from simtrain.workload.program import STREAM

@@ -14,7 +14,7 @@ from simtrain.network.phases import Phase
 from simtrain.network.planner import Planner
 from simtrain.network.nccl_protocols import GroupShape, latency_s
 from simtrain.topology.cluster import load_topology
-from simtrain.topology.routes import Router
+from simtrain.topology.routing.router import Router
 
 pytestmark = pytest.mark.quick
 

@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from simtrain.api.collective import collective
 from simtrain.network.analytic import AnalyticNetwork
 from simtrain.topology.cluster import Cluster, load_topology
-from simtrain.topology.routes import Router
+from simtrain.topology.routing.router import Router
 
 TOPOLOGIES = ("h100-ib", "h100-ib-2to1", "h100-rail", "h100-3tier", "a100-hdr", "h200-ib", "h800-rail",
               "b200-ib", "seed-h100")

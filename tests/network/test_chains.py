@@ -8,7 +8,7 @@ import pytest
 from helpers import GB, fat_tree, flow_time
 from simtrain.network.algorithms import phases, price, uncontended_time
 from simtrain.network.chains import run_chains
-from simtrain.topology.routes import Router
+from simtrain.topology.routing.router import Router
 
 pytestmark = pytest.mark.quick
 

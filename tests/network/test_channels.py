@@ -12,7 +12,7 @@ from simtrain.errors import SpecError
 from simtrain.network.channels import (channel_count, heads, node_blocks, nic_index, pxn_relay, rail_members,
                                        ring_hops)
 from simtrain.topology.cluster import build_topology, load_topology
-from simtrain.topology.routes import Router
+from simtrain.topology.routing.router import Router
 
 
 def _nic_shares(hops, router):

@@ -13,7 +13,7 @@ from simtrain import engine
 from simtrain.network.analytic import AnalyticNetwork
 from simtrain.network.flow import FlowNetwork
 from simtrain.topology.cluster import build_topology
-from simtrain.topology.routes import Router
+from simtrain.topology.routing.router import Router
 from simtrain.workload.program import KIND, STREAM, Op, Program
 
 

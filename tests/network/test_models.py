@@ -9,7 +9,7 @@ from simtrain import api
 from simtrain.api.collective import COLLECTIVE_NETWORKS
 from simtrain.network.models import MODELS, described
 from simtrain.settings import NETWORKS, SETTINGS
-from simtrain.topology.routes import Router
+from simtrain.topology.routing.router import Router
 
 
 @pytest.mark.quick

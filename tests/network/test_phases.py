@@ -8,7 +8,7 @@ import pytest
 from simtrain.network.phases import (Phase, direct_phases, group_shape, hierarchical_phases, phase_time, ring_phases,
                                      ring_volume)
 from simtrain.topology.cluster import load_topology
-from simtrain.topology.routes import Router
+from simtrain.topology.routing.router import Router
 
 pytestmark = pytest.mark.quick
 

@@ -17,7 +17,7 @@ from simtrain.errors import SpecError
 from simtrain.network import algorithms
 from simtrain.network.planner import Planner
 from simtrain.topology.cluster import build_topology, list_topologies, load_topology
-from simtrain.topology.routes import Router
+from simtrain.topology.routing.router import Router
 
 
 @pytest.mark.quick

@@ -8,7 +8,7 @@ from simtrain.network.planner import Planner
 from simtrain.network.shapes import GroupShapes
 from simtrain.topology.cluster import load_topology
 from simtrain.topology.faults import perturb_links
-from simtrain.topology.routes import Router
+from simtrain.topology.routing.router import Router
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter")
 SIZES = (1 << 20, 3 << 28)

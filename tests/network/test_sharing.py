@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from simtrain.network.sharing import LinkPaths, component
 from simtrain.network.solver import FlowModel
 from simtrain.topology.cluster import load_topology
-from simtrain.topology.routes import Router
+from simtrain.topology.routing.router import Router
 
 pytestmark = pytest.mark.quick
 

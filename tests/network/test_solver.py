@@ -12,7 +12,7 @@ from helpers import GB
 from simtrain.network.chains import run_transfers
 from simtrain.network.solver import FlowModel, max_min_rates
 from simtrain.topology.cluster import build_topology, load_topology
-from simtrain.topology.routes import Router
+from simtrain.topology.routing.router import Router
 
 pytestmark = pytest.mark.quick
 

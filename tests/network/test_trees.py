@@ -8,7 +8,7 @@ import pytest
 from simtrain.network.phases import phase_load
 from simtrain.network.trees import dtree_parents, nvls_factor, nvls_phases, nvls_tree_phases, tree_phases
 from simtrain.topology.cluster import load_topology
-from simtrain.topology.routes import Router
+from simtrain.topology.routing.router import Router
 
 S = 2**30
 

@@ -8,7 +8,7 @@ from helpers import make_cluster
 from simtrain.errors import SpecError
 from simtrain.outputs.topology_plot import draw_topology
 from simtrain.topology.cluster import load_topology
-from simtrain.topology.routes import Router
+from simtrain.topology.routing.router import Router
 
 
 @pytest.mark.quick

@@ -7,7 +7,7 @@ import pytest
 from helpers import SEED_70B, simulate, simulate_settings, tiny_model, two_node_cluster
 from simtrain.network.analytic import AnalyticNetwork
 from simtrain.specs.parallel import ParallelSpec
-from simtrain.topology.routes import Router
+from simtrain.topology.routing.router import Router
 from simtrain.workload.options import WorkloadOptions
 
 

@@ -15,7 +15,7 @@ from simtrain.topology.build import build_graph, check_graph, link_kinds, routab
 from simtrain.topology.cluster import build_topology, list_topologies, load_topology, preset_table, summary
 from simtrain.topology.spec import parse_spec
 from topology.reference_build import assert_same_graph, reference_graph
-from simtrain.topology.routes import Router
+from simtrain.topology.routing.router import Router
 
 pytestmark = pytest.mark.quick
 

@@ -14,7 +14,7 @@ import pytest
 from helpers import NIC_BPS, NVLINK_BPS, make_cluster, node_kinds
 from simtrain.errors import SpecError
 from simtrain.topology.cluster import bisection_bandwidth, list_topologies, load_topology, summary
-from simtrain.topology.routes import Router
+from simtrain.topology.routing.router import Router
 
 
 @pytest.mark.quick

@@ -5,7 +5,7 @@ import pytest
 from simtrain.errors import SpecError
 from simtrain.topology.cluster import load_topology
 from simtrain.topology.faults import perturb_links
-from simtrain.topology.routes import Router
+from simtrain.topology.routing.router import Router
 
 pytestmark = pytest.mark.quick
 

@@ -10,7 +10,7 @@ from helpers import cli, simulate, tiny_model
 from simtrain.network.analytic import AnalyticNetwork
 from simtrain.specs.parallel import ParallelSpec
 from simtrain.topology.cluster import build_topology
-from simtrain.topology.routes import Router
+from simtrain.topology.routing.router import Router
 from simtrain.workload.options import WorkloadOptions
 
 

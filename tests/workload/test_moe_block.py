@@ -14,7 +14,7 @@ from simtrain.specs.model import ModelSpec, load_model
 from simtrain.specs.parallel import ParallelSpec
 from simtrain.topology.cluster import build_topology
 from simtrain.topology.mesh import build_mesh
-from simtrain.topology.routes import Router
+from simtrain.topology.routing.router import Router
 from simtrain.workload.lower import lower
 from simtrain.workload.moe_routing import Routing, ep_loads
 from simtrain.workload.options import WorkloadOptions

@@ -4,11 +4,11 @@ A point-to-point price needs only these two numbers of its route (:mod:`simtrain
 and a folded pipeline transfer asks them for every pair it stands for: on 131,072 GPUs, a quarter
 of a million pairs that are each asked once. Across nodes of a fabric built from a spec, a route is
 the source GPU's head (GPU, NIC, leaf), one of the leaves' equal-cost middles picked by ECMP
-(:class:`~simtrain.topology.routes.Router`), and the destination's tail; its bandwidth is the
+(:class:`~simtrain.topology.routing.router.Router`), and the destination's tail; its bandwidth is the
 minimum and its latency the sum, in path order, of values that the head, the middle and the tail
 fix. So both are computed once per (head values, middle, tail values) from the same values in
-the same order as :meth:`Router.bandwidth <simtrain.topology.routes.Router.bandwidth>` and
-:meth:`Router.latency <simtrain.topology.routes.Router.latency>` (bit for bit), and no route is
+the same order as :meth:`Router.bandwidth <simtrain.topology.routing.router.Router.bandwidth>` and
+:meth:`Router.latency <simtrain.topology.routing.router.Router.latency>` (bit for bit), and no route is
 stored per pair. Other routes are the router's own.
 """
 
@@ -20,7 +20,7 @@ from typing import Any
 
 class RouteCosts:
     """``(bandwidth, latency)`` of routes on ``router``, a
-    :class:`~simtrain.topology.routes.Router` (module docstring)."""
+    :class:`~simtrain.topology.routing.router.Router` (module docstring)."""
 
     def __init__(self, router: Any) -> None:
         self.router = router

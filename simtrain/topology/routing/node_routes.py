@@ -2,7 +2,7 @@
 
 Between two GPUs of one node the router's shortest routes cross one switch both GPUs hang off
 (the node's NVSwitch, or a NIC they share): one hop in the middle, where any route through the
-fabric takes at least three (:class:`~simtrain.topology.routes.Router`). Among those switches the
+fabric takes at least three (:class:`~simtrain.topology.routing.router.Router`). Among those switches the
 widest route wins, its width the smaller capacity of the two links; only when two are equally wide
 does ECMP pick one by ``crc32`` of the GPUs' global numbers. So where the widest is unique, the
 route between local GPUs ``i`` and ``j`` is the same switch on every node whose GPUs have the same
@@ -23,7 +23,7 @@ _TIE = 1 - 1e-12  # the router's tolerance for equally wide routes (Router._rout
 
 
 class NodeRoutes:
-    """Learned routes inside nodes of ``router``, a :class:`~simtrain.topology.routes.Router`
+    """Learned routes inside nodes of ``router``, a :class:`~simtrain.topology.routing.router.Router`
     (module docstring)."""
 
     def __init__(self, router: Any) -> None:

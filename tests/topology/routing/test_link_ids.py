@@ -12,7 +12,7 @@ import pytest
 from simtrain.network.phases import Phase, hops_time, phase_time
 from simtrain.topology.cluster import list_topologies, load_topology
 from simtrain.topology.faults import perturb_links
-from simtrain.topology.routes import Router
+from simtrain.topology.routing.router import Router
 
 
 def _pairs(cluster, count: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -106,7 +106,7 @@ def test_renamed_tables_equal_the_tables_read_per_gpu(cluster):
     order GPUs are learned in (NIC numbers included)."""
     from dataclasses import replace
 
-    from simtrain.topology.link_ids import member_links
+    from simtrain.topology.routing.link_ids import member_links
 
     assert cluster.uniform
     plain = replace(cluster, uniform=False)

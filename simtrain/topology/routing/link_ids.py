@@ -2,11 +2,11 @@
 to find its busiest link without building a route per pair of GPUs.
 
 A ring or a tree over 100,000 GPUs has about two million hops. Their routes follow from a few
-tables (:class:`~simtrain.topology.routes.Router`, module docstring there): across two nodes of a
+tables (:class:`~simtrain.topology.routing.router.Router`, module docstring there): across two nodes of a
 fabric built from a spec, a route is the source GPU's head (GPU -> NIC -> leaf), one of the two
 leaves' equal-cost middles picked by ECMP, and the destination's tail (leaf -> NIC -> GPU); inside
 a node it crosses the one switch the router learned for that pair of local GPUs on nodes of that
-kind (:mod:`simtrain.topology.node_routes`). :meth:`LinkIds.route_links` reads the heads, tails
+kind (:mod:`simtrain.topology.routing.node_routes`). :meth:`LinkIds.route_links` reads the heads, tails
 and learned switches per GPU and the middles from the fabric's structure (2 tiers: leaf -> spine
 ``s`` -> leaf; 3 tiers: through spine ``s`` of one pod, or through core ``c`` and spine
 ``c % spines`` of both pods), with the router's ECMP choice: the ``crc32(f"{src}-{dst}")``-th of
@@ -27,14 +27,14 @@ from typing import Any
 import numpy as np
 
 from simtrain.topology.build import plain_adjacency
-from simtrain.topology.tables import first_nic, nic_port
+from simtrain.topology.routing.tables import first_nic, nic_port
 
 Link = tuple[str, str]
 WIDTH = 8  # links of the longest route from the tables: GPU, NIC, leaf, spine, core, spine, leaf, NIC, GPU
 
 
 class LinkIds:
-    """Integer ids for the links of ``router`` (a :class:`~simtrain.topology.routes.Router`) and
+    """Integer ids for the links of ``router`` (a :class:`~simtrain.topology.routing.router.Router`) and
     the links of many routes at once (module docstring); :meth:`capacity` gives their
     ``capacity_Bps`` by id."""
 
@@ -65,7 +65,7 @@ class LinkIds:
 
     def nic_numbers(self, gpus: np.ndarray) -> np.ndarray:
         """A number per GPU of ``gpus`` (valid GPU numbers) naming its NIC
-        (:meth:`Router.nic_of <simtrain.topology.routes.Router.nic_of>`) among the cluster's NICs,
+        (:meth:`Router.nic_of <simtrain.topology.routing.router.Router.nic_of>`) among the cluster's NICs,
         -1 for none: two GPUs have the same number iff they use one NIC."""
         self._learn(gpus)
         return self._nic[gpus]
@@ -101,8 +101,8 @@ class LinkIds:
 
     def route_costs(self, src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Per route from ``src[k]`` to ``dst[k]`` (``src != dst``), its bottleneck bandwidth and
-        its latency, bit for bit as :meth:`Router.bandwidth <simtrain.topology.routes.Router.bandwidth>`
-        and :meth:`Router.latency <simtrain.topology.routes.Router.latency>` give them: the
+        its latency, bit for bit as :meth:`Router.bandwidth <simtrain.topology.routing.router.Router.bandwidth>`
+        and :meth:`Router.latency <simtrain.topology.routing.router.Router.latency>` give them: the
         links' latencies added in path order, then the latencies of the nodes between them."""
         rows = self.routes(src, dst)
         if self._latency is None:

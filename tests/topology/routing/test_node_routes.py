@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from simtrain.topology.cluster import build_topology, list_topologies, load_topology
-from simtrain.topology.routes import Router
+from simtrain.topology.routing.router import Router
 
 
 def _inside_pairs(cluster, nodes):

@@ -9,7 +9,7 @@ import pytest
 
 from simtrain.errors import SpecError
 from simtrain.topology.cluster import list_topologies, load_topology
-from simtrain.topology.routes import Router
+from simtrain.topology.routing.router import Router
 
 pytestmark = pytest.mark.quick
 

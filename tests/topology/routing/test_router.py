@@ -10,7 +10,7 @@ from helpers import NIC_BPS, NVLINK_BPS, make_cluster, node_kinds
 NVLINK_ACHIEVED = NVLINK_BPS * 0.822  # the default nvlink_efficiency (simtrain.topology.spec)
 NIC_ACHIEVED = NIC_BPS * 0.96  # the default nic_efficiency
 from simtrain.topology.cluster import Cluster, summary
-from simtrain.topology.routes import Router
+from simtrain.topology.routing.router import Router
 
 
 def tiers(cluster: Cluster, path) -> list[str]:

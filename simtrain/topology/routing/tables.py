@@ -1,8 +1,8 @@
 """The router's tables of a cluster graph, and its two NIC rules.
 
-Both the router (:class:`~simtrain.topology.routes.Router`) and the links of many routes at once
-(:class:`~simtrain.topology.link_ids.LinkIds`) read them: which NIC a GPU's routes leave by, and
-which NIC names its channel (:meth:`Router.nic_of <simtrain.topology.routes.Router.nic_of>`)."""
+Both the router (:class:`~simtrain.topology.routing.router.Router`) and the links of many routes at once
+(:class:`~simtrain.topology.routing.link_ids.LinkIds`) read them: which NIC a GPU's routes leave by, and
+which NIC names its channel (:meth:`Router.nic_of <simtrain.topology.routing.router.Router.nic_of>`)."""
 
 from __future__ import annotations
 

@@ -19,10 +19,10 @@ from typing import Any
 from simtrain.errors import SpecError
 from simtrain.topology.build import paused_gc, plain_adjacency
 from simtrain.topology.cluster import Cluster
-from simtrain.topology.link_ids import LinkIds
-from simtrain.topology.node_routes import NodeRoutes
-from simtrain.topology.route_costs import RouteCosts
-from simtrain.topology.tables import first_nic, nic_port, static_tables
+from simtrain.topology.routing.link_ids import LinkIds
+from simtrain.topology.routing.node_routes import NodeRoutes
+from simtrain.topology.routing.costs import RouteCosts
+from simtrain.topology.routing.tables import first_nic, nic_port, static_tables
 
 
 class Router:
@@ -100,7 +100,7 @@ class Router:
 
     def cost(self, src_gpu: int, dst_gpu: int) -> tuple[float, float]:
         """``(bandwidth, latency)`` of the route, exactly as :meth:`bandwidth` and :meth:`latency`
-        give them, without keeping the route (:class:`~simtrain.topology.route_costs.RouteCosts`)."""
+        give them, without keeping the route (:class:`~simtrain.topology.routing.costs.RouteCosts`)."""
         costs = self._cache.get("costs")
         if costs is None:
             costs = self._cache["costs"] = RouteCosts(self)
@@ -108,7 +108,7 @@ class Router:
 
     def link_ids(self) -> LinkIds:
         """Integer ids of links and the links of many routes at once
-        (:class:`~simtrain.topology.link_ids.LinkIds`), one table per router."""
+        (:class:`~simtrain.topology.routing.link_ids.LinkIds`), one table per router."""
         ids = self._cache.get("link_ids")
         if ids is None:
             ids = self._cache["link_ids"] = LinkIds(self)

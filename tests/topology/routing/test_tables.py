@@ -8,7 +8,7 @@ import pytest
 
 from simtrain.topology.build import plain_adjacency
 from simtrain.topology.cluster import build_topology, load_topology
-from simtrain.topology.tables import first_nic, nic_port, static_tables
+from simtrain.topology.routing.tables import first_nic, nic_port, static_tables
 
 pytestmark = pytest.mark.quick
 

@@ -1,0 +1,1 @@
+"""Tests of simtrain/topology/routing/."""
