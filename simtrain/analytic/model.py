@@ -31,7 +31,8 @@ Time of one micro-batch on the slowest (last) stage, then the step:
 
 * per token and layer ``f_layer = 6 (N - E) / L + 6 seq q`` (linear layers forward and backward;
   causal attention over the full sequence) with ``E`` the embedding and LM head weights (``2 V h``
-  untied) and ``q`` the query width (= h for Llama); LM head ``f_head = 6 V h``; one FLOP per token
+  untied) and ``q`` the query width (= h for Llama); LM head ``f_head = 6 V h``
+  (:class:`simtrain.specs.flops.ModelFlops`, the simulation's MFU formula too); one FLOP per token
   costs ``sec = s b / t / (P e)`` on one GPU;
 * ``slow = l f_layer sec + rc f_layer / 3 sec + f_head sec`` (a recomputed layer repeats its
   forward, one third of forward + backward); the stage average is ``(L f_layer + f_head) / p``;
@@ -82,6 +83,7 @@ from simtrain.analytic.bandwidth import (cluster_bandwidths, group_bandwidth,  #
 from simtrain.errors import SpecError
 from simtrain.results.metrics import BREAKDOWN, StepMetrics, step_metrics
 from simtrain.schedules.registry import REGISTRY
+from simtrain.specs.flops import ModelFlops
 from simtrain.specs.gpu import GpuSpec
 from simtrain.specs.model import ModelSpec
 from simtrain.specs.parallel import ParallelSpec
@@ -196,7 +198,6 @@ def _evaluate(model: ModelSpec, cluster: Cluster, par: ParallelSpec, gpu: GpuSpe
 
     # ---- memory: states (ZeRO: ledger module) and activations of the micro-batches in flight
     n_total = float(model.params_total if n_params is None else n_params)
-    n_embed = model.params_total - model.params_nonembedding  # 2 V h for an untied model
     usable = gpu.usable_memory_bytes
     psi = n_total / (t * p)
     lay = moe.expert_layout(model, par, n_total) if model.is_moe else None
@@ -228,10 +229,10 @@ def _evaluate(model: ModelSpec, cluster: Cluster, par: ParallelSpec, gpu: GpuSpe
                     f"raise tp, pp or cp, the ZeRO stage, or recompute more")
 
     # ---- time of one micro-batch on the slowest stage
-    h, big_v = model.hidden, model.vocab
-    n_flops = model.params_active if model.is_moe else n_total  # top-k: moe module docstring
-    f_layer = 6 * (n_flops - n_embed) / model.layers + 6 * par.seq * model.q_width
-    f_head = 6 * big_v * h
+    h = model.hidden
+    # active parameters (top-k: moe module docstring), or n_params; no MTP modules
+    flops = ModelFlops.of(model, par.seq, None if model.is_moe else n_total, mtp=False)
+    f_layer, f_head = flops.per_token_layer, flops.head_per_token
     f_sel = ledger.selective_flops_per_token(model, par)
     sec = s * b / t / gpu.effective_flops
     # the routed experts' grouped GEMMs at their shapes, per MoE layer (moe module docstring)
@@ -295,7 +296,7 @@ def _evaluate(model: ModelSpec, cluster: Cluster, par: ParallelSpec, gpu: GpuSpe
     breakdown = {k: parts[k] for k in BREAKDOWN}
     step = math.fsum(breakdown.values())
     tokens = par.gbs * par.seq
-    model_flops = (model.layers * f_layer + f_head) * tokens
+    model_flops = flops.per_token_by_layer * tokens
     metrics = step_metrics(
         step_s=step, tokens=tokens, num_gpus=par.world, gpu=gpu,
         model_flops=model_flops, hardware_flops=model_flops + tokens * (

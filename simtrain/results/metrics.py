@@ -3,12 +3,9 @@
 Definitions (documented in docs/metrics.md):
 
 * ``step_time_s``: the end of the last span.
-* ``model_flops_per_token``: ``6 N_active_nonembedding + 6 s q_width L + 6 h V``: linear layers
-  forward and backward, causal attention (half of PaLM's ``12 s h L``, appendix B of Chowdhery
-  et al. 2022), and the LM head. This is the course notes' ``parallel_plan.py`` convention; MFU
-  uses it, recompute excluded. Multi-token prediction modules count as layers (``L`` is then
-  ``layers + mtp_layers``, their ``eh_proj`` among the active parameters) with one LM head each,
-  as NeMo's and Megatron-LM's FLOP counts do (``nemo/utils/flops_formulas.py``, ``deepseekv3``).
+* ``model_flops_per_token``: ``6 N_active_nonembedding + 6 s q_width L + 6 h V``
+  (:class:`simtrain.specs.flops.ModelFlops`, the formula the closed form shares, with its
+  sources); MFU uses it, recompute excluded.
 * ``mfu = model FLOPs per step / (step time x GPUs x peak BF16)``; ``hfu`` uses the FLOPs every
   compute span actually ran, recompute included.
 * Per simulated rank the step splits into compute, recompute, exposed communication per kind (time
@@ -39,6 +36,7 @@ import numpy as np
 
 from simtrain.costs.timing import SOURCES
 from simtrain.results.energy import PowerDraw, RankSeconds, energy_metrics
+from simtrain.specs.flops import ModelFlops
 from simtrain.specs.gpu import GpuSpec
 from simtrain.specs.model import ModelSpec
 from simtrain.specs.parallel import ParallelSpec
@@ -50,11 +48,9 @@ BREAKDOWN = ("compute", "recompute", "imbalance", "tp", "cp", "ep", "pp", "bubbl
 
 
 def model_flops_per_token(model: ModelSpec, seq: int) -> float:
-    """Model FLOPs per token for MFU (see module docstring)."""
-    embedding = model.params_total - model.params_nonembedding
-    active_nonembedding = model.params_active - embedding
-    return (6.0 * active_nonembedding + 6.0 * seq * model.q_width * model.total_layers
-            + 6.0 * model.hidden * model.vocab * (1 + model.mtp_layers))
+    """Model FLOPs per token for MFU (:class:`~simtrain.specs.flops.ModelFlops`, multi-token
+    prediction modules included)."""
+    return ModelFlops.of(model, seq).per_token
 
 
 def _union(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
