@@ -19,7 +19,8 @@ What :mod:`simtrain.analytic.model` reads from the layout beyond the degrees and
   parallelism (or ``t = 1``), ``s b h (10 + 24 / t)`` without; the unfused (eager) attention
   core adds its scores, softmax and dropout, ``5 a s^2 b / t`` (``2 a s^2 b / t`` without
   dropout), which selective recompute does not store; a fully recomputed layer keeps its input,
-  ``2 s b h / t`` with sequence parallelism, ``2 s b h`` without.
+  ``2 s b h / t`` with sequence parallelism, ``2 s b h`` without. These are the simulation's own
+  terms, read from :func:`simtrain.costs.layer_activation_bytes` (one home for both).
 * **Selective recompute's time** (Korthikanti et al. 2022, section 4.2): the attention core's
   forward runs again before its backward, ``2 seq q`` FLOPs per token and layer for causal
   attention (a third of the ``6 seq q`` the closed form counts for forward and backward). Other
@@ -87,18 +88,14 @@ class Activations:
 
     @classmethod
     def of(cls, model: ModelSpec, par: ParallelSpec, tokens: int) -> "Activations":
-        """For ``tokens`` tokens per rank (``seq / cp``) of ``par``'s micro-batch."""
-        t, b, h = par.tp, par.mbs, model.hidden
-        sbh = tokens * b * h
-        sp = par.sequence_parallel or t == 1
-        kept = 34 * sbh / t if sp else sbh * (10 + 24 / t)
-        if par.attention == "eager" and "core_attn" not in par.recomputed_modules:
-            kept += (5 if model.dropout > 0 else 2) * model.heads * tokens * tokens * b / t
-        if set(par.recomputed_modules) - {"core_attn"}:
-            shape = Shape(tokens=tokens * b, seq=par.seq, tp=t, sp=par.sequence_parallel, mbs=b,
-                          attention=par.attention)
-            kept = layer_activation_bytes(model, shape, False, par.recomputed_modules, model.is_moe, par.expert_tp)
-        return cls(kept, 2 * sbh / (t if sp else 1))
+        """For ``tokens`` tokens per rank (``seq / cp``) of ``par``'s micro-batch: the
+        simulation's :func:`~simtrain.costs.layer_activation_bytes` of an MoE layer for an MoE
+        model (the eager core's scores over the whole sequence: eager attention runs at CP 1)."""
+        b = par.mbs
+        shape = Shape(tokens=tokens * b, seq=par.seq, tp=par.tp, sp=par.sequence_parallel, mbs=b,
+                      attention=par.attention)
+        return cls(layer_activation_bytes(model, shape, False, par.recomputed_modules, model.is_moe, par.expert_tp),
+                   layer_activation_bytes(model, shape, True))
 
     def layers(self, count: float, recomputed: float) -> float:
         """Bytes of ``count`` layers of which ``recomputed`` keep only their input."""

@@ -36,6 +36,12 @@ from simtrain.units import BYTES_BF16, BYTES_FP32
 
 BYTES_PARAM = BYTES_BF16  # bf16 weights
 BYTES_OPTIMIZER = 3 * BYTES_FP32  # fp32 master weights, Adam m and v
+#: Korthikanti et al. 2022, table 2, in ``s b h`` bytes per layer: the norms' inputs and outputs
+#: and the dropout masks (whole on every TP rank without sequence parallelism), the attention's
+#: and the MLP's tensors (always split over TP), and a fully recomputed layer's input.
+NORMS_AND_MASKS_SBH = 10.0
+ATTENTION_AND_MLP_SBH = 24.0
+RECOMPUTED_INPUT_SBH = 2.0
 
 
 def tp_collective_bytes(model: ModelSpec, shape: Shape) -> float:
@@ -113,14 +119,15 @@ def layer_activation_bytes(model: ModelSpec, shape: Shape, full_recompute: bool,
     """Activations one layer keeps for one micro-batch until its backward (Korthikanti table 2,
     per module as the module docstring says); ``selective``: True (the core attention) or the
     recomputed modules; ``moe_layer``: whether the layer has routed experts (default: the model
-    has experts)."""
+    has experts). The closed form's memory ledger reads it too
+    (:class:`simtrain.analytic.ledger.Activations`)."""
     sbh = shape.tokens * model.hidden
     t = shape.tp
     if full_recompute:
-        return 2.0 * sbh / (t if shape.sp else 1)
+        return RECOMPUTED_INPUT_SBH * sbh / (t if shape.sp else 1)
     modules = modules_of(selective)
     core = attention_activation_bytes(model, shape, "core_attn" in modules)
-    whole, split = 10.0, 24.0  # norms' inputs and outputs and masks; attention 8 and MLP 16
+    whole, split = NORMS_AND_MASKS_SBH, ATTENTION_AND_MLP_SBH  # attention 8 and MLP 16 of the 24
     if "layernorm" in modules:
         whole -= 4.0
     if set(modules) - {"core_attn", "layernorm"}:
