@@ -3,12 +3,50 @@
 Pure functions of two reports' step metrics (:class:`~simtrain.results.metrics.StepMetrics`, which the
 simulation's report and the closed form's both hold). The explanations name the modelling
 difference behind each category; they are chosen by the sign and size of the difference, not
-written per configuration.
+written per configuration. Where the closed form keeps a formula of its source on purpose although
+the simulation models the same quantity otherwise, a :class:`DeliberateDifference` says so, and
+every explanation of its category names it (:data:`DELIBERATE_DIFFERENCES`).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from simtrain.results.metrics import BREAKDOWN, StepMetrics
+
+
+@dataclass(frozen=True)
+class DeliberateDifference:
+    """A formula the closed form keeps from its source on purpose, unlike the simulation's."""
+
+    category: str  # the breakdown category it shows in
+    name: str
+    closed_form: str  # what the closed form counts
+    simulation: str  # what the simulation counts
+    source: str  # where the closed form's formula comes from
+
+    def sentence(self) -> str:
+        """The words ``compare`` adds to its category's explanation."""
+        return (f"deliberate difference ({self.name}): the closed form {self.closed_form}, as {self.source}; "
+                f"the simulation {self.simulation}")
+
+
+#: The closed form's deliberate differences from the simulation, each named wherever ``compare``
+#: explains its category.
+DELIBERATE_DIFFERENCES: tuple[DeliberateDifference, ...] = (
+    DeliberateDifference(
+        "cp", "CP ring volume",
+        closed_form="passes the micro-batch's whole K and V per ring step (not divided by TP)",
+        simulation="passes each GPU's 1/TP share of the KV heads (simtrain.costs.attention.cp_kv_bytes), "
+                   "a factor TP less",
+        source="the course notes' parallel_plan.py does (ring = layers x 3 (cp-1) x 2 s mbs KV x 2 / "
+               "bandwidth(tp, cp))"),
+)
+
+
+def deliberate(category: str) -> tuple[DeliberateDifference, ...]:
+    """The deliberate differences that show in ``category``."""
+    return tuple(d for d in DELIBERATE_DIFFERENCES if d.category == category)
 
 #: What makes each category differ, by direction (simulated above / below analytic).
 CAUSES = {
@@ -29,9 +67,7 @@ CAUSES = {
            "closed form's ring bandwidth"),
     "cp": ("simulated ring steps are exposed when a chunk's attention is shorter than one K/V "
            "transfer; the closed form hides the ring behind the whole attention time at once",
-           "the simulation hides ring transfers behind attention chunk by chunk, and each simulated GPU "
-           "passes its 1/TP share of the KV heads where the closed form keeps the course notes' volume, "
-           "the micro-batch's whole K and V (not divided by TP)"),
+           "the simulation hides ring transfers behind attention chunk by chunk"),
     "ep": ("the simulation's all-to-all waits for the busiest expert rank (routing skew) and pays "
            "NCCL's latency per peer",
            "the simulation sends to the EP peers of the same node over NVLink and overlaps the "
@@ -71,13 +107,17 @@ def side_by_side(analytic: StepMetrics, simulated: StepMetrics) -> list[dict]:
 def largest_differences(analytic: StepMetrics, simulated: StepMetrics, top: int = 3,
                         min_share: float = 0.005) -> list[dict]:
     """The categories whose difference is largest (at least ``min_share`` of the simulated step),
-    each with the modelling difference that explains it."""
+    each with the modelling difference that explains it; after them, any other category of at
+    least ``min_share`` with a deliberate difference. A category's explanation ends with its
+    deliberate differences (:data:`DELIBERATE_DIFFERENCES`), listed by name under ``deliberate``."""
     ts = simulated["step_time_s"]
     rows = sorted(side_by_side(analytic, simulated), key=lambda r: -abs(r["difference_s"]))
     out = []
-    for r in rows[:top]:
-        if ts and abs(r["difference_s"]) / ts < min_share:
+    for i, r in enumerate(rows):
+        known = deliberate(r["category"])
+        if (i >= top and not known) or (ts and abs(r["difference_s"]) / ts < min_share):
             continue
         higher, lower = CAUSES[r["category"]]
-        out.append({**r, "cause": higher if r["difference_s"] > 0 else lower})
+        cause = "; ".join([higher if r["difference_s"] > 0 else lower, *(d.sentence() for d in known)])
+        out.append({**r, "cause": cause, "deliberate": [d.name for d in known]})
     return out

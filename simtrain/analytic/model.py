@@ -42,9 +42,11 @@ Time of one micro-batch on the slowest (last) stage, then the step:
   parallelism, ``cp_comm_type=p2p``): each of the ``c-1`` ring steps passes a K and a V block of
   ``s b kv x 2`` bytes, once forward and twice backward (K/V and their gradients), overlapped with
   attention, exposed part only: ``max(0, l x 3 (c-1) x 2 s b kv x 2 / B_cp - l x 6 seq h sec)``.
-  This is the course notes' volume, kept on purpose: the whole K and V of the micro-batch, not
-  the ``1/t`` share of the KV heads each GPU passes in the simulation
-  (:func:`simtrain.costs.attention.cp_kv_bytes`); ``compare`` names the difference;
+  This is the course notes' volume, kept on purpose (``parallel_plan.py``: ``ring = layers * 3 *
+  (cp - 1) * (2 * s * mbs * m.KV * 2) / bandwidth(tp, cp)``): the whole K and V of the
+  micro-batch, a factor ``t`` more than the ``1/t`` share of the KV heads each GPU passes in the
+  simulation (:func:`simtrain.costs.attention.cp_kv_bytes`); ``compare`` names the difference
+  (:data:`simtrain.analytic.compare.DELIBERATE_DIFFERENCES`);
 * PP p2p, half hidden: ``2 s b h 2 / t / B_pp x 0.5`` (activation forward, gradient backward);
 * DP (over DP x CP), 80% hidden behind the backward, once per step under ZeRO 0 and 1:
   ``2 (dc-1)/(dc) x 2 psi / B_dp x 0.2`` (gradient reduce-scatter + parameter all-gather); ZeRO

@@ -160,7 +160,8 @@ def cp_kv_bytes(model: ModelSpec, shape: Shape) -> float:
     """Bytes of the K and V blocks a CP rank passes to its ring neighbour per step (bf16, the
     rank's tokens, its 1/t share of the KV heads; MLA's values ``v_head_dim`` wide). The backward
     pass moves twice this per step (KV and their gradients), as the course notes' ring estimate
-    ``3 (cp-1)`` volumes per layer assumes."""
+    ``3 (cp-1)`` volumes per layer assumes. The notes' volume is the whole K and V, not divided
+    by TP, and the closed form keeps it (:data:`simtrain.analytic.compare.DELIBERATE_DIFFERENCES`)."""
     width = model.kv_heads * (model.head_dim + value_dim(model))
     return A * shape.tokens * width / shape.tp
 

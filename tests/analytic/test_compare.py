@@ -85,3 +85,36 @@ def test_compare_moe_models(model):
     assert "analytic" in text and "simulated" in text and "largest differences:" in text
     ep_row = next(line for line in text.splitlines() if line.startswith("ep "))
     assert "0.0 us" not in ep_row  # both sides charge the all-to-all
+
+
+@pytest.mark.quick
+def test_deliberate_differences_are_named_in_their_category():
+    """The CP ring volume: the closed form keeps the course notes' whole K and V (a factor TP above
+    the simulation's per-GPU share); compare's explanation of the cp category names it, either way."""
+    from simtrain.analytic.compare import DELIBERATE_DIFFERENCES, largest_differences
+    from simtrain.metrics import BREAKDOWN
+
+    (cp,) = [d for d in DELIBERATE_DIFFERENCES if d.category == "cp"]
+    assert "parallel_plan.py" in cp.source and "1/TP" in cp.simulation
+    base = dict.fromkeys(BREAKDOWN, 0.0)
+    analytic = {"step_time_s": 10.0, "breakdown_s": base | {"compute": 9.0, "cp": 1.0}}
+    for sim_cp in (0.2, 2.0):
+        simulated = {"step_time_s": 9.0 + sim_cp, "breakdown_s": base | {"compute": 9.0, "cp": sim_cp}}
+        (row,) = largest_differences(analytic, simulated)
+        assert row["deliberate"] == ["CP ring volume"]
+        assert row["cause"].endswith(cp.sentence()) and "deliberate difference (CP ring volume)" in row["cause"]
+    # beyond the top categories, a deliberate difference is still named
+    many = {"step_time_s": 16.0, "breakdown_s": base | {"compute": 12.0, "tp": 2.0, "pp": 1.0, "dp": 0.6,
+                                                        "cp": 0.4}}
+    rows = largest_differences({"step_time_s": 12.0, "breakdown_s": base | {"compute": 12.0}}, many)
+    assert [r["category"] for r in rows] == ["tp", "pp", "dp", "cp"]
+    assert [r["deliberate"] for r in rows] == [[], [], [], ["CP ring volume"]]
+
+
+@pytest.mark.quick
+def test_compare_names_the_cp_ring_volume():
+    # CP across two nodes: the closed form's ring, TP times the simulation's, is far from hidden
+    code, text, err = cli("compare", "--model", "llama3-8b", "--topology", "seed-h100", "--gpus", 16,
+                          "--tp", 8, "--cp", 2, "--pp", 1, "--seq", 8192, "--gbs", 16)
+    assert code == 0, err
+    assert "deliberate difference (CP ring volume)" in text
