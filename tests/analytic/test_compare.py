@@ -92,7 +92,7 @@ def test_deliberate_differences_are_named_in_their_category():
     """The CP ring volume: the closed form keeps the course notes' whole K and V (a factor TP above
     the simulation's per-GPU share); compare's explanation of the cp category names it, either way."""
     from simtrain.analytic.compare import DELIBERATE_DIFFERENCES, largest_differences
-    from simtrain.metrics import BREAKDOWN
+    from simtrain.results.metrics import BREAKDOWN
 
     (cp,) = [d for d in DELIBERATE_DIFFERENCES if d.category == "cp"]
     assert "parallel_plan.py" in cp.source and "1/TP" in cp.simulation
