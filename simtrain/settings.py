@@ -34,6 +34,7 @@ from typing import Any
 
 from simtrain.engine import DEFAULT_MAX_EVENTS
 from simtrain.errors import SpecError, unknown_name
+from simtrain.network.algorithms import ALGORITHMS
 from simtrain.network.models import MODELS, described
 from simtrain.specs.strict import check_value
 from simtrain.specs.order import DEFAULT_ORDER
@@ -218,8 +219,8 @@ _TABLE = (
             "--account-for-loss-in-pipeline-split)"),
     Setting("network", str, NETWORKS[0], "network model: " + described(), choices=NETWORKS,
             metavar="|".join(NETWORKS)),
-    Setting("collective_algo", str, None, "force a collective algorithm where it applies: ring, tree, nvls, "
-            "nvls_tree, hierarchical, direct", default_text="chosen per message like NCCL's tuner", metavar="ALGO"),
+    Setting("collective_algo", str, None, "force a collective algorithm where it applies: " + ", ".join(ALGORITHMS),
+            default_text="chosen per message like NCCL's tuner", metavar="ALGO"),
     Setting("routing_skew", float, 0.0, "MoE expert popularity skew (Zipf exponent; 0 = uniform routing)",
             rule=NON_NEGATIVE_FINITE, metavar="X"),
     Setting("routing_seed", int, 0, "seed of the skewed expert popularity", rule=NON_NEGATIVE, metavar="N"),

@@ -9,6 +9,7 @@ from simtrain.network.analytic import AnalyticNetwork
 from simtrain.scenario import Scenario
 from simtrain.schedules import REGISTRY as SCHEDULES, load_schedule, validate
 from simtrain.schedules.ir import Schedule
+from simtrain.specs.order import dimension_strides
 from simtrain.topology.routing.router import Router
 from simtrain.workload.options import WorkloadOptions
 from simtrain.workload.stages import chunk_pass_times, split_layers
@@ -28,8 +29,11 @@ def build_schedule(scenario: Scenario, opts: WorkloadOptions | None = None) -> S
         per_stage = chunk_pass_times(model, par, scenario.gpu, chunks, opts)
         net = AnalyticNetwork(scenario.cluster, Router(scenario.cluster))
         nodes = scenario.cluster.gpus_per_node
+        # the next pipeline stage's first rank (:func:`~simtrain.specs.order.dimension_strides`)
+        sizes = {"tp": par.tp, "cp": par.cp, "ep": 1, "dp": par.dp, "pp": par.pp}
+        pp_stride = dimension_strides(par.order, sizes)["pp"]
         comm = max(net.p2p_time(0, min(par.world - 1, stride), pp_activation_bytes(model, Shape.of(par)))
-                   for stride in (par.tp * par.cp * par.dp, nodes)) if par.pp > 1 else 0.0
+                   for stride in (pp_stride, nodes)) if par.pp > 1 else 0.0
         params.update(costs=tuple(tuple(c[k] for c in per_stage) for k in range(3)), comm=comm)
     schedule = load_schedule(par.schedule, par.pp, par.num_microbatches, **params)
     if record is None:  # a user's file; the built-in generators are validated by their tests

@@ -172,3 +172,11 @@ def test_a_forced_algorithm_must_run_somewhere_in_the_run():
         check_forced("ring", program, c, network="none")
     with pytest.raises(SpecError, match="unknown collective algorithm"):
         check_forced("rign", program, c)
+
+
+@pytest.mark.quick
+def test_the_collective_algo_setting_names_every_algorithm_of_the_registry():
+    from simtrain.network.algorithms import ALGORITHMS
+    from simtrain.settings import SETTINGS
+
+    assert SETTINGS["collective_algo"].help.endswith(": " + ", ".join(ALGORITHMS))
