@@ -217,8 +217,7 @@ _TABLE = (
     Setting("account_for_loss_in_pipeline_split", bool, False, "count the LM head and loss as one layer slot of "
             "the last pipeline chunk; the layers plus the counted slots must divide by pp*vpp (Megatron-LM's "
             "--account-for-loss-in-pipeline-split)"),
-    Setting("network", str, NETWORKS[0], "network model: " + described(), choices=NETWORKS,
-            metavar="|".join(NETWORKS)),
+    Setting("network", str, NETWORKS[0], "network model: " + described(), choices=NETWORKS, metavar="|".join(NETWORKS)),
     Setting("collective_algo", str, None, "force a collective algorithm where it applies: " + ", ".join(ALGORITHMS),
             default_text="chosen per message like NCCL's tuner", metavar="ALGO"),
     Setting("routing_skew", float, 0.0, "MoE expert popularity skew (Zipf exponent; 0 = uniform routing)",
