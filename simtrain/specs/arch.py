@@ -77,8 +77,9 @@ every model and layout; none is fitted to a run.
   GEMMs takes at least their issue time. It matters where many local experts get few tokens each
   (EP 8 over 128 experts at TP 4). No published measurement gives it: it is fitted by
   ``tests/validation/fit_arch.py`` on the MoE runs of ``tests/validation/published_h100.json``
-  (the Megatron-Core set's mean |error| 15.5% at 0, 12.0% at 40 us, 7.5% at 60, 5.1% at 70, 6.3%
-  at 80; the NeMo DeepSeek-V3 run, four experts per GPU with 4,096 rows each, does not move)
+  (the Megatron-Core set's mean |error| 13.3% at 0, 12.9% at 20 us, 9.7% at 40, 7.6% at 50,
+  5.3% at 60, 2.9% at 70, 4.1% at 80; the NeMo DeepSeek-V3 run, four experts per GPU with 4,096
+  rows each, does not move)
   and, a property of the host and the framework rather than of the GPU, holds for every
   architecture (no MoE run of the others is published here).
 * ``launch_s``: the gap one kernel launch adds on a busy stream: about 1 us (NVIDIA Developer
