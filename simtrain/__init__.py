@@ -34,6 +34,11 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "calibrate": ("simtrain.api.calibrate", "calibrate"),
     "search": ("simtrain.api.search", "search"),
     "whatif": ("simtrain.api.whatif", "whatif"), "WhatIfQuery": ("simtrain.api.whatif", "WhatIfQuery"),
+    "presets": ("simtrain.api.presets", "presets"),
+    "describe_topology": ("simtrain.api.inspect", "describe_topology"),
+    "describe_mesh": ("simtrain.api.inspect", "describe_mesh"),
+    "schedule_alone": ("simtrain.api.schedule", "schedule_alone"),
+    "ScheduleAlone": ("simtrain.api.schedule", "ScheduleAlone"),
     # clusters and layouts
     "load_topology": ("simtrain.topology.cluster", "load_topology"),
     "build_topology": ("simtrain.topology.cluster", "build_topology"),

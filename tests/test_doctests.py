@@ -7,7 +7,7 @@ import importlib
 
 import pytest
 
-MODULES = ["simtrain.api.resolve", "simtrain.api.simulate", "simtrain.api.estimate", "simtrain.api.compare",
+MODULES = ["simtrain.api.resolve", "simtrain.api.presets", "simtrain.api.inspect", "simtrain.api.schedule", "simtrain.api.simulate", "simtrain.api.estimate", "simtrain.api.compare",
            "simtrain.api.search", "simtrain.analytic.model", "simtrain.analytic.compare", "simtrain.layout_search.simulated", "simtrain.specs.gpu",
            "simtrain.specs.parallel", "simtrain.specs.model", "simtrain.specs.order", "simtrain.topology.cluster",
            "simtrain.topology.mesh",

@@ -15,13 +15,13 @@ from simtrain.analytic.model import MIN_CP_CHUNK, estimate
 from simtrain.errors import SpecError
 from simtrain.specs.gpu import GpuSpec
 from simtrain.specs.model import ModelSpec
-from simtrain.specs.parallel import ParallelSpec, expert_layouts
+from simtrain.specs.parallel import SEARCH_DEGREES, ParallelSpec, expert_layouts
 from simtrain.topology.cluster import Cluster
 from simtrain.workload.moe_routing import Routing
 
 
 def closed_form_search(model: ModelSpec, cluster: Cluster, *, gpus: int, seq: int, gbs: int,
-                       tps=(1, 2, 4, 8), cps=(1, 2, 4, 8, 16, 32), pps=(1, 2, 4, 8, 16), mbs: int = 1,
+                       tps=SEARCH_DEGREES["tp"], cps=SEARCH_DEGREES["cp"], pps=SEARCH_DEGREES["pp"], mbs: int = 1,
                        gpu: GpuSpec | None = None, schedule: str = "1f1b", min_cp_chunk: int = MIN_CP_CHUNK,
                        n_params: float | None = None, eps: tuple[int, ...] | None = None,
                        etps: tuple[int, ...] | None = None, dispatchers: tuple[str, ...] = ("alltoall",),

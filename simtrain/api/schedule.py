@@ -1,16 +1,28 @@
-"""The pipeline schedule of a scenario, as a run lowers it."""
+"""Pipeline schedules: a scenario's, as a run lowers it (:func:`build_schedule`), and one alone
+with fixed action costs beside its closed form (:func:`schedule_alone`, ``simtrain schedule``).
+
+:func:`schedule_alone` checks the costs before anything is built: F and I must be > 0 (with a
+forward or an input gradient of no duration every action of a rank starts and ends at one
+instant, and the peak of in-flight micro-batches it measures is 0), W may be 0 (B = I), and no
+cost nor the transfer time may exceed :data:`MAX_COST`, so the makespan of any schedule it builds
+stays finite; the report is checked before it is returned (:func:`simtrain.finite.check_finite`).
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Callable
 
 from simtrain.costs import Shape, pp_activation_bytes
+from simtrain.errors import SimtrainError
+from simtrain.finite import check_finite
 from simtrain.network.analytic import AnalyticNetwork
 from simtrain.scenario import Scenario
 from simtrain.schedules import REGISTRY as SCHEDULES, load_schedule, validate
 from simtrain.schedules.ir import Schedule
 from simtrain.specs.order import dimension_strides
 from simtrain.topology.routing.router import Router
+from simtrain.workload.fixed_cost import ScheduleRun, run_schedule, schedule_report
 from simtrain.workload.options import WorkloadOptions
 from simtrain.workload.stages import chunk_pass_times, split_layers
 
@@ -40,3 +52,98 @@ def build_schedule(scenario: Scenario, opts: WorkloadOptions | None = None) -> S
         validate(schedule)
     return schedule
 
+
+
+#: The largest cost of an action or a transfer: 1e15 units, so that even a schedule of millions
+#: of actions sums to a finite makespan (float64 reaches 1.8e308).
+MAX_COST = 1e15
+
+
+def check_costs(F: float, I: float, W: float, comm: float) -> None:  # noqa: E741,N803
+    """Refuse costs that give no meaningful schedule (see the module docstring)."""
+    given = f"{F:g},{I:g},{W:g}"
+    if not (F > 0 and I > 0):
+        raise SimtrainError(f"--costs {given}: F and I must be > 0 (W may be 0: the backward is then I alone)")
+    if max(F, I, W) > MAX_COST:
+        raise SimtrainError(f"--costs {given}: each cost must be at most {MAX_COST:g}")
+    if comm > MAX_COST:
+        raise SimtrainError(f"--comm {comm:g}: must be at most {MAX_COST:g}")
+
+
+@dataclass(frozen=True)
+class ScheduleAlone:
+    """A schedule replayed alone: the schedule, its replay (timeline, makespan, closed form),
+    the JSON-ready report and, for DualPipeV, why it ties ZB-H1 where it does (else empty)."""
+
+    schedule: Schedule
+    run: ScheduleRun
+    report: dict[str, Any]
+    note: str
+
+
+def schedule_alone(name: str, pp: int, microbatches: int, costs: tuple[float, float, float] = (1.0, 1.0, 1.0), *,
+                   comm: float = 0.0, vpp: int | None = None,
+                   progress: Callable[[str], None] | None = None) -> ScheduleAlone:
+    """Schedule ``name`` (registered, or a CSV file) on ``pp`` ranks with ``microbatches``, each
+    plain stage's F, I and W taking ``costs`` and each stage-to-stage transfer ``comm``, replayed
+    beside its closed form (``progress`` hears of each phase: plan, replay).
+
+    >>> alone = schedule_alone("1f1b", 4, 8)
+    >>> alone.run.makespan, alone.run.closed_form
+    (33.0, 33.0)
+    """
+    from simtrain.schedules import REGISTRY
+
+    F, I, W = costs  # noqa: N806,E741
+    check_costs(F, I, W, comm)
+    if vpp and name in REGISTRY and not REGISTRY[name].takes("vpp"):
+        raise SimtrainError(f"--vpp: schedule {name} has no model chunks to interleave "
+                            f"(only interleaved-1f1b takes --vpp)")
+    params: dict[str, Any] = {"vpp": vpp} if vpp else {}
+    if name == "zb-auto":
+        params.update(costs=(F, I, W), comm=comm)
+    if name in REGISTRY:  # plan and replay together: refused before either starts
+        from simtrain.budget import check_schedule
+
+        check_schedule(name, pp, microbatches, vpp or 1, replay=True)
+    if progress is not None:
+        progress(f"plan {name}")
+    sched = load_schedule(name, pp, microbatches, **params)
+    if progress is not None:
+        progress("replay")
+    run = run_schedule(sched, F, I, W, comm=comm)  # the closed form of the schedule built
+    report = schedule_report(run)
+    check_finite(report, f"schedule {sched.name}")
+    return ScheduleAlone(sched, run, report, dualpipev_note(sched, run.makespan, (F, I, W), comm))
+
+
+def _makespan(name: str, pp: int, m: int, costs: tuple[float, float, float], comm: float) -> float | None:
+    try:
+        return run_schedule(load_schedule(name, pp, m), *costs, comm=comm).makespan
+    except SimtrainError:
+        return None
+
+
+def dualpipev_note(sched: Schedule, makespan: float, costs: tuple[float, float, float], comm: float) -> str:
+    """Why a DualPipeV schedule takes exactly ZB-H1's makespan with these costs, when it does, and
+    what to change to see them differ; empty otherwise (another schedule, or a different makespan).
+    With W = F the two bubbles are equal (DualPipe README: ``(PP/2 - 1)(F&B + B - 3W)`` with
+    PP = 2p half stages; Qi et al. 2024: ``(p - 1)(F + I - W)``), and an overlapped F&B pair costs
+    F + B here: a schedule alone has no communication to hide behind compute."""
+    if sched.name != "dualpipev":
+        return ""
+    pp, m = sched.num_ranks, sched.num_microbatches
+    zb = _makespan("zb-h1", pp, m, costs, comm)
+    if zb is None or abs(zb - makespan) > 1e-9 * max(zb, 1.0):
+        return ""
+    F, I, W = costs  # noqa: N806,E741
+    why = (": with W = F DualPipeV's bubble, (p-1)(F+2B-3W)/2, equals ZB-H1's, (p-1)(F+I-W), and" if W == F
+           else " with these costs:")
+    hint = ""
+    for other in ((F, I, W / 2), (F, I, W * 2), (F, 2 * I, W)):
+        a, b = _makespan("dualpipev", pp, m, other, comm), _makespan("zb-h1", pp, m, other, comm)
+        if a is not None and b is not None and abs(a - b) > 1e-9 * max(a, b, 1.0):
+            hint = (f"; --costs {','.join(f'{c:g}' for c in other)} gives {a:g} against ZB-H1's {b:g}")
+            break
+    return (f"note: the same makespan as zb-h1 ({zb:g}){why} an overlapped F&B pair costs F + B here (a "
+            f"schedule alone has no communication to hide){hint}")

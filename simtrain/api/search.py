@@ -18,10 +18,11 @@ from simtrain.schedules import REGISTRY
 from simtrain.layout_search.simulated import simulated_search
 from simtrain.settings import SETTINGS
 from simtrain.specs.model import load_model
+from simtrain.specs.parallel import SEARCH_DEGREES
 from simtrain.topology.cluster import load_topology
 
-#: The degrees a search tries by default (the course notes' lists; a TP beyond a node is skipped).
-DEGREES = {"tps": (1, 2, 4, 8), "cps": (1, 2, 4, 8, 16, 32), "pps": (1, 2, 4, 8, 16)}
+#: The degrees a search tries by default, as its keywords (:data:`simtrain.specs.parallel.SEARCH_DEGREES`).
+DEGREES = {f"{dim}s": values for dim, values in SEARCH_DEGREES.items()}
 
 
 def search(model: str, topology: str, *, gpus: int, seq: int, gbs: int, nodes: int | None = None,

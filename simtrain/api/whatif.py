@@ -196,7 +196,7 @@ def whatif(query: WhatIfQuery, clusters: list[tuple[str, int | None]], *,
     Returns the JSON-ready result: ``results`` (one row per cluster, with ``time_rank`` and
     ``cost_rank``), ``plots`` and the query's model, tokens, seq, gbs and sweep."""
     check_expert_grid(load_model(query.model), query.grid.get("eps"), query.grid.get("etps"),
-                      query.grid.get("dispatchers"), query.grid.get("tps", (1, 2, 4, 8)))
+                      query.grid.get("dispatchers"), query.grid.get("tps", DEGREES["tps"]))
     prices = prices or {}
     out = Path(out)
     picture = "whatif.png" if sweep is None else "whatif-sweep.png"

@@ -13,6 +13,7 @@ from simtrain.cli.run import (RunArgs, add_run_flags, add_setting_flag, chart_of
                                imported_json, imported_text, run_args, run_progress)
 from simtrain.cli.types import check_inputs_kept, jobs_int, list_type, positive_int
 from simtrain.settings import SEARCH_OPTIONS, SETTINGS
+from simtrain.specs.parallel import SEARCH_DEGREES
 
 
 def _resolve(run: RunArgs):
@@ -149,8 +150,8 @@ def cmd_search(args: argparse.Namespace) -> int:
 
 #: ``simtrain search``'s lists of values to try: the setting and the default list.
 _SEARCH_LISTS = (("vpp", (1,)), ("mbs", (1,)), ("zero", (1,)), ("recompute", ("auto",)))
-#: The degrees ``search`` and ``whatif`` try (the course notes' lists; a TP beyond a node is skipped).
-DEGREE_LISTS = (("tp", (1, 2, 4, 8)), ("cp", (1, 2, 4, 8, 16, 32)), ("pp", (1, 2, 4, 8, 16)))
+#: The degrees ``search`` and ``whatif`` try (:data:`simtrain.specs.parallel.SEARCH_DEGREES`).
+DEGREE_LISTS = tuple(SEARCH_DEGREES.items())
 
 
 def add_expert_flags(p: argparse.ArgumentParser) -> None:

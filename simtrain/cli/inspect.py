@@ -6,76 +6,12 @@ import argparse
 import json
 from typing import Any
 
+from simtrain.api.inspect import MESH_SETTINGS
+from simtrain.api.presets import PRESET_TABLES
 from simtrain.cli.run import add_setting_flag
 from simtrain.cli.types import check_inputs_kept, check_output_file, int_in, nonneg_int, positive_int
-from simtrain.errors import SimtrainError
 from simtrain.outputs.words import counted
 from simtrain.settings import SETTINGS
-
-
-def _first_formula(func: Any) -> str:
-    """The formula a closed-form function's docstring opens with (its first ````...```` span)."""
-    import inspect as pyinspect
-    import re
-
-    found = re.search(r"``(.+?)``", pyinspect.getdoc(func) or "", re.S)
-    return " ".join(found.group(1).split()) if found else "-"
-
-
-def gpu_rows() -> list[dict[str, Any]]:
-    """The GPU presets' key figures: dense BF16/FP8 peak, HBM capacity and bandwidth, NVLink, and
-    the flat GEMM efficiency where the preset sets one (None: by GEMM shape)."""
-    from simtrain.specs.gpu import GPU_PRESETS
-    from simtrain.units import GB, GiB, TFLOPS
-
-    return [{"name": name, "bf16_tflops": g.peak_bf16_flops / TFLOPS,
-             "fp8_tflops": None if g.peak_fp8_flops is None else g.peak_fp8_flops / TFLOPS,
-             "hbm_gib": g.hbm_bytes / GiB, "hbm_TBps": g.hbm_bandwidth_Bps / (1000 * GB),
-             "nvlink_GBps": g.nvlink_Bps / GB, "gemm_efficiency": g.efficiency}
-            for name, g in sorted(GPU_PRESETS.items())]
-
-
-def topology_rows() -> list[dict[str, Any]]:
-    """The topology presets' key figures: GPU, GPUs per node, nodes, NICs, fabric."""
-    from simtrain.topology.cluster import list_topologies, load_topology
-    from simtrain.units import GB
-
-    rows = []
-    for name in list_topologies():
-        c = load_topology(name)
-        fabric = c.fabric
-        rows.append({"name": name, "gpu": c.gpu.name, "gpus_per_node": c.gpus_per_node, "nodes": c.num_nodes,
-                     "gpus": c.num_gpus, "nics_per_node": fabric.get("nics_per_node", 0),
-                     "nic_Gbps": fabric.get("nic_Bps", 0.0) * 8 / GB, "fabric": fabric["kind"],
-                     "tiers": fabric.get("tiers", 0), "oversubscription": c.oversubscription})
-    return rows
-
-
-def model_rows() -> list[dict[str, Any]]:
-    """The model presets' key figures: parameters (total, active per token), shape, experts."""
-    from simtrain.specs.model import list_models, load_model
-
-    return [{"name": name, "params_b": m.params_total / 1e9, "active_params_b": m.params_active / 1e9,
-             "layers": m.layers, "hidden": m.hidden, "heads": m.heads, "kv_heads": m.kv_heads or m.heads,
-             "experts": m.num_experts, "top_k": m.top_k, "vocab": m.vocab}
-            for name, m in ((n, load_model(n)) for n in list_models())]
-
-
-def schedule_rows() -> list[dict[str, Any]]:
-    """The registered schedules (description, activation memory as peak in-flight micro-batches of
-    a stage, the bubble's closed form and where it applies) and the example schedule files."""
-    from simtrain.schedules import REGISTRY, example_schedules
-
-    rows = []
-    for name, rec in REGISTRY.items():
-        cf = rec.closed_form
-        rows.append({"name": name, "description": rec.description,
-                     "peak_in_flight": _first_formula(cf.in_flight) if cf else "-",
-                     "bubble": _first_formula(cf.bubble) if cf else "-",
-                     "closed_form_applies": cf.condition if cf else "no closed form"})
-    rows += [{"name": name, "description": f"schedule file schedules/{name}.csv", "peak_in_flight": "-",
-              "bubble": "-", "closed_form_applies": "no closed form"} for name in example_schedules()]
-    return rows
 
 
 def _number(value: float | None, fmt: str = ",.0f") -> str:
@@ -110,12 +46,10 @@ def list_table(what: str, rows: list[dict[str, Any]]) -> str:
                                    "description"], align="lllll")
 
 
-#: ``simtrain list``'s tables: the rows of each.
-LISTS = {"gpus": gpu_rows, "topologies": topology_rows, "models": model_rows, "schedules": schedule_rows}
-
-
 def cmd_list(args: argparse.Namespace) -> int:
-    rows = LISTS[args.what]()
+    from simtrain.api.presets import presets
+
+    rows = presets(args.what)
     if args.json:
         print(json.dumps(rows, sort_keys=True))
         return 0
@@ -128,25 +62,13 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_topology(args: argparse.Namespace) -> int:
+    from simtrain.api.inspect import describe_topology
     from simtrain.outputs.text_tables import fmt_bandwidth, table
-    from simtrain.topology.cluster import load_topology, summary
 
     if args.draw:
         check_output_file(args.draw, (".png", ".svg"), "--draw")
         check_inputs_kept([("--draw", args.draw)], [("topology", args.name), ("--report", args.report or "")])
-    elif args.report:
-        raise SimtrainError(f"--report {args.report}: colours the links of --draw; give --draw OUT.png too")
-    cluster = load_topology(args.name, nodes=args.nodes)
-    if args.draw:
-        from simtrain.budget import check_drawing
-
-        check_drawing(cluster.spec)  # before the bisection: a drawing of a large cluster is refused at once
-    info = summary(cluster)
-    if args.draw:
-        from simtrain.outputs.topology_plot import draw_topology
-
-        draw_topology(cluster, args.draw, link_utilisation=_utilisation(args.report, cluster))
-        info["drawing"] = args.draw
+    info = describe_topology(args.name, nodes=args.nodes, draw=args.draw, report=args.report)
     if args.json:
         print(json.dumps(info, sort_keys=True))
         return 0
@@ -168,31 +90,6 @@ def cmd_topology(args: argparse.Namespace) -> int:
     return 0
 
 
-def _utilisation(path: str | None, cluster) -> dict | None:
-    """Link utilisation from a flow-fidelity report.json, keyed by graph edge."""
-    from simtrain.specs.strict import read_json, shown
-
-    if path is None:
-        return None
-    report = read_json(path, f"--report {path}")
-    links = report.get("links") if isinstance(report, dict) else None
-    links = links.get("utilisation_by_link") if isinstance(links, dict) else None
-    if not links or not isinstance(links, dict):
-        raise SimtrainError(f"--report {path}: has no link utilisation; write it with "
-                            f"simtrain run --network flow")
-    out = {}
-    for name, value in links.items():
-        u, _, v = name.partition("->")
-        if not cluster.graph.has_edge(u, v):
-            raise SimtrainError(f"--report {path}: link {shown(name)} is not in topology {cluster.name} with "
-                                f"{counted(cluster.num_nodes, 'node')} (use the run's topology and --nodes)")
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < float("inf"):
-            raise SimtrainError(f"--report {path}: link {shown(name)}: utilisation {shown(value)} is not a "
-                                f"finite number >= 0")
-        out[(u, v)] = float(value)
-    return out
-
-
 def _short(group: list[int], most: int = 8) -> str:
     """A group as ``[a, b, ...]``, its first ``most`` ranks and ``...`` when it has more (the JSON
     output lists every rank).
@@ -206,36 +103,16 @@ def _short(group: list[int], most: int = 8) -> str:
 #: The most GPUs one node of ``simtrain mesh --gpus-per-node`` may have: 2**16, a hundred times
 #: the largest NVLink domain announced (NVIDIA's NVL576 rack, 576 GPUs).
 MAX_GPUS_PER_NODE = 2**16
-#: The settings ``simtrain mesh`` takes; each defaults to the default scenario's value.
-_MESH = ("gpus", "tp", "cp", "pp", "dp", "ep", "etp", "order")
-
-
 def cmd_mesh(args: argparse.Namespace) -> int:
-    from simtrain.budget import check_ranks
-    from simtrain.settings import defaults_note
-    from simtrain.specs.parallel import resolve_parallel
-    from simtrain.topology.mesh import build_mesh, mesh_report
+    from simtrain.api.inspect import describe_mesh
 
-    gpus_per_node = args.gpus_per_node
-    if args.topology:
-        from simtrain.topology.cluster import load_topology
-
-        gpus_per_node = load_topology(args.topology, nodes=1).gpus_per_node
-    given = {name for name in _MESH if getattr(args, name) is not None}
-    values = {name: SETTINGS[name].default if name not in given else getattr(args, name) for name in _MESH}
-    try:
-        par = resolve_parallel(values.pop("gpus"), **values)
-    except SimtrainError as exc:
-        raise type(exc)(f"{exc}{defaults_note(str(exc), given)}") from None
-    check_ranks(par.world, f"gpus={par.world}")
-    mesh = build_mesh(par.tp, par.cp, par.dp, par.pp, ep=par.ep, etp=par.etp, order=par.order,
-                      gpus_per_node=gpus_per_node)
-    info = mesh_report(mesh, args.rank)
+    given = {name: getattr(args, name) for name in MESH_SETTINGS if getattr(args, name) is not None}
+    info = describe_mesh(given, gpus_per_node=args.gpus_per_node, topology=args.topology, rank=args.rank)
     if args.json:
         print(json.dumps(info, sort_keys=True))
         return 0
-    print(f"{counted(mesh.world, 'rank')}, {counted(gpus_per_node, 'GPU')} per node, order {par.order} "
-          f"(innermost first)")
+    print(f"{counted(info['world'], 'rank')}, {counted(info['gpus_per_node'], 'GPU')} per node, order "
+          f"{info['order']} (innermost first)")
     for dim, groups in info["groups"].items():
         shown = " ".join(_short(g) for g in groups[:4]) + (" ..." if len(groups) > 4 else "")
         where = "inside nodes" if info["intra_node"][dim] else "across nodes"
@@ -249,7 +126,7 @@ def cmd_mesh(args: argparse.Namespace) -> int:
 def add_commands(sub: Any) -> None:
     """Register ``simtrain list``, ``topology`` and ``mesh`` on the main parser's subcommands."""
     p = sub.add_parser("list", help="the presets and their key figures")
-    p.add_argument("what", choices=tuple(LISTS))
+    p.add_argument("what", choices=tuple(PRESET_TABLES))
     p.add_argument("--json", action="store_true", help="print one JSON list of objects")
     p.set_defaults(func=cmd_list)
 
@@ -265,7 +142,7 @@ def add_commands(sub: Any) -> None:
     p = sub.add_parser("mesh", help="show the rank grid and communication groups of a layout",
                        description="The rank grid of a layout: the default scenario's, with the values "
                        "given by flags in place of its own.")
-    for name in _MESH:
+    for name in MESH_SETTINGS:
         add_setting_flag(p, SETTINGS[name])
     p.add_argument("--gpus-per-node", type=int_in(1, MAX_GPUS_PER_NODE), default=8, metavar="N",
                    help="GPUs per node (default 8)")

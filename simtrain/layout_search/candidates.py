@@ -21,7 +21,8 @@ from simtrain.layout_search.executors import run_unordered
 from simtrain.schedules import REGISTRY
 from simtrain.settings import lookup, setting
 from simtrain.specs.model import ModelSpec, load_model
-from simtrain.specs.parallel import MOE_DISPATCHERS, ParallelSpec, check_expert_layout, expert_layouts
+from simtrain.specs.parallel import (MOE_DISPATCHERS, SEARCH_DEGREES, ParallelSpec, check_expert_layout,
+                                     expert_layouts)
 
 
 @dataclass(frozen=True)
@@ -64,8 +65,8 @@ class Candidate:
 
 
 def enumerate_candidates(base: dict, *, gpus: int, gpus_per_node: int, schedules=("1f1b",), vpps=(1,),
-                         mbss=(1,), zeros=(1,), recomputes=("auto",), tps=(1, 2, 4, 8),
-                         cps=(1, 2, 4, 8, 16, 32), pps=(1, 2, 4, 8, 16), eps: tuple[int, ...] | None = None,
+                         mbss=(1,), zeros=(1,), recomputes=("auto",), tps=SEARCH_DEGREES["tp"],
+                         cps=SEARCH_DEGREES["cp"], pps=SEARCH_DEGREES["pp"], eps: tuple[int, ...] | None = None,
                          etps: tuple[int, ...] | None = None, dispatchers: tuple[str, ...] | None = None,
                          model: ModelSpec | None = None) -> list[Candidate]:
     """Every combination, in a fixed order (TP, CP, PP, EP, expert TP, dispatcher, schedule, vpp,
@@ -96,7 +97,7 @@ def enumerate_candidates(base: dict, *, gpus: int, gpus_per_node: int, schedules
 
 
 def check_expert_grid(model: ModelSpec, eps: tuple[int, ...] | None, etps: tuple[int, ...] | None,
-                      dispatchers: tuple[str, ...] | None, tps: tuple[int, ...] = (1, 2, 4, 8)) -> None:
+                      dispatchers: tuple[str, ...] | None, tps: tuple[int, ...] = SEARCH_DEGREES["tp"]) -> None:
     """One-line errors for EP, expert-TP and dispatcher lists a search cannot use: any of them
     on a dense model (EP 1 alone is a dense model's layout), an EP that does not divide the
     experts (:func:`~simtrain.specs.parallel.check_expert_layout`), an expert TP above every TP

@@ -30,6 +30,7 @@ from simtrain.errors import SimtrainError, SpecError
 from simtrain.layout_search.executors import run_unordered
 from simtrain.settings import lookup
 from simtrain.specs.model import load_model
+from simtrain.specs.parallel import SEARCH_DEGREES
 
 
 def simulate_candidate(candidate: Candidate) -> dict:
@@ -223,7 +224,7 @@ def simulated_search(base: dict, *, gpus: int, gpus_per_node: int, top: int | No
             load_results(results, notice)
     model = load_model(lookup(base, "model"))
     check_expert_grid(model, grid.get("eps"), grid.get("etps"), grid.get("dispatchers"),
-                      grid.get("tps", (1, 2, 4, 8)))
+                      grid.get("tps", SEARCH_DEGREES["tp"]))
     candidates = enumerate_candidates(base, gpus=gpus, gpus_per_node=gpus_per_node, model=model, **grid)
     if not candidates:
         raise SpecError(f"no layout to try: none of the degrees given makes a layout of {gpus} GPUs (TP at most "

@@ -28,6 +28,10 @@ RECOMPUTE_MODULES = ("core_attn", "mlp", "moe", "moe_act", "layernorm", "mla_up_
 MOE_DISPATCHERS = ("alltoall", "deepep")  # Megatron-LM's all-to-all token dispatcher, DeepEP's
 ATTENTION_KERNELS = ("flash", "eager")  # fused attention, or the unfused core of 2021-22 stacks
 GRAD_DTYPES = ("fp32", "bf16")
+#: The TP, CP and PP degrees a layout search tries by default (the course notes' ``parallel_plan.py``
+#: lists; a TP beyond a node is skipped): :func:`simtrain.layout_search.candidates.enumerate_candidates`,
+#: :func:`simtrain.api.search.search`, ``simtrain search`` and ``simtrain whatif`` read it.
+SEARCH_DEGREES = {"tp": (1, 2, 4, 8), "cp": (1, 2, 4, 8, 16, 32), "pp": (1, 2, 4, 8, 16)}
 
 
 @dataclass(frozen=True)
