@@ -11,7 +11,8 @@ from contextlib import redirect_stderr, redirect_stdout
 
 from hypothesis import strategies as st
 
-from simtrain import api, engine
+from simtrain import api
+from simtrain.engine import simulator as engine
 from simtrain.cli.main import main
 from simtrain.results.metrics import summarize
 from simtrain.network.chains import run_chains
@@ -22,7 +23,7 @@ from simtrain.schedules.interleaved import valid_groups
 from simtrain.schedules.ir import Schedule
 from simtrain.specs.gpu import get_gpu
 from simtrain.specs.model import ModelSpec
-from simtrain.timeline import TimelineBuilder
+from simtrain.engine.timeline import TimelineBuilder
 from simtrain.topology.cluster import Cluster, build_topology
 from simtrain.topology.mesh import build_mesh
 from simtrain.units import MS

@@ -43,17 +43,17 @@ def test_only_the_engine_imports_simpy():
                           ("simpy" in [a.name.split(".")[0] for a in n.names] if isinstance(n, ast.Import)
                            else (n.module or "").split(".")[0] == "simpy")
                           for n in ast.walk(tree)))
-    assert users == ["simtrain.engine"]
+    assert users == ["simtrain.engine.simulator"]
 
 
 # The layers of the data flow, bottom first: a module imports only from its own layer and the
 # layers below it. A module's layer is its package's (a top-level module's is its own name's),
 # unless MODULE_LAYERS places it higher.
 LAYERS = (
-    ("foundations", {"simtrain", "errors", "units", "finite", "presets"}),
-    ("specs", {"specs", "schedules", "budget", "topology", "costs"}),
+    ("foundations", {"simtrain", "errors", "units", "presets"}),
+    ("specs", {"specs", "schedules", "topology", "costs"}),
     ("program", {"workload", "network"}),
-    ("run", {"timeline", "engine"}),
+    ("run", {"engine"}),
     ("results", {"results", "analytic", "scenario", "settings"}),
     ("library", {"api", "outputs", "layout_search", "importers"}),
     ("command line", {"cli", "__main__"}),
@@ -117,14 +117,14 @@ def test_modules_and_classes_stay_small():
 
 @pytest.mark.quick
 def test_engine_does_not_ask_what_kind_of_network_it_has():
-    source = (PACKAGE / "engine.py").read_text(encoding="utf-8")
+    source = (PACKAGE / "engine" / "simulator.py").read_text(encoding="utf-8")
     for text in ("hasattr(", "isinstance(", "FlowNetwork", "AnalyticNetwork", "network.flow", "flows is None"):
-        assert text not in source, f"engine.py contains {text!r}"
+        assert text not in source, f"engine/simulator.py contains {text!r}"
 
 
 #: What the command line may not import: it simulates, estimates, searches, calibrates and times
 #: collectives only through simtrain.api (its modules hold argparse and printing).
-CLI_NEVER_IMPORTS = ("simtrain.engine", "simtrain.workload.lower", "simtrain.results.metrics", "simtrain.analytic",
+CLI_NEVER_IMPORTS = ("simtrain.engine.simulator", "simtrain.workload.lower", "simtrain.results.metrics", "simtrain.analytic",
                      "simtrain.layout_search", "simtrain.network.planner", "simtrain.network.solver",
                      "simtrain.network.chains", "simtrain.costs.calibration")
 
@@ -182,13 +182,13 @@ TESTED_THROUGH_OTHERS = {
     "__main__.py": "python -m simtrain: tests/test_reliability.py runs it in fresh processes",
     "errors.py": "the exception types: every error test raises and matches them",
     "units.py": "constants and converters used by every loader, cost and report",
-    "network/fixed.py": "the fixed-latency network tests/test_engine.py runs on",
+    "network/fixed.py": "the fixed-latency network tests/engine/test_simulator.py runs on",
     "network/links.py": "link statistics: tests/network/test_solver.py and tests/network/test_flow.py",
-    "network/interface.py": "the engine's side of it: tests/test_engine.py drives a network by hand",
+    "network/interface.py": "the engine's side of it: tests/engine/test_simulator.py drives a network by hand",
     "schedules/ir.py": "actions and schedules, built by every test of tests/schedules/",
     "specs/gpu.py": "GPU presets and tables: tests/test_doctests.py and tests/topology/test_build.py",
     "specs/strict.py": "strict tables: the loaders' error tests and tests/test_fuzz_loaders.py",
-    "workload/options.py": "the lowering's options, set by tests/workload/test_lower.py and tests/test_engine.py",
+    "workload/options.py": "the lowering's options, set by tests/workload/test_lower.py and tests/engine/test_simulator.py",
 }
 # Top-level test modules that check the project across modules rather than one module.
 CROSS_CUTTING = {

@@ -148,7 +148,7 @@ def test_module_map_lists_every_module_in_data_flow_order():
     flow = make_tour.FLOW
     heads = [flow.index(h) if h in flow else len(flow) for h in re.findall(r"^- \[`simtrain/(\w+)", text, re.M)]
     assert heads == sorted(heads)
-    assert "[`simtrain/engine.py`](../simtrain/engine.py): " in text  # with its docstring's summary
+    assert "[`simtrain/engine/simulator.py`](../simtrain/engine/simulator.py): " in text  # with its docstring's summary
 
 
 @pytest.mark.quick

@@ -331,7 +331,7 @@ EDGE_INTS = st.one_of(st.integers(-12, 40), st.sampled_from([-1, 0, 1, 2, 64, 10
 def resolve_and_cost(settings_: dict) -> None:
     """Resolve ``settings_`` (on 8 GPUs unless they say) and, within the work bound a simulation
     checks first, time every chunk's kernels."""
-    from simtrain import budget
+    from simtrain.specs import budget
     from simtrain.workload.options import WorkloadOptions
     from simtrain.workload.stages import chunk_pass_times, split_layers
 

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from helpers import tiny_model
-from simtrain import engine
+from simtrain.engine import simulator as engine
 from simtrain.errors import SimulationError
 from simtrain.topology.mesh import build_mesh
 from simtrain.results.metrics import summarize

@@ -7,7 +7,7 @@ disjoint: ``gpus=8`` gives the next consecutive blocks of 8, ``ranks=[0, 8, ...,
 per node) gives the other local GPU indices, i.e. the DP groups of a TP8 layout.
 
 A size is at most :data:`MAX_SIZE_BYTES`, and a report is returned only when every number in it
-is finite (:func:`simtrain.finite.check_finite`).
+is finite (:func:`simtrain.results.finite.check_finite`).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from simtrain.errors import SpecError
-from simtrain.finite import check_finite
+from simtrain.results.finite import check_finite
 from simtrain.network.algorithms import bandwidths, normalize_op, select_algorithm
 from simtrain.network.chains import run_chains
 from simtrain.network.links import summarize_links

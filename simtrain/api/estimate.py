@@ -15,7 +15,7 @@ from simtrain.analytic.model import ANALYTIC_SCHEDULES, analytic_report
 from simtrain.api.resolve import resolve
 from simtrain.api.checks import check_instance
 from simtrain.errors import SimtrainError
-from simtrain.finite import check_finite
+from simtrain.results.finite import check_finite
 from simtrain.scenario import Scenario, scenario_config
 from simtrain.settings import SETTINGS
 

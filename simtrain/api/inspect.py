@@ -25,7 +25,7 @@ def describe_topology(name: str, *, nodes: int | None = None, draw: str | Path |
         raise SimtrainError(f"--report {report}: colours the links of --draw; give --draw OUT.png too")
     cluster = load_topology(name, nodes=nodes)
     if draw is not None:
-        from simtrain.budget import check_drawing
+        from simtrain.specs.budget import check_drawing
 
         check_drawing(cluster.spec)  # before the bisection: a drawing of a large cluster is refused at once
     info = summary(cluster)
@@ -74,7 +74,7 @@ def describe_mesh(given: dict[str, Any], *, gpus_per_node: int = 8, topology: st
     >>> describe_mesh({"gpus": 16, "tp": 8, "pp": 2})["groups"]["pp"][:2]
     [[0, 8], [1, 9]]
     """
-    from simtrain.budget import check_ranks
+    from simtrain.specs.budget import check_ranks
     from simtrain.settings import defaults_note
     from simtrain.specs.parallel import resolve_parallel
     from simtrain.topology.mesh import build_mesh, mesh_report

@@ -5,7 +5,7 @@ with fixed action costs beside its closed form (:func:`schedule_alone`, ``simtra
 forward or an input gradient of no duration every action of a rank starts and ends at one
 instant, and the peak of in-flight micro-batches it measures is 0), W may be 0 (B = I), and no
 cost nor the transfer time may exceed :data:`MAX_COST`, so the makespan of any schedule it builds
-stays finite; the report is checked before it is returned (:func:`simtrain.finite.check_finite`).
+stays finite; the report is checked before it is returned (:func:`simtrain.results.finite.check_finite`).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 from simtrain.costs import Shape, pp_activation_bytes
 from simtrain.errors import SimtrainError
-from simtrain.finite import check_finite
+from simtrain.results.finite import check_finite
 from simtrain.network.analytic import AnalyticNetwork
 from simtrain.scenario import Scenario
 from simtrain.schedules import REGISTRY as SCHEDULES, load_schedule, validate
@@ -103,7 +103,7 @@ def schedule_alone(name: str, pp: int, microbatches: int, costs: tuple[float, fl
     if name == "zb-auto":
         params.update(costs=(F, I, W), comm=comm)
     if name in REGISTRY:  # plan and replay together: refused before either starts
-        from simtrain.budget import check_schedule
+        from simtrain.specs.budget import check_schedule
 
         check_schedule(name, pp, microbatches, vpp or 1, replay=True)
     if progress is not None:

@@ -10,18 +10,19 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from simtrain import budget, engine
+from simtrain.specs import budget
+from simtrain.engine import simulator as engine
 from simtrain.api import perturbations as perturbed
 from simtrain.api.schedule import build_schedule
 from simtrain.api.checks import check_instance
 from simtrain.results.energy import power_draw
-from simtrain.finite import check_finite, check_timeline
+from simtrain.results.finite import check_finite, check_timeline
 from simtrain.results.metrics import Report, run_report
 from simtrain.network.algorithms import check_forced
 from simtrain.network.models import MODELS as NETWORK_MODELS
 from simtrain.scenario import Scenario, scenario_config
 from simtrain.specs.perturbation import Perturbations
-from simtrain.timeline import Timeline
+from simtrain.engine.timeline import Timeline
 from simtrain.topology.build import paused_gc
 from simtrain.topology.cluster import Cluster
 from simtrain.topology.faults import perturb_links

@@ -120,7 +120,7 @@ def cmd_search(args: argparse.Namespace) -> int:
                      executor=args.executor, scheduler=args.scheduler, schedules=args.schedules, vpps=args.vpp,
                      mbss=args.mbs, zeros=args.zero, recomputes=args.recompute, **layout_grid(args))
     if args.json:
-        from simtrain.finite import check_finite
+        from simtrain.results.finite import check_finite
 
         check_finite(out, "search result")
         print(json.dumps(out, sort_keys=True))

@@ -127,7 +127,7 @@ def cmd_whatif(args: argparse.Namespace) -> int:
         check_output_folder(args.out)
     result = whatif(args)
     if args.json:
-        from simtrain.finite import check_finite
+        from simtrain.results.finite import check_finite
 
         check_finite(result, "whatif result")
         print(json.dumps(result, sort_keys=True))

@@ -27,7 +27,7 @@ from simtrain.outputs.colors import (CAPACITY_COLOUR, CHUNK_LIGHTEN, KIND_COLOUR
 from simtrain.outputs.files import atomic_open
 from simtrain.outputs.view import RowPlan, Window, chunk_index, plan_rows, row_of_spans, window_bounds
 from simtrain.outputs.words import counted
-from simtrain.timeline import Timeline
+from simtrain.engine.timeline import Timeline
 from simtrain.units import MS, US, GiB
 from simtrain.workload.program import KINDS
 

@@ -32,7 +32,7 @@ from simtrain.outputs.colors import (CAPACITY_COLOUR, CHUNK_LIGHTEN, KIND_COLOUR
 from simtrain.outputs.files import atomic_open
 from simtrain.outputs.text_tables import EXPOSED_NOTE, IDLE_NOTE, fmt_seconds
 from simtrain.outputs.view import chunk_index, plan_rows, row_of_spans
-from simtrain.timeline import Timeline
+from simtrain.engine.timeline import Timeline
 from simtrain.units import GiB
 from simtrain.workload.program import KINDS, STREAMS
 

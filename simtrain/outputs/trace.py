@@ -20,7 +20,7 @@ from simtrain import __version__
 from simtrain.outputs.counters import Counter, CounterTrack, _counter_texts, _expanded, counter_events
 from simtrain.outputs.files import atomic_open
 from simtrain.outputs.trace_text import _F, _S, _dumps, _each, _each_int, _each_run, _f, _text
-from simtrain.timeline import Timeline
+from simtrain.engine.timeline import Timeline
 from simtrain.workload.program import KINDS, STREAMS
 from simtrain.units import GiB, US_PER_S
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from simtrain.errors import SimtrainError
-from simtrain.timeline import Timeline
+from simtrain.engine.timeline import Timeline
 from simtrain.workload.program import STREAMS
 
 

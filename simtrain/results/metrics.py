@@ -40,7 +40,7 @@ from simtrain.specs.flops import ModelFlops
 from simtrain.specs.gpu import GpuSpec
 from simtrain.specs.model import ModelSpec
 from simtrain.specs.parallel import ParallelSpec
-from simtrain.timeline import Timeline, rank_columns
+from simtrain.engine.timeline import Timeline, rank_columns
 from simtrain.workload.program import COMM_KINDS, KINDS, STREAMS, Program
 from simtrain.units import TFLOPS, GiB
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from simtrain.budget import check_schedule
+from simtrain.specs.budget import check_schedule
 from simtrain.errors import ScheduleError, SpecError, unknown_name
 from simtrain.presets import preset_dir
 from simtrain.schedules.combined import combine_1f1b
@@ -70,7 +70,7 @@ class Registry(Mapping[str, ScheduleRecord]):
 
     def generate(self, name: str, pp: int, m: int, **params: object) -> Schedule:
         """Build the schedule ``name`` for ``pp`` ranks and ``m`` micro-batches; one beyond
-        :data:`simtrain.budget.MAX_SCHEDULE_CELLS` is refused before it is built."""
+        :data:`simtrain.specs.budget.MAX_SCHEDULE_CELLS` is refused before it is built."""
         record = self.record(name)
         vpp = params.get("vpp")
         check_schedule(name, pp, m, vpp if isinstance(vpp, int) and not isinstance(vpp, bool) else 1)

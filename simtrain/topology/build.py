@@ -33,7 +33,7 @@ from typing import Any
 
 import networkx as nx
 
-from simtrain.budget import check_graph_size
+from simtrain.specs.budget import check_graph_size
 from simtrain.errors import SpecError
 from simtrain.topology.spec import TopologySpec
 
@@ -47,7 +47,7 @@ def link_efficiencies(spec: TopologySpec) -> dict[str, float]:
 
 def build_graph(spec: TopologySpec) -> nx.DiGraph:
     """The cluster graph: typed nodes, two directed edges per physical link. A spec whose graph
-    would exceed :data:`simtrain.budget.MAX_GRAPH_ELEMENTS` is refused before anything is built.
+    would exceed :data:`simtrain.specs.budget.MAX_GRAPH_ELEMENTS` is refused before anything is built.
     Nodes and edges are written into the graph's own dicts, in the order ``add_node`` and
     ``add_edge`` one by one would give them (:func:`_build`)."""
     check_graph_size(spec, spec.name)

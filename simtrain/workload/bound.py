@@ -1,7 +1,7 @@
 """A lower bound of a simulated step's time, from its schedule and per-chunk pass costs alone.
 
 Each rank runs its compute one operation at a time on its one compute stream, and communication
-beside it can only slow it (``comm_interference >= 0``; :mod:`simtrain.engine`). So a step lasts at
+beside it can only slow it (``comm_interference >= 0``; :mod:`simtrain.engine.simulator`). So a step lasts at
 least the compute of its busiest pipeline rank: for each action of the rank's schedule, the F, I
 and W time (:func:`~simtrain.workload.stages.chunk_pass_times`) of the model chunk its stage holds
 (B = I + W; an overlapped F&B pair both halves). Recompute, the

@@ -3,7 +3,7 @@
 :func:`run_schedule` runs the schedule in the fixed-cost executor
 (:func:`~simtrain.schedules.replay.replay`: F, I, W per plain stage, B = I + W, an overlapped F&B
 pair its two halves back to back, ``comm`` added to each dependency that crosses ranks) and turns
-the result into a :class:`~simtrain.timeline.Timeline` for the Gantt chart and the memory
+the result into a :class:`~simtrain.engine.timeline.Timeline` for the Gantt chart and the memory
 profile: one compute span per action (per half of an overlapped pair), and for each transfer to
 another rank a ``pp_send`` span on the producer and a ``pp_recv`` span on the consumer, from the
 end of the producing action for ``comm``. Every forward allocates one unit of activation memory
@@ -20,7 +20,7 @@ from typing import Any
 from simtrain.results.metrics import memory_peaks, rank_breakdown
 from simtrain.schedules import REGISTRY, Replay, Schedule, replay, scaled_costs, validate
 from simtrain.schedules.replay import stage_weight
-from simtrain.timeline import Timeline, TimelineBuilder
+from simtrain.engine.timeline import Timeline, TimelineBuilder
 from simtrain.workload.program import KIND, STREAM
 
 

@@ -27,7 +27,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from simtrain import budget, costs
+from simtrain import costs
+from simtrain.specs import budget
 from simtrain.errors import SpecError
 from simtrain.schedules.ir import Action, Schedule
 from simtrain.specs.gpu import GpuSpec
@@ -273,7 +274,7 @@ def _probed(lw: _Lowering, rank: int) -> Iterator[Action]:
 
 def _check_budget(lw: _Lowering, done: int | None = None) -> None:
     """After ``done`` actions of the first rank's first step (None: all of that step): the run
-    refused where ``max_ops`` cannot hold it (:func:`simtrain.budget.check_lowered`, with the
+    refused where ``max_ops`` cannot hold it (:func:`simtrain.specs.budget.check_lowered`, with the
     share of the layer passes lowered so far)."""
     if lw.max_ops is None:
         return
@@ -289,7 +290,7 @@ def _check_budget(lw: _Lowering, done: int | None = None) -> None:
 def _work(sched: Schedule, chunks: list[range], pipeline_rank: int, upto: int | None = None) -> int:
     """Layer passes of a pipeline rank's step (of its first ``upto`` actions), each action
     counting one more (its ends and transfers): what its operation count grows with
-    (:func:`simtrain.budget.check_lowered`)."""
+    (:func:`simtrain.specs.budget.check_lowered`)."""
     actions = sched.actions[pipeline_rank][:upto]
     halves = (h for a in actions for h in (a.halves() if a.kind == "FB" else (a,)))
     return sum(len(chunks[sched.chunk_of_stage(h.stage)]) + 1 for h in halves)
@@ -306,5 +307,5 @@ def lower(model: ModelSpec, par: ParallelSpec, gpu: GpuSpec, schedule: Schedule,
           opts: WorkloadOptions | None = None, max_ops: int | None = None) -> Program:
     """Per-rank programs for one training step (each of ``opts.steps``); with ``max_ops``, a run
     estimated beyond that many operations (or the memory available) is refused after its first
-    rank's first step (:func:`simtrain.budget.check_lowered`)."""
+    rank's first step (:func:`simtrain.specs.budget.check_lowered`)."""
     return _Lowering(model, par, gpu, schedule, mesh, opts or WorkloadOptions(), max_ops).build()

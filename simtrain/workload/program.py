@@ -1,7 +1,7 @@
 """Per-rank programs: the operations each simulated rank runs, on which stream, after what.
 
 This is the interface between the workload lowering (:mod:`simtrain.workload.lower`) and the
-engine (:mod:`simtrain.engine`): plain data, no simulation. It also holds the program vocabulary
+engine (:mod:`simtrain.engine.simulator`): plain data, no simulation. It also holds the program vocabulary
 that the timeline, the metrics and the outputs share: the streams of a rank and the kinds of its
 ops (and so of the spans they become).
 

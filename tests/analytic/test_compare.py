@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from helpers import cli
-from simtrain import api, engine
+from simtrain import api
+from simtrain.engine import simulator as engine
 from simtrain.costs import KernelTimer, Shape, attention_cost, mlp_cost
 from simtrain.network.analytic import AnalyticNetwork
 from simtrain.network.interface import op_parts

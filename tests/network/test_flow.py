@@ -9,7 +9,7 @@ import json
 import pytest
 
 from helpers import cli_json
-from simtrain import engine
+from simtrain.engine import simulator as engine
 from simtrain.network.analytic import AnalyticNetwork
 from simtrain.network.flow import FlowNetwork
 from simtrain.topology.cluster import build_topology

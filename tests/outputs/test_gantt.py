@@ -15,7 +15,7 @@ from simtrain.results.metrics import memory_timeline
 from simtrain.outputs.colors import KIND_HATCHES
 from simtrain.outputs.gantt import _chunks_of, _compound, _merged, draw_gantt, gantt_figure
 from simtrain.outputs.view import chunk_index, parse_window
-from simtrain.timeline import Timeline, TimelineBuilder
+from simtrain.engine.timeline import Timeline, TimelineBuilder
 from simtrain.workload.program import KINDS, STREAMS
 from outputs.test_view import many_rank_timeline
 

@@ -21,7 +21,7 @@ from outputs.browser import chromium, hover, missing, offset_of, open_report
 from simtrain import api
 from simtrain.outputs.colors import KIND_LABELS
 from simtrain.outputs.html import SideBySide, pack_columns, render_html_report
-from simtrain.timeline import Timeline, TimelineBuilder
+from simtrain.engine.timeline import Timeline, TimelineBuilder
 from simtrain.workload.program import KINDS, STREAMS
 
 def _page_parts(page: str) -> tuple[dict, dict[str, np.ndarray]]:

@@ -10,7 +10,7 @@ import pytest
 
 from helpers import add_span, two_rank_timeline
 from simtrain.outputs.trace import counter_events, rank_pid, trace_events, write_trace
-from simtrain.timeline import TimelineBuilder
+from simtrain.engine.timeline import TimelineBuilder
 from simtrain.workload.program import STREAMS
 
 pytestmark = pytest.mark.quick

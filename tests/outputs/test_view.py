@@ -13,7 +13,7 @@ from simtrain import api
 from simtrain.errors import SimtrainError
 from simtrain.outputs.view import (ChartOptions, Window, chart_options, chunk_index, gantt_rows, parse_window,
                                    plan_rows, rank_streams, row_of_spans, unique_pairs, window_bounds)
-from simtrain.timeline import TimelineBuilder
+from simtrain.engine.timeline import TimelineBuilder
 from simtrain.units import MS
 
 

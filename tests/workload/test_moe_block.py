@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from simtrain import costs, engine
+from simtrain import costs
+from simtrain.engine import simulator as engine
 from simtrain.results.metrics import summarize
 from simtrain.network.analytic import AnalyticNetwork
 from simtrain.schedules import generate

@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 
 from helpers import BARE, GPU, cli, simulate_settings, tiny_model
-from simtrain import api, costs, engine
+from simtrain import api, costs
+from simtrain.engine import simulator as engine
 from simtrain.costs import Shape
 from simtrain.errors import SpecError
 from simtrain.network.fixed import FixedLatency

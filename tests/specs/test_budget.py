@@ -1,4 +1,4 @@
-"""The work estimates (simtrain.budget): exact graph sizes, lower bounds that hold, and inputs far
+"""The work estimates (simtrain.specs.budget): exact graph sizes, lower bounds that hold, and inputs far
 beyond them refused with one line naming the estimate and what to change, before anything large
 is built."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from simtrain import api
-from simtrain.budget import (MAX_GRAPH_ELEMENTS, graph_size, most_nodes, operations_lower_bound,
+from simtrain.specs.budget import (MAX_GRAPH_ELEMENTS, graph_size, most_nodes, operations_lower_bound,
                              schedule_cells)
 from simtrain.errors import ScheduleError
 from simtrain.schedules import generate
@@ -92,7 +92,7 @@ def test_schedule_beyond_the_cell_limit_is_refused(argv, cells):
 
 @pytest.mark.quick
 def test_generate_checks_cells_before_building(monkeypatch):
-    from simtrain import budget
+    from simtrain.specs import budget
 
     assert schedule_cells(4, 8, 2) == 64
     monkeypatch.setattr(budget, "MAX_SCHEDULE_CELLS", 100)
@@ -147,7 +147,7 @@ def test_drawing_a_large_cluster_is_refused_before_its_bisection(tmp_path):
 @pytest.mark.quick
 def test_a_run_that_cannot_fit_in_memory_is_refused_before_the_schedule(tmp_path, monkeypatch):
     """25,600,000 operations at 500 bytes each at least: 11.9 GiB, against 4 GiB available."""
-    from simtrain import budget
+    from simtrain.specs import budget
 
     monkeypatch.setattr(budget, "available_memory_bytes", lambda: 4 * 2**30)
     argv = ("run", "--model", "llama3-8b", "--topology", "h100-ib", "--gpus", "8", "--tp", "8", "--pp", "1",
@@ -163,7 +163,7 @@ def test_a_run_that_cannot_fit_in_memory_is_refused_before_the_schedule(tmp_path
 def test_available_memory_is_read_where_the_system_says():
     from pathlib import Path
 
-    from simtrain.budget import available_memory_bytes
+    from simtrain.specs.budget import available_memory_bytes
 
     meminfo = Path("/proc/meminfo")
     if not meminfo.exists():
@@ -190,7 +190,7 @@ def test_a_schedule_whose_work_is_estimated_beyond_the_bound_is_refused_first(ar
 
 @pytest.mark.quick
 def test_the_schedule_estimate_counts_the_planner_and_the_replay():
-    from simtrain import budget
+    from simtrain.specs import budget
 
     # an estimate from the per-cell constants, not a timing: 8,192 cells at 200 us, at 10 + 70 us
     assert budget.schedule_seconds("zb-auto", 32, 256) == pytest.approx(32 * 256 * 200e-6)
@@ -213,7 +213,7 @@ def test_the_lowered_estimate_counts_every_layer_and_step(settings, monkeypatch)
     """The estimate made after the first rank's first step (its operations / its share of the
     layer passes x steps) is the run's operation count: exact where every rank emits alike,
     within 5% where the stages differ (the first stage here holds 5 of 32 layers)."""
-    from simtrain import budget
+    from simtrain.specs import budget
 
     seen = []
     real = budget.check_lowered
@@ -246,7 +246,7 @@ def test_steps_beyond_the_budget_are_refused_after_the_first_step(tmp_path):
 
 @pytest.mark.quick
 def test_a_run_beyond_the_memory_available_is_refused_after_the_first_step(monkeypatch):
-    from simtrain import budget
+    from simtrain.specs import budget
     from simtrain.errors import SpecError
 
     monkeypatch.setattr(budget, "available_memory_bytes", lambda: 2_500_000)  # 5,000 operations at 500 B
@@ -258,7 +258,7 @@ def test_a_run_beyond_the_memory_available_is_refused_after_the_first_step(monke
 def test_a_run_of_one_simulated_rank_is_refused_before_most_of_it_is_built(monkeypatch):
     """With PP 1 the first rank is the whole run: the estimate from an eighth of its actions
     refuses it (here 4,214 operations against 2,000) after about 550 are lowered."""
-    from simtrain import budget
+    from simtrain.specs import budget
     from simtrain.errors import SpecError
 
     seen = []

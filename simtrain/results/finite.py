@@ -73,7 +73,7 @@ def check_finite(value: Any, what: str) -> None:
 
 
 def check_timeline(timeline: Any, what: str = "timeline") -> None:
-    """:func:`check_finite` on the float columns of a :class:`~simtrain.timeline.Timeline`
+    """:func:`check_finite` on the float columns of a :class:`~simtrain.engine.timeline.Timeline`
     (start and end times, FLOPs, bytes), before anything is derived from them."""
     for name in ("start_s", "end_s", "flops", "nbytes", "alloc_bytes", "free_bytes"):
         column = timeline.cols.get(name) if hasattr(timeline, "cols") else None

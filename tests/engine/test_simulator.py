@@ -7,7 +7,8 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from helpers import BARE, GPU, simulate, tiny_model, two_node_cluster
-from simtrain import costs, engine
+from simtrain import costs
+from simtrain.engine import simulator as engine
 from simtrain.costs import KernelTimer, Shape
 from simtrain.errors import SimulationError
 from simtrain.network.analytic import AnalyticNetwork

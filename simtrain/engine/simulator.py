@@ -25,7 +25,7 @@ its bound methods are the callbacks of its wake-ups (it is not a SimPy process),
 dependencies are done costs one event, and a finished op resumes its waiters directly. Spans are
 recorded as (op id, start, end), the timeline's columns after the run. A re-plan at the instant a
 compute op starts leaves its work as it is; one at the instant it ends is skipped. After the run
-the spans are checked (:func:`~simtrain.timeline.check_spans`: each op once, no stream running two
+the spans are checked (:func:`~simtrain.engine.timeline.check_spans`: each op once, no stream running two
 ops at once, dependencies respected), and the network's own invariants. A state where ops remain
 but no event can fire is a deadlock, reported with the blocked op of every rank; an event budget
 stops runaway runs.
@@ -45,10 +45,10 @@ from simpy.events import NORMAL
 from simtrain.errors import SimulationError
 from simtrain.network.interface import NetworkModel
 from simtrain.workload.program import MORE, NONE, STREAM, Key, OpRef, Program
-from simtrain.timeline import Timeline, check_spans, program_timeline
+from simtrain.engine.timeline import Timeline, check_spans, program_timeline
 
 #: Most operations a run simulates unless ``--max-events`` says more: at about 750 bytes and 12 us
-#: each (:data:`simtrain.budget.US_PER_OPERATION`), under 1.5 GiB and half a minute; the largest
+#: each (:data:`simtrain.specs.budget.US_PER_OPERATION`), under 1.5 GiB and half a minute; the largest
 #: published run of ``tests/validation`` (GPT-1T) holds 1,310,848.
 DEFAULT_MAX_EVENTS = 2_000_000
 

@@ -8,7 +8,7 @@ import pytest
 
 from helpers import simulate, tiny_model
 from simtrain.specs.parallel import ParallelSpec
-from simtrain.timeline import Timeline
+from simtrain.engine.timeline import Timeline
 
 pytestmark = pytest.mark.quick
 
@@ -24,7 +24,7 @@ def test_timeline_json_round_trip():
 
 
 def _two_ranks() -> Timeline:
-    from simtrain.timeline import TimelineBuilder
+    from simtrain.engine.timeline import TimelineBuilder
     from simtrain.workload.program import KIND, STREAM
 
     b = TimelineBuilder()
@@ -87,7 +87,7 @@ def test_from_columns_sorts_stably_and_numbers_names_by_first_appearance():
 def test_rank_columns_split_the_spans_of_each_rank_in_order():
     import numpy as np
 
-    from simtrain.timeline import Timeline, rank_columns
+    from simtrain.engine.timeline import Timeline, rank_columns
 
     cols = {c: np.zeros(5, dtype=np.int64) for c in ("stream", "kind", "name", "stage", "layer", "mb", "arrow")}
     cols["rank"] = np.array([3, 1, 3, 1, 3])

@@ -210,6 +210,7 @@ def check_operations(layers: int, microbatches: int, *, pipelines: int, tp: int,
             f"({microbatches:,} micro-batches x {layers:,} layers{times}{folded})")
     if ops > max_events:
         raise SpecError(f"max_events={max_events:,}: {what}; raise --max-events, {fewer}")
+    assert have is not None  # the memory check failed, so the memory is known
     raise SpecError(f"{what}, which hold at least {need / 2**30:,.1f} GiB ({BYTES_PER_OPERATION} bytes each), more "
                     f"than the {have / 2**30:,.1f} GiB of memory available; {fewer}")
 
@@ -258,6 +259,7 @@ def check_lowered(first_ops: int, *, ranks: int, steps: int, max_events: int, sh
              + (", fewer --steps" if steps > 1 else ""))
     if ops > max_events * margin:
         raise SpecError(f"max_events={max_events:,}: {what}; raise --max-events to run it, or simulate {fewer}")
+    assert have is not None  # the memory check failed, so the memory is known
     raise SpecError(f"{what}, more than the {have / 2**30:,.1f} GiB of memory available; simulate {fewer}")
 
 

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from simtrain.errors import SimulationError
-from simtrain.finite import check_finite, check_timeline, first_non_finite
-from simtrain.timeline import TimelineBuilder
+from simtrain.results.finite import check_finite, check_timeline, first_non_finite
+from simtrain.engine.timeline import TimelineBuilder
 
 pytestmark = pytest.mark.quick
 

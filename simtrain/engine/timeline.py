@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from itertools import chain
+from typing import Any
 
 import numpy as np
 
@@ -53,7 +54,7 @@ class TimelineBuilder:
 
     names: list[str] = field(default_factory=list)
     _name_ids: dict[str, int] = field(default_factory=dict)
-    rows: list[tuple] = field(default_factory=list)
+    rows: list[tuple[Any, ...]] = field(default_factory=list)
 
     def name_id(self, name: str) -> int:
         nid = self._name_ids.get(name)
@@ -102,7 +103,7 @@ class Timeline:
         the spans were recorded in)."""
         n = len(cols["start_s"])
         order = np.lexsort((np.arange(n), cols["stream"], cols["rank"], cols["start_s"]))
-        out = {c: np.asarray(cols[c])[order].astype(np.int32) for c in _INT_COLUMNS}
+        out: dict[str, np.ndarray] = {c: np.asarray(cols[c])[order].astype(np.int32) for c in _INT_COLUMNS}
         out.update({c: np.asarray(cols[c], dtype=np.float64)[order] for c in _FLOAT_COLUMNS})
         used, first = np.unique(out["name"], return_index=True)
         by_first = used[np.argsort(first, kind="stable")]
@@ -179,7 +180,7 @@ class Timeline:
         idx = np.nonzero(mask)[0] if mask is not None else range(len(self))
         return [self.span(int(i)) for i in idx]
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict: column lists plus the string tables."""
         return {
             "streams": list(STREAMS), "kinds": list(KINDS), "names": list(self.names),
@@ -187,7 +188,7 @@ class Timeline:
         }
 
     @classmethod
-    def from_json(cls, data: dict) -> "Timeline":
+    def from_json(cls, data: dict[str, Any]) -> "Timeline":
         if list(data["streams"]) != list(STREAMS) or list(data["kinds"]) != list(KINDS):
             raise ValueError("timeline JSON was written with other stream or kind tables")
         cols = {}
