@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
-from simtrain.engine.simulator import DEFAULT_MAX_EVENTS
+from simtrain.specs.budget import DEFAULT_MAX_EVENTS
 from simtrain.errors import SpecError, unknown_name
 from simtrain.network.algorithms import ALGORITHMS
 from simtrain.network.models import MODELS, described

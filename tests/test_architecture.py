@@ -43,7 +43,7 @@ def test_only_the_engine_imports_simpy():
                           ("simpy" in [a.name.split(".")[0] for a in n.names] if isinstance(n, ast.Import)
                            else (n.module or "").split(".")[0] == "simpy")
                           for n in ast.walk(tree)))
-    assert users == ["simtrain.engine.simulator"]
+    assert users == ["simtrain.engine.simulator", "simtrain.engine.streams"]
 
 
 # The layers of the data flow, bottom first: a module imports only from its own layer and the
@@ -117,9 +117,10 @@ def test_modules_and_classes_stay_small():
 
 @pytest.mark.quick
 def test_engine_does_not_ask_what_kind_of_network_it_has():
-    source = (PACKAGE / "engine" / "simulator.py").read_text(encoding="utf-8")
-    for text in ("hasattr(", "isinstance(", "FlowNetwork", "AnalyticNetwork", "network.flow", "flows is None"):
-        assert text not in source, f"engine/simulator.py contains {text!r}"
+    for module in ("simulator.py", "streams.py"):
+        source = (PACKAGE / "engine" / module).read_text(encoding="utf-8")
+        for text in ("hasattr(", "isinstance(", "FlowNetwork", "AnalyticNetwork", "network.flow", "flows is None"):
+            assert text not in source, f"engine/{module} contains {text!r}"
 
 
 #: What the command line may not import: it simulates, estimates, searches, calibrates and times
@@ -183,6 +184,7 @@ TESTED_THROUGH_OTHERS = {
     "errors.py": "the exception types: every error test raises and matches them",
     "units.py": "constants and converters used by every loader, cost and report",
     "network/fixed.py": "the fixed-latency network tests/engine/test_simulator.py runs on",
+    "engine/streams.py": "the streams of a run: tests/engine/test_simulator.py",
     "network/links.py": "link statistics: tests/network/test_solver.py and tests/network/test_flow.py",
     "network/interface.py": "the engine's side of it: tests/engine/test_simulator.py drives a network by hand",
     "schedules/ir.py": "actions and schedules, built by every test of tests/schedules/",

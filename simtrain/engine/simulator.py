@@ -1,8 +1,8 @@
 """The engine: runs per-rank programs on a SimPy event queue and records the timeline.
 
-The only module that imports ``simpy``. Each (rank, stream) walks its ops in program order. An op
-starts when its stream is free (the previous op on the stream is done), its dependencies are
-done, and, for a collective, every simulated member of its group has reached it; it then lasts
+With :mod:`~simtrain.engine.streams`, the only module that imports ``simpy``. Each (rank, stream)
+walks its ops in program order. An op starts when its stream is free (the previous op on the
+stream is done), its dependencies are done, and, for a collective, every simulated member of its group has reached it; it then lasts
 what the cost model (compute) or the network says. A point-to-point transfer is owned by the
 sender's ``pp_send`` stream and also occupies the receiver's ``pp_recv`` stream while it runs
 (receives are posted early, as Megatron-LM does); transfers to one receiver run one at a time, in
@@ -20,7 +20,7 @@ an op the network prices up front is one timeout (one for all members of a colle
 other runs the network's transfer steps, and one network process wakes the ops whose tokens
 finish.
 
-Speed: a stream walks op ids over the program's columns (:class:`~simtrain.workload.program.OpTable`);
+Speed: a stream (:class:`~simtrain.engine.streams.Stream`) walks op ids over the program's columns (:class:`~simtrain.workload.program.OpTable`);
 its bound methods are the callbacks of its wake-ups (it is not a SimPy process), so an op whose
 dependencies are done costs one event, and a finished op resumes its waiters directly. Spans are
 recorded as (op id, start, end), the timeline's columns after the run. A re-plan at the instant a
@@ -34,7 +34,7 @@ stops runaway runs.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Generator
 from heapq import heappush
 from dataclasses import dataclass
 from typing import cast
@@ -44,145 +44,21 @@ from simpy.events import NORMAL
 
 from simtrain.errors import SimulationError
 from simtrain.network.interface import NetworkModel
-from simtrain.workload.program import MORE, NONE, STREAM, Key, OpRef, Program
+from simtrain.workload.program import STREAM, Key, OpRef, Program
+from simtrain.engine.streams import Callback, Queue, Stream, Wake
 from simtrain.engine.timeline import Timeline, check_spans, program_timeline
+from simtrain.specs.budget import DEFAULT_MAX_EVENTS
 
-#: Most operations a run simulates unless ``--max-events`` says more: at about 750 bytes and 12 us
-#: each (:data:`simtrain.specs.budget.US_PER_OPERATION`), under 1.5 GiB and half a minute; the largest
-#: published run of ``tests/validation`` (GPT-1T) holds 1,310,848.
-DEFAULT_MAX_EVENTS = 2_000_000
 
+
+#: A network process: SimPy events it waits for, one after another.
+_Process = Generator[simpy.Event, object, None]
 
 @dataclass(frozen=True)
 class RunResult:
     timeline: Timeline
     num_events: int  # operations executed (each is one start and one end event)
     slowdown_s: dict[int, float]  # simulated rank -> compute seconds communication added
-
-
-class _Wake:
-    """A wake-up on SimPy's queue: what ``Environment.step`` needs of an event, queued as a
-    ``Timeout`` is (same time, priority and sequence number) without a ``Timeout``'s construction."""
-
-    __slots__ = ("callbacks",)
-    _ok = True
-
-    def __init__(self, callback: Callback) -> None:
-        self.callbacks = [callback]
-
-
-#: What SimPy calls with the event that ended: a bound method of a stream or a _CollectiveEnd.
-Callback = Callable[[object], None]
-#: SimPy's event queue as the engine fills it: SimPy's events and bare wake-ups.
-_Queue = list[tuple[float, int, int, "simpy.Event | _Wake"]]
-#: A network process: SimPy events it waits for, one after another.
-_Process = Generator[simpy.Event, object, None]
-
-
-class _Stream:
-    """One (rank, stream) queue: starts its ops in order, each when its dependencies are done."""
-
-    __slots__ = ("run", "rank", "ops", "pos", "op", "start", "left", "t0", "slow", "end", "ev", "on_end",
-                 "on_solo_end", "on_p2p_end")
-
-    def __init__(self, run: "_Run", rank: int, ops: Sequence[int]):
-        self.run, self.rank, self.ops, self.pos = run, rank, ops, 0  # ops: op ids, in program order
-        self.op: int = cast(int, None)  # the op running: set when one starts, read only after
-        self.ev: _Wake | None = None
-        self.start = self.left = self.t0 = self.end = 0.0
-        self.slow = 1.0
-        # callbacks bound once, not per op
-        self.on_end, self.on_solo_end, self.on_p2p_end = self._compute_end, self.solo_end, self.p2p_end
-
-    def next(self) -> None:
-        """Start ops until one has to wait (for a dependency, a timeout, a peer or members)."""
-        run = self.run
-        finished, ops = run.finished, self.ops
-        dep0, dep1, comm, duration = run.dep0, run.dep1, run.comm, run.duration
-        while self.pos < len(ops):
-            op = ops[self.pos]
-            d = dep0[op]  # the first dependency not done, if any (NONE: no dependency; MORE: a list)
-            if d >= 0:
-                if finished[d]:
-                    d = dep1[op]
-                    if d >= 0 and finished[d]:
-                        d = NONE
-            elif d == MORE:
-                d = next((x for x in run.more[op] if not finished[x]), NONE)
-            if d >= 0:
-                w = run.waiting[d]
-                if w is None:
-                    run.waiting[d] = self
-                elif type(w) is list:
-                    w.append(self)
-                else:  # one stream so far
-                    run.waiting[d] = [cast(_Stream, w), self]
-                return
-            now = run.env._now
-            kind = comm[op]
-            if kind is None:
-                delay = duration[op]
-                if delay > 0:
-                    self.op, self.start = op, now
-                    if run.interference > 0:
-                        self.left, self.t0 = delay, now
-                        self.slow = slow = run.slow_factor if run.active.get(self.rank, 0) > 0 else 1.0
-                        delay *= slow
-                    # else compute alone on its SMs: one wake-up, no re-planning
-                    self.end = end = now + delay
-                    self.ev = ev = _Wake(self.on_end)
-                    heappush(run.queue, (end, NORMAL, next(run.eid), ev))
-                    return
-                self.pos += 1
-                run.finish(op, now)
-            elif kind == "p2p":
-                run.request_peer(self, op)
-                return
-            else:
-                run.arrive(self, op)
-                return
-
-    # ---- compute -----------------------------------------------------------------------------
-    def replan(self, now: float) -> None:
-        """Communication started or ended on this rank: the compute running here re-plans its end
-        from the work it has left at the new speed (unless it ends right now)."""
-        if self.ev is None or self.end == now:
-            return
-        self.left = max(0.0, self.left - (now - self.t0) / self.slow)
-        self.t0 = now
-        run = self.run
-        self.slow = run.slow_factor if run.active.get(self.rank, 0) > 0 else 1.0
-        self.end = end = now + self.left * self.slow
-        self.ev = ev = _Wake(self.on_end)
-        heappush(run.queue, (end, NORMAL, next(run.eid), ev))
-
-    def _compute_end(self, ev: object) -> None:
-        if ev is not self.ev:  # a re-planned end superseded this one
-            return
-        self.ev = None
-        run, op = self.run, self.op
-        now = run.env._now
-        if run.interference > 0:
-            run.slowdown[self.rank] += (now - self.start) - run.duration[op]
-        self.pos += 1
-        run.finish(op, self.start)
-        run.resume(self)
-
-    # ---- communication -------------------------------------------------------------------------
-    def solo_end(self, _event: object) -> None:
-        """Callback: this stream's collective of one simulated member ended."""
-        self.run.running(self.rank, -1)
-        self.comm_done(self.run.env._now)
-
-    def p2p_end(self, _event: object) -> None:
-        """Callback: this stream's transfer ended."""
-        self.run.p2p_end(self)
-
-    def comm_done(self, now: float) -> None:
-        """This stream's communication op (started at ``self.start``) ended ``now``."""
-        self.pos += 1
-        self.run.finish(self.op, self.start)
-        self.run.resume(self)
 
 
 class _Run:
@@ -217,10 +93,10 @@ class _Run:
         waiter = self.waiting[i]
         if waiter is not None:
             self.waiting[i] = None
-            for w in waiter if type(waiter) is list else (cast(_Stream, waiter),):  # several: in the order they came
+            for w in waiter if type(waiter) is list else (cast(Stream, waiter),):  # several: in the order they came
                 self.resume(w)
 
-    def resume(self, stream: _Stream) -> None:
+    def resume(self, stream: Stream) -> None:
         """Let ``stream`` start its next ops now. Inside another resumption it is queued and run
         right after, so that chains of ops that take no time do not nest calls without bound."""
         if self.resuming:
@@ -276,12 +152,12 @@ class _Run:
         if duration is None:
             self.env.process(self._transfer(op)).callbacks.append(done)
         elif duration > 0:
-            heappush(self.queue, (self.env._now + duration, NORMAL, next(self.eid), _Wake(done)))
+            heappush(self.queue, (self.env._now + duration, NORMAL, next(self.eid), Wake(done)))
         else:
             done(None)
 
     # ---- point-to-point ----------------------------------------------------------------------
-    def request_peer(self, stream: _Stream, op: int) -> None:
+    def request_peer(self, stream: Stream, op: int) -> None:
         """Op ``op`` is ready: it starts when the receiver's ``pp_recv`` stream is free."""
         peer = self.peer[op]
         queue = self.recv_queue.get(peer)
@@ -291,13 +167,13 @@ class _Run:
         else:
             queue.append((stream, op))
 
-    def _start_p2p(self, stream: _Stream, op: int) -> None:
+    def _start_p2p(self, stream: Stream, op: int) -> None:
         stream.op, stream.start = op, self.env._now
         self.running(stream.rank, 1)
         self.running(self.peer[op], 1)
         self._after(self.net.fixed_duration(ref := OpRef(self.prog.ops, op)), ref, stream.on_p2p_end)
 
-    def p2p_end(self, stream: _Stream) -> None:
+    def p2p_end(self, stream: Stream) -> None:
         op = stream.op
         peer = self.peer[op]
         now = self.env._now
@@ -314,7 +190,7 @@ class _Run:
             del self.recv_queue[peer]
 
     # ---- collectives -------------------------------------------------------------------------
-    def arrive(self, stream: _Stream, op: int) -> None:
+    def arrive(self, stream: Stream, op: int) -> None:
         """A member reaches collective ``op``; the last one prices it (or launches its transfer)
         and every member then runs it from now."""
         key = cast(Key, self.key[op])  # a collective has one
@@ -341,21 +217,21 @@ class _Run:
         prog = self.prog
         n = len(prog.ops)
         self.env = env = simpy.Environment()
-        self.queue, self.eid = cast(_Queue, env._queue), env._eid  # where _Wake events go, numbered as SimPy's
+        self.queue, self.eid = cast(Queue, env._queue), env._eid  # where Wake events go, numbered as SimPy's
         self.finished = [False] * n
-        self.waiting: list[_Stream | list[_Stream] | None] = [None] * n  # op id -> the stream(s) waiting for it
+        self.waiting: list[Stream | list[Stream] | None] = [None] * n  # op id -> the stream(s) waiting for it
         self.rows, self.starts, self.ends = [], [], []  # the spans: op id (~id: receiver), start, end
-        self.arrivals: dict[Key, list[_Stream]] = {}  # collective key -> the members arrived so far
-        self.recv_queue: dict[int, deque[tuple[_Stream, int]]] = {}  # receiver -> transfers waiting for its pp_recv
+        self.arrivals: dict[Key, list[Stream]] = {}  # collective key -> the members arrived so far
+        self.recv_queue: dict[int, deque[tuple[Stream, int]]] = {}  # receiver -> transfers waiting for its pp_recv
         self.active: dict[int, int] = {}  # rank -> communication ops running on it
         self.slowdown: dict[int, float] = {r: 0.0 for r in prog.ranks}
         self.waiters: dict[int, simpy.Event] = {}  # network token -> the event its transfer ends
         self.wake = env.event()  # wakes the network process when a transfer hands out a token
         self.executed, self.resuming = 0, False
-        self.ready: deque[_Stream] = deque()  # streams to resume once the current one waits
+        self.ready: deque[Stream] = deque()  # streams to resume once the current one waits
         self.net.prepare(prog, lambda: env.now)
         env.process(self.network_process())
-        streams = [_Stream(self, rank, ids) for (rank, _), ids in sorted(prog.order.items())]
+        streams = [Stream(self, rank, ids) for (rank, _), ids in sorted(prog.order.items())]
         self.compute = {s.rank: s for (key, s) in zip(sorted(prog.order), streams) if key[1] == STREAM["compute"]}
         for s in streams:
             self.resume(s)
@@ -383,7 +259,7 @@ class _CollectiveEnd:
 
     __slots__ = ("run", "members")
 
-    def __init__(self, run: _Run, members: list[_Stream]):
+    def __init__(self, run: _Run, members: list[Stream]):
         self.run, self.members = run, members
 
     def __call__(self, _event: object) -> None:

@@ -33,6 +33,11 @@ from simtrain.errors import ScheduleError, SpecError
 if TYPE_CHECKING:
     from simtrain.topology.spec import TopologySpec
 
+#: Most operations a run simulates unless ``--max-events`` says more: at about 750 bytes and 12 us
+#: each (:data:`US_PER_OPERATION`), under 1.5 GiB and half a minute; the largest
+#: published run of ``tests/validation`` (GPT-1T) holds 1,310,848.
+DEFAULT_MAX_EVENTS = 2_000_000
+
 #: Most vertices + directed edges of a cluster graph (h100-ib holds about 28,800 nodes = 230,000 GPUs).
 MAX_GRAPH_ELEMENTS = 2_000_000
 #: Most vertices + directed edges ``simtrain topology --draw`` draws (256 h100-ib nodes, 17,700
