@@ -5,10 +5,10 @@ planned by :func:`simtrain.outputs.view.plan_rows`; a time window (``--window``)
 x-axis to a stretch of seconds or micro-batches, ``--xlim`` sets its end to share it between
 charts. matplotlib is imported lazily, so importing this module is cheap.
 
-Boxes are drawn as compound paths, one collection per (kind, shade), and boxes less than a pixel
-apart merge, so a few hundred thousand spans draw in well under a second; micro-batch numbers are
-written only into boxes wide enough to hold them, and at most :data:`MAX_LABELS` of them. Every legend sits
-outside the data: the kinds' above the chart, the memory lines' under the memory panel.
+The boxes and micro-batch numbers are drawn by :mod:`simtrain.outputs.gantt_marks` (compound
+paths, boxes less than a pixel apart merged: a few hundred thousand spans draw in well under a
+second). Every legend sits outside the data: the kinds' above the chart, the memory lines' under
+the memory panel.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ import numpy as np
 from simtrain.outputs.colors import (CAPACITY_COLOUR, CHUNK_LIGHTEN, KIND_COLOURS, KIND_HATCHES,
                                      KIND_LABELS, LINE_COLOURS, lighten, text_colour)
 from simtrain.outputs.files import atomic_open
+from simtrain.outputs.gantt_marks import DPI, ROW_IN, draw_boxes, draw_labels
 from simtrain.outputs.view import RowPlan, Window, chunk_index, plan_rows, row_of_spans, window_bounds
 from simtrain.outputs.words import counted
 from simtrain.engine.timeline import Timeline
@@ -34,15 +35,11 @@ from simtrain.workload.program import KINDS
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-MAX_LABELS = 3000
 SUFFIX_FORMATS = {".png": "png", ".svg": "svg"}
 #: Most memory lines drawn (the first ranks of the chart).
 MAX_MEMORY_LINES = 12
 
 _FIG_WIDTH_IN = 16.0
-_DPI = 100
-_ROW_IN = 0.28          # height of one row
-_BAR = 0.8              # box height as a fraction of the row
 _TITLE_IN = 0.35
 _LEGEND_LINE_IN = 0.22  # one line of a legend
 _BOTTOM_IN = 0.6        # time axis
@@ -137,7 +134,7 @@ def draw_gantt(timeline: Timeline, path: str | os.PathLike, *, title: str | None
     with atomic_open(path, "wb") as fh, matplotlib.rc_context(
             {"svg.hashsalt": "simtrain", "svg.fonttype": "none", "hatch.linewidth": 0.6}):
         metadata = {"Date": None} if fmt == "svg" else None
-        fig.savefig(fh, format=fmt, dpi=_DPI, metadata=metadata)
+        fig.savefig(fh, format=fmt, dpi=DPI, metadata=metadata)
 
 
 def gantt_figure(timeline: Timeline, *, title: str | None = None,
@@ -188,16 +185,16 @@ def gantt_figure(timeline: Timeline, *, title: str | None = None,
     n_rows = max(len(rows), 1)
     top_in = _TITLE_IN + kind_lines * _LEGEND_LINE_IN + 0.1
     mem_in = (_MEMORY_GAP_IN + _MEMORY_IN + mem_lines * _LEGEND_LINE_IN) if memory else 0.0
-    height_in = top_in + n_rows * _ROW_IN + mem_in + _BOTTOM_IN
+    height_in = top_in + n_rows * ROW_IN + mem_in + _BOTTOM_IN
 
     _use_agg()
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(_FIG_WIDTH_IN, height_in), dpi=_DPI)
+    fig = Figure(figsize=(_FIG_WIDTH_IN, height_in), dpi=DPI)
     FigureCanvasAgg(fig)
     ax = fig.add_axes((left_in / _FIG_WIDTH_IN, (_BOTTOM_IN + mem_in) / height_in,
-                       ax_w_in / _FIG_WIDTH_IN, n_rows * _ROW_IN / height_in))
+                       ax_w_in / _FIG_WIDTH_IN, n_rows * ROW_IN / height_in))
     ax.set_facecolor("white")
     ax.set_xlim(t0 * scale, t1 * scale)
     ax.set_ylim(n_rows - 0.5, -0.5)
@@ -205,12 +202,12 @@ def gantt_figure(timeline: Timeline, *, title: str | None = None,
 
     x0 = np.maximum(timeline["start_s"][idx], t0) * scale
     x1 = np.minimum(np.maximum(timeline["end_s"][idx], timeline["start_s"][idx]), t1) * scale
-    x1 = np.maximum(x1, x0 + (t1 - t0) * scale / (_FIG_WIDTH_IN * _DPI))  # short spans stay visible
+    x1 = np.maximum(x1, x0 + (t1 - t0) * scale / (_FIG_WIDTH_IN * DPI))  # short spans stay visible
     kinds = timeline["kind"][idx]
-    px_per_unit = ax_w_in * _DPI / (scale * (t1 - t0))
+    px_per_unit = ax_w_in * DPI / (scale * (t1 - t0))
     wide = len(idx) <= 2000 and (len(idx) == 0 or float(np.median(x1 - x0)) * px_per_unit >= _OUTLINE_PX)
-    _boxes(ax, x0, x1, span_row, kinds, levels, outlined=wide, pixel=1.0 / px_per_unit)
-    _mb_labels(ax, x0, x1, span_row, kinds, levels, timeline["mb"][idx], timeline["stage"][idx],
+    draw_boxes(ax, x0, x1, span_row, kinds, levels, outlined=wide, pixel=1.0 / px_per_unit)
+    draw_labels(ax, x0, x1, span_row, kinds, levels, timeline["mb"][idx], timeline["stage"][idx],
                px_per_unit, _LABEL_PT + (1.0 if textbook else 0.0))
     _step_marks(ax, timeline.step_ends(), t0, t1, scale)
 
@@ -260,98 +257,6 @@ def _separators(ax, rows: list[tuple[int, str]], x_lo: float, x_hi: float) -> No
         ax.hlines(bounds[~new_rank], x_lo, x_hi, colors="#EEEEEE", linewidths=0.5, zorder=0)
     if new_rank.any():
         ax.hlines(bounds[new_rank], x_lo, x_hi, colors="#BBBBBB", linewidths=0.7, zorder=0)
-
-
-def _merged(x0: np.ndarray, x1: np.ndarray, rows: np.ndarray, gap: float) -> tuple[np.ndarray, ...]:
-    """Boxes of one row closer than ``gap`` (a pixel) merged: (x0, x1, row) of the merged boxes. Rows
-    are laid end to end (each shifted past the previous one) so one running maximum finds all runs."""
-    if len(x0) == 0:
-        return x0, x1, rows
-    order = np.lexsort((x0, rows))
-    a, b, r = x0[order], x1[order], rows[order]
-    shift = (r - r.min()) * (float(b.max() - a.min()) + 2 * gap + 1.0)
-    reach = np.maximum.accumulate(b + shift)
-    starts = np.ones(len(a), dtype=bool)
-    starts[1:] = (a[1:] + shift[1:] > reach[:-1] + gap) | (r[1:] != r[:-1])
-    first = np.flatnonzero(starts)
-    return a[first], np.maximum.reduceat(b, first), r[first]
-
-
-def _boxes(ax, x0, x1, span_row, kinds, levels, outlined: bool, pixel: float) -> None:
-    """One collection per (kind, shade); communication hatched in a contrasting colour. Boxes wide
-    enough for outlines to help are ``outlined``: compute in white, hatched ones a ``pixel`` short,
-    so neighbours stay apart. Without outlines, boxes of a row and shade less than a ``pixel`` apart
-    merge and form compound paths (:func:`_compound`), unantialiased and snapped to pixels as a lone
-    box is: Agg renders a hatch pattern once per path (matplotlib ``src/_backend_agg.h``, ``_draw_path``)."""
-    from matplotlib.collections import PathCollection, PolyCollection
-
-    for k_code, kind in enumerate(KINDS):
-        sel_k = kinds == k_code  # an absent kind has no shades, so no collection
-        hatch = KIND_HATCHES.get(kind)
-        for level in np.unique(levels[sel_k]).tolist():
-            sel = sel_k & (levels == level)
-            fill = lighten(KIND_COLOURS[kind], CHUNK_LIGHTEN[level])
-            style = dict(facecolors=[fill], edgecolors=[text_colour(fill) if hatch else "white"],
-                         hatch=hatch, zorder=2)  # a hatch takes the edge colour
-            if outlined:
-                end = x1[sel] - (np.minimum(pixel, (x1[sel] - x0[sel]) / 2) if hatch else 0.0)
-                ax.add_collection(PolyCollection(_box_corners(x0[sel], end, span_row[sel])[:, :4],
-                                                 linewidths=0.0 if hatch else 0.3, antialiaseds=True, **style))
-            else:
-                coll = PathCollection(_compound(*_merged(x0[sel], x1[sel], span_row[sel], pixel)),
-                                      linewidths=0.0, antialiaseds=False, **style)
-                coll.set_snap(True)
-                ax.add_collection(coll)
-
-
-def _box_corners(a: np.ndarray, b: np.ndarray, row: np.ndarray) -> np.ndarray:
-    """The corners of boxes ``a``..``b`` on rows ``row``, closed (the first again), shape (n, 5, 2)."""
-    lo, hi = row - _BAR / 2, row + _BAR / 2
-    return np.stack([np.stack([a, b, b, a, a], axis=1), np.stack([lo, lo, hi, hi, lo], axis=1)], axis=2)
-
-
-def _compound(a: np.ndarray, b: np.ndarray, row: np.ndarray) -> list:
-    """Boxes ``a``..``b`` on rows ``row`` as two ``Path`` objects of a closed subpath per box (one
-    for a lone box), never one: matplotlib draws a collection of one path as a marker
-    (``Collection.draw``), whose clip box keeps one more pixel column at the axes' edge."""
-    from matplotlib.path import Path
-
-    verts = _box_corners(a, b, row)
-    codes = np.array([Path.MOVETO, Path.LINETO, Path.LINETO, Path.LINETO, Path.CLOSEPOLY], dtype=Path.code_type)
-    cuts = [0, (len(a) + 1) // 2, len(a)] if len(a) > 1 else [0, len(a)]
-    return [Path(verts[i:j].reshape(-1, 2), np.tile(codes, j - i)) for i, j in zip(cuts, cuts[1:])]
-
-
-def _mb_labels(ax, x0, x1, span_row, kinds, levels, mbs, stages, px_per_unit: float,
-               font_pt: float) -> None:
-    """Micro-batch numbers, one per action: consecutive spans of a row with the same kind, stage
-    and micro-batch (the blocks of one forward or backward) form one labelled group."""
-    order = np.lexsort((x0, span_row))
-    g_row, g_kind, g_mb, g_stage = span_row[order], kinds[order], mbs[order], stages[order]
-    new_group = np.ones(len(order), dtype=bool)
-    if len(order) > 1:
-        new_group[1:] = ((g_row[1:] != g_row[:-1]) | (g_kind[1:] != g_kind[:-1])
-                         | (g_mb[1:] != g_mb[:-1]) | (g_stage[1:] != g_stage[:-1]))
-    starts = np.nonzero(new_group)[0]
-    gx0 = x0[order][starts]
-    gx1 = np.maximum.reduceat(x1[order], starts) if len(order) else np.zeros(0)
-    first = order[starts]
-    box_px = (gx1 - gx0) * px_per_unit
-    char_px = font_pt * 0.62 * _DPI / 72
-    gmb = mbs[first]
-    n_chars = np.where(gmb >= 0, np.floor(np.log10(np.maximum(gmb, 1))) + 1, 0)
-    fits = (gmb >= 0) & (box_px >= n_chars * char_px + 3) & (_ROW_IN * _BAR * 72 >= font_pt * 1.1)
-    cand = np.nonzero(fits)[0]
-    if len(cand) > MAX_LABELS:  # keep the widest boxes, ties in timeline order
-        cand = np.sort(cand[np.argsort(-box_px[cand], kind="stable")[:MAX_LABELS]])
-    for g in cand.tolist():
-        i = int(first[g])
-        kind = KINDS[kinds[i]]
-        fill = lighten(KIND_COLOURS[kind], CHUNK_LIGHTEN[int(levels[i])])
-        box = None if kind not in KIND_HATCHES else {"boxstyle": "square,pad=0.1", "facecolor": fill,
-                                                      "edgecolor": "none"}
-        ax.text((gx0[g] + gx1[g]) / 2, span_row[i], str(int(mbs[i])), ha="center", va="center",
-                fontsize=font_pt, color=text_colour(fill), zorder=3, clip_on=True, bbox=box)
 
 
 def _kind_legend(fig, present: list[str], shaded: bool, ncol: int, anchor: tuple[float, float]) -> None:

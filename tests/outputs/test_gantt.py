@@ -13,7 +13,7 @@ from helpers import assert_user_error, cli, two_rank_timeline
 from simtrain import api
 from simtrain.results.metrics import memory_timeline
 from simtrain.outputs.colors import KIND_HATCHES
-from simtrain.outputs.gantt import _chunks_of, _compound, _merged, draw_gantt, gantt_figure
+from simtrain.outputs.gantt import _chunks_of, draw_gantt, gantt_figure
 from simtrain.outputs.view import chunk_index, parse_window
 from simtrain.engine.timeline import Timeline, TimelineBuilder
 from simtrain.workload.program import KINDS, STREAMS
@@ -205,20 +205,6 @@ def test_counts_of_one_are_singular():
     assert out.startswith("1f1b: 1 rank, 1 micro-batch, 1 stage;")
 
 
-@pytest.mark.quick
-def test_boxes_less_than_a_pixel_apart_merge_per_row():
-    x0 = np.array([0.0, 1.05, 3.0, 0.5, 2.0, 2.2])
-    x1 = np.array([1.0, 2.0, 4.0, 1.5, 2.1, 2.3])
-    rows = np.array([0, 0, 0, 1, 1, 1])
-    a, b, r = _merged(x0, x1, rows, gap=0.1)
-    assert a.tolist() == [0.0, 3.0, 0.5, 2.0]
-    assert b.tolist() == [2.0, 4.0, 1.5, 2.3]
-    assert r.tolist() == [0, 0, 1, 1]
-    # a box inside another, and rows far apart in time, stay in their rows
-    a, b, r = _merged(np.array([5.0, 5.5, 0.0]), np.array([9.0, 6.0, 0.5]), np.array([3, 3, 7]), gap=0.01)
-    assert (a.tolist(), b.tolist(), r.tolist()) == ([5.0, 0.0], [9.0, 0.5], [3, 7])
-
-
 # ---------------------------------------------------------------- drawing many boxes at once
 
 
@@ -286,19 +272,6 @@ def test_compound_paths_draw_the_pixels_of_one_path_per_box():
     a, b = _rgba(compound), _rgba(reference)
     assert a.shape == b.shape
     assert np.array_equal(a, b), int((a != b).any(axis=2).sum())
-
-
-@pytest.mark.quick
-def test_compound_paths_hold_every_box_once():
-    a, b, row = np.array([0.0, 2.0, 5.0]), np.array([1.0, 3.0, 6.0]), np.array([0.0, 0.0, 1.0])
-    paths = _compound(a, b, row)  # boxes 0.8 of a row high
-    assert len(paths) == 2  # boxes 0-1, then box 2
-    first = paths[0].vertices.tolist()
-    assert first[:5] == [[0.0, -0.4], [1.0, -0.4], [1.0, 0.4], [0.0, 0.4], [0.0, -0.4]]
-    assert first[5:] == [[2.0, -0.4], [3.0, -0.4], [3.0, 0.4], [2.0, 0.4], [2.0, -0.4]]
-    assert paths[1].vertices.tolist() == [[5.0, 0.6], [6.0, 0.6], [6.0, 1.4], [5.0, 1.4], [5.0, 0.6]]
-    assert paths[0].codes.tolist() == [1, 2, 2, 2, 79] * 2  # MOVETO, LINETO x3, CLOSEPOLY
-    assert len(_compound(a[:1], b[:1], row[:1])) == 1
 
 
 def test_a_large_chart_draws_few_paths(tmp_path):
