@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
+from simtrain.api.checks import check_instance, check_settings
 from simtrain.errors import SimtrainError
 from simtrain.outputs.words import counted
 from simtrain.settings import SETTINGS
@@ -21,6 +23,10 @@ def describe_topology(name: str, *, nodes: int | None = None, draw: str | Path |
     where ``report`` is given (the result then has ``drawing``)."""
     from simtrain.topology.cluster import load_topology, summary
 
+    check_instance("describe_topology", "name", name, (str, os.PathLike), "a topology preset or a .toml file")
+    check_instance("describe_topology", "nodes", nodes, (int, type(None)))
+    check_instance("describe_topology", "draw", draw, (str, os.PathLike, type(None)))
+    check_instance("describe_topology", "report", report, (str, os.PathLike, type(None)))
     if report is not None and draw is None:
         raise SimtrainError(f"--report {report}: colours the links of --draw; give --draw OUT.png too")
     cluster = load_topology(name, nodes=nodes)
@@ -64,7 +70,7 @@ def link_utilisation(path: str | Path | None, cluster: Any) -> dict[tuple[str, s
     return out
 
 
-def describe_mesh(given: dict[str, Any], *, gpus_per_node: int = 8, topology: str | None = None,
+def describe_mesh(given: dict[str, Any] | None = None, *, gpus_per_node: int = 8, topology: str | None = None,
                   rank: int | None = None) -> dict[str, Any]:
     """The rank grid of a layout: the default scenario's values of :data:`MESH_SETTINGS` with those
     of ``given`` in their place, on nodes of ``gpus_per_node`` GPUs (or ``topology``'s). The result
@@ -79,6 +85,10 @@ def describe_mesh(given: dict[str, Any], *, gpus_per_node: int = 8, topology: st
     from simtrain.specs.parallel import resolve_parallel
     from simtrain.topology.mesh import build_mesh, mesh_report
 
+    given = check_settings("describe_mesh", given)
+    check_instance("describe_mesh", "gpus_per_node", gpus_per_node, int)
+    check_instance("describe_mesh", "topology", topology, (str, os.PathLike, type(None)))
+    check_instance("describe_mesh", "rank", rank, (int, type(None)))
     unknown = sorted(set(given) - set(MESH_SETTINGS))
     if unknown:
         raise SimtrainError(f"describe_mesh: unknown setting {unknown[0]!r}; valid: {', '.join(MESH_SETTINGS)}")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from simtrain.api.checks import check_instance
 from simtrain.errors import unknown_name
 
 
@@ -83,6 +84,7 @@ def presets(what: str) -> list[dict[str, Any]]:
     >>> [r["name"] for r in presets("gpus")][:2]
     ['a100-80g', 'b200']
     """
+    check_instance("presets", "what", what, str, f"one of {', '.join(PRESET_TABLES)}")
     if what not in PRESET_TABLES:
         raise unknown_name("kind of preset", what, PRESET_TABLES)
     return PRESET_TABLES[what]()

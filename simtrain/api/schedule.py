@@ -10,11 +10,13 @@ stays finite; the report is checked before it is returned (:func:`simtrain.resul
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Callable
 
 from simtrain.costs import Shape, pp_activation_bytes
-from simtrain.errors import SimtrainError
+from simtrain.api.checks import check_instance
+from simtrain.errors import SimtrainError, SpecError
 from simtrain.results.finite import check_finite
 from simtrain.network.analytic import AnalyticNetwork
 from simtrain.scenario import Scenario
@@ -51,7 +53,6 @@ def build_schedule(scenario: Scenario, opts: WorkloadOptions | None = None) -> S
     if record is None:  # a user's file; the built-in generators are validated by their tests
         validate(schedule)
     return schedule
-
 
 
 #: The largest cost of an action or a transfer: 1e15 units, so that even a schedule of millions
@@ -94,7 +95,20 @@ def schedule_alone(name: str, pp: int, microbatches: int, costs: tuple[float, fl
     """
     from simtrain.schedules import REGISTRY
 
-    F, I, W = costs  # noqa: N806,E741
+    check_instance("schedule_alone", "name", name, str, "a schedule name or a CSV file's path")
+    for argument, value in (("pp", pp), ("microbatches", microbatches)):
+        if check_instance("schedule_alone", argument, value, int) < 1:
+            raise SpecError(f"schedule_alone: {argument}={value}: must be >= 1")
+    if vpp is not None and check_instance("schedule_alone", "vpp", vpp, (int, type(None))) < 1:
+        raise SpecError(f"schedule_alone: vpp={vpp}: must be >= 1")
+    check_instance("schedule_alone", "costs", costs, (tuple, list), "(F, I, W)")
+    if len(costs) != 3 or not all(isinstance(c, (int, float)) and not isinstance(c, bool) for c in (*costs, comm)):
+        raise SpecError(f"schedule_alone: costs={costs!r}, comm={comm!r}: costs must be three numbers F, I, W and "
+                        f"comm a number")
+    F, I, W = (float(c) for c in costs)  # noqa: N806,E741
+    comm = float(comm)
+    if not all(math.isfinite(c) and c >= 0 for c in (F, I, W, comm)):
+        raise SpecError(f"schedule_alone: costs={costs!r}, comm={comm!r}: each must be a finite number >= 0")
     check_costs(F, I, W, comm)
     if vpp and name in REGISTRY and not REGISTRY[name].takes("vpp"):
         raise SimtrainError(f"--vpp: schedule {name} has no model chunks to interleave "

@@ -110,3 +110,19 @@ def test_other_calls_with_generated_arguments(tmp_path_factory, function, value)
     if function == "load_config" and isinstance(value, str):
         value = f"{tmp_path_factory.getbasetemp()}/missing-{abs(hash(value))}.toml"  # no stray files read
     only_our_errors(calls[function])
+
+
+@pytest.mark.quick
+def test_the_inspection_verbs_refuse_wrong_types_in_one_line():
+    assert one_line(lambda: api.presets(3)) == "presets: what must be str, got int 3; one of gpus, topologies, models, schedules"
+    assert one_line(lambda: api.describe_topology(None)).startswith("describe_topology: name must be str or PathLike")
+    assert one_line(lambda: api.describe_topology("h100-ib", nodes="2")) == \
+        "describe_topology: nodes must be int or None, got str '2'"
+    assert one_line(lambda: api.describe_mesh([1])).startswith("describe_mesh: settings must be a dict")
+    assert one_line(lambda: api.describe_mesh({}, rank="0")) == "describe_mesh: rank must be int or None, got str '0'"
+    assert one_line(lambda: api.schedule_alone("1f1b", "4", 8)) == "schedule_alone: pp must be int, got str '4'"
+    assert one_line(lambda: api.schedule_alone("1f1b", 0, 8)) == "schedule_alone: pp=0: must be >= 1"
+    assert one_line(lambda: api.schedule_alone("1f1b", 4, 8, (1, 1))).startswith(
+        "schedule_alone: costs=(1, 1), comm=0.0: costs must be three numbers")
+    assert one_line(lambda: api.schedule_alone("1f1b", 4, 8, (1, float("nan"), 1))).endswith(
+        "each must be a finite number >= 0")
