@@ -63,6 +63,8 @@ MAX_COST = 1e15
 def check_costs(F: float, I: float, W: float, comm: float) -> None:  # noqa: E741,N803
     """Refuse costs that give no meaningful schedule (see the module docstring)."""
     given = f"{F:g},{I:g},{W:g}"
+    if not all(math.isfinite(c) and c >= 0 for c in (F, I, W, comm)):
+        raise SpecError(f"--costs {given}, --comm {comm:g}: each must be a finite number >= 0")
     if not (F > 0 and I > 0):
         raise SimtrainError(f"--costs {given}: F and I must be > 0 (W may be 0: the backward is then I alone)")
     if max(F, I, W) > MAX_COST:
@@ -99,7 +101,7 @@ def schedule_alone(name: str, pp: int, microbatches: int, costs: tuple[float, fl
     for argument, value in (("pp", pp), ("microbatches", microbatches)):
         if check_instance("schedule_alone", argument, value, int) < 1:
             raise SpecError(f"schedule_alone: {argument}={value}: must be >= 1")
-    if vpp is not None and check_instance("schedule_alone", "vpp", vpp, (int, type(None))) < 1:
+    if vpp is not None and check_instance("schedule_alone", "vpp", vpp, int) < 1:
         raise SpecError(f"schedule_alone: vpp={vpp}: must be >= 1")
     check_instance("schedule_alone", "costs", costs, (tuple, list), "(F, I, W)")
     if len(costs) != 3 or not all(isinstance(c, (int, float)) and not isinstance(c, bool) for c in (*costs, comm)):
@@ -107,8 +109,6 @@ def schedule_alone(name: str, pp: int, microbatches: int, costs: tuple[float, fl
                         f"comm a number")
     F, I, W = (float(c) for c in costs)  # noqa: N806,E741
     comm = float(comm)
-    if not all(math.isfinite(c) and c >= 0 for c in (F, I, W, comm)):
-        raise SpecError(f"schedule_alone: costs={costs!r}, comm={comm!r}: each must be a finite number >= 0")
     check_costs(F, I, W, comm)
     if vpp and name in REGISTRY and not REGISTRY[name].takes("vpp"):
         raise SimtrainError(f"--vpp: schedule {name} has no model chunks to interleave "

@@ -1,34 +1,34 @@
 """The engine: runs per-rank programs on a SimPy event queue and records the timeline.
 
 With :mod:`~simtrain.engine.streams`, the only module that imports ``simpy``. Each (rank, stream)
-walks its ops in program order. An op starts when its stream is free (the previous op on the
-stream is done), its dependencies are done, and, for a collective, every simulated member of its group has reached it; it then lasts
-what the cost model (compute) or the network says. A point-to-point transfer is owned by the
-sender's ``pp_send`` stream and also occupies the receiver's ``pp_recv`` stream while it runs
-(receives are posted early, as Megatron-LM does); transfers to one receiver run one at a time, in
-the order they were ready.
+walks its ops in program order. An op starts when its stream is free (the previous op on the stream
+is done), its dependencies are done, and, for a collective, every simulated member of its group has
+reached it; it then lasts what the cost model (compute) or the network says. A point-to-point
+transfer is owned by the sender's ``pp_send`` stream and also occupies the receiver's ``pp_recv``
+stream while it runs (receives are posted early, as Megatron-LM does); transfers to one receiver
+run one at a time, in the order they were ready.
 
-Communication slows compute: while a communication op runs on a rank (a collective on each
-member, a transfer on the sender and the receiver), that rank's compute progresses at
-``1 / (1 + comm_interference)`` of its speed, because the communication kernels hold SMs the
-compute's kernels would use (:attr:`~simtrain.specs.gpu.GpuSpec.comm_interference`). A compute
-op whose rate changes mid-way re-plans its end from the work it has left; with
-``comm_interference = 0`` every compute op lasts exactly its cost.
+Communication slows compute: while a communication op runs on a rank (a collective on each member,
+a transfer on the sender and the receiver), that rank's compute progresses at ``1 / (1 +
+comm_interference)`` of its speed, because the communication kernels hold SMs the compute's kernels
+would use (:attr:`~simtrain.specs.gpu.GpuSpec.comm_interference`). A compute op whose rate changes
+mid-way re-plans its end from the work it has left; with ``comm_interference = 0`` every compute op
+lasts exactly its cost.
 
-The engine talks to the network only through :class:`~simtrain.network.interface.NetworkModel`:
-an op the network prices up front is one timeout (one for all members of a collective); any
-other runs the network's transfer steps, and one network process wakes the ops whose tokens
-finish.
+The engine talks to the network only through :class:`~simtrain.network.interface.NetworkModel`: an
+op the network prices up front is one timeout (one for all members of a collective); any other runs
+the network's transfer steps, and one network process wakes the ops whose tokens finish.
 
-Speed: a stream (:class:`~simtrain.engine.streams.Stream`) walks op ids over the program's columns (:class:`~simtrain.workload.program.OpTable`);
-its bound methods are the callbacks of its wake-ups (it is not a SimPy process), so an op whose
-dependencies are done costs one event, and a finished op resumes its waiters directly. Spans are
-recorded as (op id, start, end), the timeline's columns after the run. A re-plan at the instant a
-compute op starts leaves its work as it is; one at the instant it ends is skipped. After the run
-the spans are checked (:func:`~simtrain.engine.timeline.check_spans`: each op once, no stream running two
-ops at once, dependencies respected), and the network's own invariants. A state where ops remain
-but no event can fire is a deadlock, reported with the blocked op of every rank; an event budget
-stops runaway runs.
+Speed: a stream (:class:`~simtrain.engine.streams.Stream`) walks op ids over the program's columns
+(:class:`~simtrain.workload.program.OpTable`); its bound methods are the callbacks of its wake-ups
+(it is not a SimPy process), so an op whose dependencies are done costs one event, and a finished
+op resumes its waiters directly. Spans are recorded as (op id, start, end), the timeline's columns
+after the run. A re-plan at the instant a compute op starts leaves its work as it is; one at the
+instant it ends is skipped. After the run the spans are checked
+(:func:`~simtrain.engine.timeline.check_spans`: each op once, no stream running two ops at once,
+dependencies respected), and the network's own invariants. A state where ops remain but no event
+can fire is a deadlock, reported with the blocked op of every rank; an event budget stops runaway
+runs.
 """
 
 from __future__ import annotations
@@ -49,10 +49,9 @@ from simtrain.engine.streams import Callback, Queue, Stream, Wake
 from simtrain.engine.timeline import Timeline, check_spans, program_timeline
 from simtrain.specs.budget import DEFAULT_MAX_EVENTS
 
-
-
 #: A network process: SimPy events it waits for, one after another.
 _Process = Generator[simpy.Event, object, None]
+
 
 @dataclass(frozen=True)
 class RunResult:
