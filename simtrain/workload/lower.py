@@ -41,7 +41,7 @@ from simtrain.workload.emit import Emitter
 from simtrain.workload.fold import fold_classes
 from simtrain.workload.moe_routing import ep_loads
 from simtrain.workload.options import WorkloadOptions
-from simtrain.workload.overlap import interleave
+from simtrain.workload.overlap import Reorder, Shape, interleave
 from simtrain.workload.program import STREAM, OpRef, Program
 from simtrain.workload.stages import split_layers
 from simtrain.workload.templates import ActionTemplates
@@ -77,6 +77,7 @@ class _Lowering:
         self.gather_received = par.tp > 1 and not par.sequence_parallel and opts.tp_comm
         self.needs: list[tuple[int, _SendKey]] = []  # (op id, send key)
         self.templates = ActionTemplates(self.em, self.dp)
+        self.interleaved: dict[Shape, Reorder] = {}  # overlapped pairs' reorders by shape
         self.work: dict[int, int] = {}  # pipeline rank -> layer passes of its step (_work)
 
     def build(self) -> Program:
@@ -157,7 +158,7 @@ class _Lowering:
         self._plain_action(rank, backward, previous_send)
         _, next_stage = self.sched.stage_neighbours(action.b_stage)
         self._needs_from(start, (next_stage, action.b_mb, "grad") if next_stage is not None else None, rank)
-        interleave(self.prog, rank, start, mid, len(self.prog.ops))
+        interleave(self.prog, rank, start, mid, len(self.prog.ops), self.interleaved)
         sends: Sequence[int] = self.prog.order.get((rank, STREAM["pp_send"]), [])
         if sends and sends[-1] >= start:  # the pair's send that leaves last
             self.last_send[rank] = sends[-1]

@@ -17,53 +17,116 @@ result is only an order, and a topological one (a segment waits only for communi
 from an earlier segment of its half; where a dependency between the halves would break that, the
 pair keeps its plain order), so it cannot deadlock; ranks with identical programs get identical
 orders, so collectives still meet.
+
+Speed: the reorder reads the op table's columns, never an op object, and a lowering keeps it per
+pair *shape* (the halves' sizes, the streams, the dependencies relative to the pair's first op):
+every steady-state pair a template emitted has the shape of one before it, so it is reordered by
+a lookup.
 """
 
 from __future__ import annotations
 
 from array import array
 
-from simtrain.workload.program import STREAM, Program
+import numpy as np
+
+from simtrain.workload.program import MORE, NONE, STREAM, OpTable, Program
 
 _COMPUTE = STREAM["compute"]
 
 
-def _segments(prog: Program, lo: int, hi: int) -> dict[int, int]:
-    """Compute op id -> its segment within ops ``lo..hi-1`` (one half), numbered 0, 1, ... with
-    no empty segment: a compute op's raw index is the largest over its dependencies of theirs,
-    plus one across a communication op."""
-    raw: dict[int, int] = {}
+def _deps_within(ops: OpTable, i: int, lo: int, hi: int) -> list[int]:
+    """Op ``i``'s dependencies among ops ``lo..hi-1``, in the order they were given."""
+    d0 = ops.dep0[i]
+    if d0 == NONE:
+        return []
+    deps = ops.more[i] if d0 == MORE else (d0,) if ops.dep1[i] == NONE else (d0, ops.dep1[i])
+    return [d for d in deps if lo <= d < hi]
+
+
+def _segments(compute: list[bool], deps: list[list[int]], lo: int, hi: int, base: int) -> list[int]:
+    """The segment of each op ``lo..hi-1`` (one half; -1 for a communication op), numbered 0, 1,
+    ... with no empty segment: a compute op's raw index is the largest over its dependencies of
+    theirs, plus one across a communication op. ``compute`` and ``deps`` are indexed by op id
+    minus ``base``."""
+    raw = [0] * (hi - lo)
     for i in range(lo, hi):
-        op = prog.ops[i]
-        compute = op.stream == _COMPUTE
-        level = 0
-        for d in op.deps:
-            if lo <= d < hi:
-                level = max(level, raw[d] + (1 if compute and prog.ops[d].stream != _COMPUTE else 0))
-        raw[i] = level
-    levels = sorted({raw[i] for i in range(lo, hi) if prog.ops[i].stream == _COMPUTE})
+        k = i - base
+        level, comp = 0, compute[k]
+        for d in deps[k]:
+            if d >= lo:  # the other half's ops do not count
+                v = raw[d - lo] + (1 if comp and not compute[d - base] else 0)
+                if v > level:
+                    level = v
+        raw[i - lo] = level
+    levels = sorted({raw[i - lo] for i in range(lo, hi) if compute[i - base]})
     compact = {v: k for k, v in enumerate(levels)}
-    return {i: compact[raw[i]] for i in range(lo, hi) if prog.ops[i].stream == _COMPUTE}
+    return [compact[raw[i - lo]] if compute[i - base] else -1 for i in range(lo, hi)]
 
 
-def interleave(prog: Program, rank: int, start: int, mid: int, end: int) -> None:
+#: A pair's shape as :func:`interleave` reads it: the halves' sizes, each op's stream, its
+#: dependencies relative to the pair's first op (:func:`_shape`).
+Shape = tuple[int, int, bytes, bytes, bytes, tuple[tuple[int, tuple[int, ...]], ...]]
+#: What :func:`interleave` did to a pair of one shape: each stream's tail as offsets from the
+#: pair's first op, in the new order; None where the pair keeps its plain order.
+Reorder = dict[int, tuple[int, ...]] | None
+
+
+def _shape(ops: OpTable, start: int, mid: int, end: int) -> Shape:
+    """Everything :func:`_reorder` reads of the pair ``start..end-1``, with op ids taken relative
+    to ``start`` (a dependency outside the pair is -3), so pairs a template emitted on other
+    micro-batches compare equal."""
+    def rel(column: array[int]) -> bytes:
+        d = np.frombuffer(column[start:end], dtype=np.int32)
+        out = np.where((d >= start) & (d < end), d - start, np.where(d < 0, d, -3))
+        return out.astype(np.int32).tobytes()
+
+    d0 = np.frombuffer(ops.dep0[start:end], dtype=np.int32)
+    more = tuple((int(k), tuple(d - start if start <= d < end else -3 for d in ops.more[start + int(k)]))
+                 for k in np.flatnonzero(d0 == MORE))
+    return mid - start, end - start, ops.stream[start:end].tobytes(), rel(ops.dep0), rel(ops.dep1), more
+
+
+def interleave(prog: Program, rank: int, start: int, mid: int, end: int,
+               memo: dict[Shape, Reorder] | None = None) -> None:
     """Reorder ``rank``'s streams for the overlapped pair whose forward half emitted ops
     ``start..mid-1`` and backward half ``mid..end-1`` (all of ``rank``, at the tail of its
-    streams)."""
-    seg = {**_segments(prog, start, mid), **_segments(prog, mid, end)}
-    compute = sorted(seg, key=lambda i: (seg[i], i >= mid, i))
-    position: dict[int, float] = {op_id: k for k, op_id in enumerate(compute)}
+    streams, in emission order). ``memo`` keeps the reorder of each pair shape met, so a pair of
+    a shape seen before is only looked up."""
+    key = _shape(prog.ops, start, mid, end) if memo is not None else None
+    if memo is not None and key in memo:
+        reorder = memo[key]
+    else:
+        reorder = _reorder(prog.ops, start, mid, end)
+        if memo is not None and key is not None:
+            memo[key] = reorder
+    if reorder is None:
+        return
+    for s, offsets in reorder.items():
+        ids = prog.order[(rank, s)]
+        ids[len(ids) - len(offsets):] = array(ids.typecode, [start + k for k in offsets])
+
+
+def _reorder(ops: OpTable, start: int, mid: int, end: int) -> Reorder:
+    """The new order of the pair's ops on each stream (offsets from ``start``), or None where a
+    dependency between the halves forbids it."""
+    stream = ops.stream
+    compute = [stream[i] == _COMPUTE for i in range(start, end)]
+    deps = [_deps_within(ops, i, start, end) for i in range(start, end)]
+    seg = _segments(compute, deps, start, mid, start) + _segments(compute, deps, mid, end, start)
+    order = sorted((k for k in range(end - start) if compute[k]), key=lambda k: (seg[k], k >= mid - start, k))
+    position: list[float] = [0.0] * (end - start)
+    for p, k in enumerate(order):
+        position[k] = p
     # communication goes right after the latest compute op it follows (-1: none in the pair)
-    for i in range(start, end):
-        if i not in position:
-            position[i] = max((position[d] for d in prog.ops[i].deps if start <= d < end), default=-1) + 0.5
-    for i in range(start, end):  # a dependency between the halves may forbid the order
-        if any(start <= d < end and (position[d], d) >= (position[i], i) for d in prog.ops[i].deps):
-            return
-    streams = {prog.ops[i].stream for i in range(start, end)}
-    for stream in streams:
-        ids = prog.order[(rank, stream)]
-        k = len(ids)
-        while k > 0 and ids[k - 1] >= start:
-            k -= 1
-        ids[k:] = array(ids.typecode, sorted(ids[k:], key=lambda i: (position[i], i)))
+    for k in range(end - start):
+        if not compute[k]:
+            position[k] = max((position[d - start] for d in deps[k]), default=-1) + 0.5
+    for k in range(end - start):  # a dependency between the halves may forbid the order
+        pk = position[k]
+        if any(position[d - start] > pk or (position[d - start] == pk and d - start >= k) for d in deps[k]):
+            return None
+    tails: dict[int, list[int]] = {}
+    for k in range(end - start):
+        tails.setdefault(stream[start + k], []).append(k)
+    return {s: tuple(sorted(ks, key=lambda k: (position[k], k))) for s, ks in tails.items()}

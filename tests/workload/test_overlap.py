@@ -157,3 +157,57 @@ def test_1f1b_overlap_only_reorders_the_ops():
     assert ops(plain) == ops(combined)
     compute = (combined.ranks[0], STREAM["compute"])
     assert [plain.ops[i].name for i in plain.order[compute]] != [combined.ops[i].name for i in combined.order[compute]]
+
+
+@pytest.mark.quick
+@pytest.mark.parametrize("seed", range(20))
+def test_a_remembered_reorder_is_the_reorder_itself(seed):
+    """Copies of random pairs, emitted one after another: the memo's answer for a copy (found by
+    its shape) equals computing it afresh, and a pair of another shape gets its own entry."""
+    rnd = random.Random(seed)
+
+    def layout() -> tuple[list[tuple[str, list[int]]], int]:
+        ops: list[tuple[str, list[int]]] = []
+        cut = 0
+        for _half in range(2):
+            lo = cut = len(ops) if ops else 0
+            for _ in range(rnd.randint(1, 10)):
+                own = list(range(lo, len(ops)))
+                ops.append((rnd.choice(["compute", "compute", "ep", "tp"]),
+                            rnd.sample(own, min(len(own), rnd.randint(0, 3)))))
+        return ops, cut
+
+    def emit(prog: Program, pair: tuple[list[tuple[str, list[int]]], int]) -> tuple[int, int, int]:
+        lo = len(prog.ops)
+        for stream, deps in pair[0]:
+            _op(prog, "x", stream, [lo + d for d in deps])
+        return lo, lo + pair[1], len(prog.ops)
+
+    first = layout()
+    longer = (first[0] + [("compute", [len(first[0]) - 1])], first[1])  # one more op: another shape
+    rewired = ([(stream, []) for stream, _ in first[0]], first[1])  # the same streams, no dependencies
+    memo: dict = {}
+    fresh, cached = Program(), Program()
+    for prog, m in ((fresh, None), (cached, memo)):
+        _op(prog, "before", "compute", [])
+        for pair in (first, first, longer, first, rewired):
+            interleave(prog, 0, *emit(prog, pair), memo=m)
+    assert len(memo) == (2 if all(not deps for _, deps in first[0]) else 3)
+    assert {k: list(v) for k, v in cached.order.items()} == {k: list(v) for k, v in fresh.order.items()}
+
+
+def test_remembered_reorders_lower_the_same_programs():
+    """DualPipeV and 1F1B overlap lowered with the lowering's memo and without it: every stream's
+    order is the same."""
+    from simtrain.workload import lower as lowering
+
+    plain = lowering.interleave
+    for settings in (dict(MOE_VPP, overlap_moe_expert_parallel_comm=True, fold=False),
+                     dict(MOE_VPP, schedule="dualpipev", vpp=1, routing_skew=0.8)):
+        remembered = _program(**settings)
+        try:
+            lowering.interleave = lambda p, r, a, b, c, memo=None: plain(p, r, a, b, c)
+            fresh = _program(**settings)
+        finally:
+            lowering.interleave = plain
+        assert {k: list(v) for k, v in remembered.order.items()} == {k: list(v) for k, v in fresh.order.items()}
