@@ -101,10 +101,15 @@ class Timeline:
         sorted stably by start time, then rank, stream and the given order, with the names
         renumbered by first appearance in that order (so the codes do not depend on the order
         the spans were recorded in)."""
-        n = len(cols["start_s"])
-        order = np.lexsort((np.arange(n), cols["stream"], cols["rank"], cols["start_s"]))
+        order = span_order(cols["start_s"], cols["rank"], cols["stream"])
         out: dict[str, np.ndarray] = {c: np.asarray(cols[c])[order].astype(np.int32) for c in _INT_COLUMNS}
         out.update({c: np.asarray(cols[c], dtype=np.float64)[order] for c in _FLOAT_COLUMNS})
+        return cls.from_sorted(out, names)
+
+    @classmethod
+    def from_sorted(cls, out: dict[str, np.ndarray], names: list[str]) -> "Timeline":
+        """The timeline of columns already in :func:`span_order`, int32 and float64 as
+        :meth:`from_columns` makes them: the names renumbered by first appearance."""
         used, first = np.unique(out["name"], return_index=True)
         by_first = used[np.argsort(first, kind="stable")]
         code = np.zeros(len(names), dtype=np.int32)
@@ -199,43 +204,58 @@ class Timeline:
         return cls(cols, list(data["names"]))
 
 
+def span_order(start_s: np.ndarray, rank: np.ndarray, stream: np.ndarray) -> np.ndarray:
+    """The order a timeline keeps its spans in: by start time, then rank, stream and the order
+    given (stable)."""
+    return np.lexsort((np.arange(len(start_s)), stream, rank, start_s))
+
+
 def program_timeline(ops: OpTable, rows: list[int], starts: list[float], ends: list[float]) -> "Timeline":
     """The timeline of a run of ``ops`` from its recorded rows: ``rows[k]`` is the id of the op
     that ran from ``starts[k]`` to ``ends[k]``, or ``~i`` for the receiver's span of transfer ``i``
     (on the peer's ``pp_recv`` stream, of the stage it delivers to, named ``recv`` for ``send``).
     Both spans of a transfer carry its ``arrow`` id: transfers are numbered in the order they
     ended, those that ended together in program order. Only compute spans allocate and free
-    memory."""
+    memory. The spans are put in :func:`span_order` first, so every other column is gathered
+    from the program once, already in order."""
     n = len(ops)
     names = dict.fromkeys(ops.name, 0)  # in order of first use
     for code, nm in enumerate(names):
         names[nm] = code
-    name = np.fromiter(map(names.__getitem__, ops.name), dtype=np.int64, count=n)
     idx = np.asarray(rows, dtype=np.int64)
     recv = idx < 0
     op_of = np.where(recv, ~idx, idx)
-    cols = {c: ops.column(c)[op_of].astype(np.int64) for c in ("rank", "stream", "kind", "stage", "layer", "mb")}
-    cols["name"] = name[op_of]
-    arrow = np.full(n, -1, dtype=np.int64)
-    if recv.any():
-        where = np.nonzero(recv)[0]
-        sent = op_of[where]
-        cols["rank"][where] = ops.column("peer")[sent]
-        cols["stream"][where] = STREAM["pp_recv"]
-        cols["stage"][where] = ops.column("peer_stage")[sent]
-        cols["name"][where] = [names.setdefault(ops.name[i].replace("send", "recv"), len(names))
-                               for i in sent.tolist()]
-        order = np.lexsort((sent, np.asarray(ends, dtype=np.float64)[where]))
-        arrow[sent[order]] = np.arange(len(sent))
-    cols["arrow"] = arrow[op_of]
-    cols["start_s"] = np.asarray(starts, dtype=np.float64)
-    cols["end_s"] = np.asarray(ends, dtype=np.float64)
-    cols["flops"] = ops.column("flops")[op_of]
-    cols["bytes"] = ops.column("nbytes")[op_of]
-    compute = np.fromiter([c is None for c in ops.comm], dtype=bool, count=n)
-    cols["alloc_bytes"] = np.where(compute, ops.column("alloc"), 0.0)[op_of]
-    cols["free_bytes"] = np.where(compute, ops.column("free"), 0.0)[op_of]
-    return Timeline.from_columns(cols, list(names))
+    start, end = np.asarray(starts, dtype=np.float64), np.asarray(ends, dtype=np.float64)
+    rank = ops.column("rank")[op_of]
+    stream = ops.column("stream")[op_of]
+    where = np.nonzero(recv)[0]
+    sent = op_of[where]
+    rank[where] = ops.column("peer")[sent]
+    stream[where] = STREAM["pp_recv"]
+    order = span_order(start, rank, stream)
+    ids = op_of[order]
+    out: dict[str, np.ndarray] = {"rank": rank[order].astype(np.int32), "stream": stream[order].astype(np.int32)}
+    for c in ("kind", "stage", "layer", "mb"):
+        out[c] = ops.column(c)[ids].astype(np.int32)
+    name = np.fromiter(map(names.__getitem__, ops.name), dtype=np.int32, count=n)
+    out["name"] = name[ids]
+    arrow = np.full(n, -1, dtype=np.int32)
+    if len(where):
+        back = np.nonzero(recv[order])[0]  # the receivers' spans, in timeline order
+        received = ids[back]
+        out["stage"][back] = ops.column("peer_stage")[received]
+        out["name"][back] = [names.setdefault(ops.name[i].replace("send", "recv"), len(names))
+                             for i in received.tolist()]
+        ended = np.lexsort((sent, end[where]))
+        arrow[sent[ended]] = np.arange(len(sent), dtype=np.int32)
+    out["arrow"] = arrow[ids]
+    out["start_s"], out["end_s"] = start[order], end[order]
+    out["flops"] = ops.column("flops")[ids]
+    out["bytes"] = ops.column("nbytes")[ids]
+    compute = np.fromiter([c is None for c in ops.comm], dtype=bool, count=n)[ids]
+    out["alloc_bytes"] = np.where(compute, ops.column("alloc")[ids], 0.0)
+    out["free_bytes"] = np.where(compute, ops.column("free")[ids], 0.0)
+    return Timeline.from_sorted(out, list(names))
 
 
 def check_spans(prog: Program, rows: list[int], starts: list[float], ends: list[float]) -> None:
