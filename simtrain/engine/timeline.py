@@ -137,7 +137,8 @@ class Timeline:
         (none without optimizer steps)."""
         c = self.cols
         opt = c["kind"] == KINDS.index("opt")
-        per_rank = [np.sort(c["end_s"][opt & (c["rank"] == r)]) for r in self.ranks]
+        ends, owner = c["end_s"][opt], c["rank"][opt]  # the optimizer spans alone: a few per rank
+        per_rank = [np.sort(ends[owner == r]) for r in self.ranks]
         per_rank = [e for e in per_rank if len(e)]
         if not per_rank:
             return []
