@@ -296,15 +296,17 @@ def step_metrics(*, step_s: float, tokens: int, num_gpus: int, gpu: GpuSpec, mod
 
 def summarize(tl: Timeline, *, model: ModelSpec, gpu: GpuSpec, num_gpus: int, seq: int, gbs: int,
               rank_weight: dict[int, int], pipeline_rank_of: dict[int, int],
-              static_bytes: dict[int, float], memory: Timeline | None = None) -> StepMetrics:
+              static_bytes: dict[int, float], memory: Timeline | None = None,
+              columns: dict[int, dict[str, np.ndarray]] | None = None) -> StepMetrics:
     """The step metrics of a timeline whose simulated ranks stand for ``rank_weight`` ranks each
     each, at the pipeline rank ``pipeline_rank_of`` gives; the peak memory is that of ``memory``
-    (the whole run, where ``tl`` is one step of it), or of ``tl``."""
+    (the whole run, where ``tl`` is one step of it), or of ``tl``. ``columns`` are ``tl``'s
+    :func:`rank_columns` where the caller has them already."""
     step = tl.end_s
     ranks = sorted(rank_weight)
     weights = np.array([rank_weight[r] for r in ranks], dtype=float)
     wsum = weights.sum()
-    columns = rank_columns(tl)
+    columns = rank_columns(tl) if columns is None else columns
     empty = {k: v[:0] for k, v in tl.cols.items()}
     per_rank = [rank_breakdown(columns.get(r, empty), r, step) for r in ranks]
 
@@ -366,12 +368,12 @@ def run_report(tl: Timeline, program: Program, *, model: ModelSpec, gpu: GpuSpec
     cluster's ``power`` (:mod:`simtrain.results.energy`; without it, no GPU power and no price)."""
     ends = tl.step_ends()
     last = tl.window(ends[-2], ends[-1]) if len(ends) > 1 else tl
+    columns = rank_columns(last)
     metrics = summarize(last, model=model, gpu=gpu, num_gpus=par.world, seq=par.seq, gbs=par.gbs,
                         rank_weight=program.rank_weight, pipeline_rank_of=program.pipeline_rank_of,
-                        static_bytes=program.static_bytes, memory=tl)
+                        static_bytes=program.static_bytes, memory=tl, columns=columns)
     step = metrics["step_time_s"]
     seconds = []
-    columns = rank_columns(last)
     empty = {k: v[:0] for k, v in last.cols.items()}
     for r in program.ranks:
         split = rank_breakdown(columns.get(r, empty), r, step)
