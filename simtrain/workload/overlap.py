@@ -30,38 +30,28 @@ from array import array
 
 import numpy as np
 
-from simtrain.workload.program import MORE, NONE, STREAM, OpTable, Program
+from simtrain.workload.program import MORE, STREAM, OpTable, Program
 
 _COMPUTE = STREAM["compute"]
 
 
-def _deps_within(ops: OpTable, i: int, lo: int, hi: int) -> list[int]:
-    """Op ``i``'s dependencies among ops ``lo..hi-1``, in the order they were given."""
-    d0 = ops.dep0[i]
-    if d0 == NONE:
-        return []
-    deps = ops.more[i] if d0 == MORE else (d0,) if ops.dep1[i] == NONE else (d0, ops.dep1[i])
-    return [d for d in deps if lo <= d < hi]
-
-
-def _segments(compute: list[bool], deps: list[list[int]], lo: int, hi: int, base: int) -> list[int]:
-    """The segment of each op ``lo..hi-1`` (one half; -1 for a communication op), numbered 0, 1,
-    ... with no empty segment: a compute op's raw index is the largest over its dependencies of
-    theirs, plus one across a communication op. ``compute`` and ``deps`` are indexed by op id
-    minus ``base``."""
+def _segments(compute: list[bool], deps: list[list[int]], lo: int, hi: int) -> list[int]:
+    """The segment of each op ``lo..hi-1`` of the pair (one half; -1 for a communication op),
+    numbered 0, 1, ... with no empty segment: a compute op's raw index is the largest over its
+    dependencies of theirs, plus one across a communication op. Ops are offsets in the pair;
+    ``deps`` holds each one's dependencies inside the pair."""
     raw = [0] * (hi - lo)
-    for i in range(lo, hi):
-        k = i - base
-        level, comp = 0, compute[k]
+    for k in range(lo, hi):
+        level = 0
         for d in deps[k]:
             if d >= lo:  # the other half's ops do not count
-                v = raw[d - lo] + (1 if comp and not compute[d - base] else 0)
+                v = raw[d - lo] + (1 if compute[k] and not compute[d] else 0)
                 if v > level:
                     level = v
-        raw[i - lo] = level
-    levels = sorted({raw[i - lo] for i in range(lo, hi) if compute[i - base]})
-    compact = {v: k for k, v in enumerate(levels)}
-    return [compact[raw[i - lo]] if compute[i - base] else -1 for i in range(lo, hi)]
+        raw[k - lo] = level
+    levels = sorted({raw[k - lo] for k in range(lo, hi) if compute[k]})
+    compact = {v: j for j, v in enumerate(levels)}
+    return [compact[raw[k - lo]] if compute[k] else -1 for k in range(lo, hi)]
 
 
 #: A pair's shape as :func:`interleave` reads it: the halves' sizes, each op's stream, its
@@ -93,13 +83,13 @@ def interleave(prog: Program, rank: int, start: int, mid: int, end: int,
     ``start..mid-1`` and backward half ``mid..end-1`` (all of ``rank``, at the tail of its
     streams, in emission order). ``memo`` keeps the reorder of each pair shape met, so a pair of
     a shape seen before is only looked up."""
-    key = _shape(prog.ops, start, mid, end) if memo is not None else None
-    if memo is not None and key in memo:
-        reorder = memo[key]
-    else:
+    if memo is None:
         reorder = _reorder(prog.ops, start, mid, end)
-        if memo is not None and key is not None:
-            memo[key] = reorder
+    else:
+        key = _shape(prog.ops, start, mid, end)
+        if key not in memo:
+            memo[key] = _reorder(prog.ops, start, mid, end)
+        reorder = memo[key]
     if reorder is None:
         return
     for s, offsets in reorder.items():
@@ -110,23 +100,22 @@ def interleave(prog: Program, rank: int, start: int, mid: int, end: int,
 def _reorder(ops: OpTable, start: int, mid: int, end: int) -> Reorder:
     """The new order of the pair's ops on each stream (offsets from ``start``), or None where a
     dependency between the halves forbids it."""
-    stream = ops.stream
+    stream, n = ops.stream, end - start
     compute = [stream[i] == _COMPUTE for i in range(start, end)]
-    deps = [_deps_within(ops, i, start, end) for i in range(start, end)]
-    seg = _segments(compute, deps, start, mid, start) + _segments(compute, deps, mid, end, start)
-    order = sorted((k for k in range(end - start) if compute[k]), key=lambda k: (seg[k], k >= mid - start, k))
-    position: list[float] = [0.0] * (end - start)
+    deps = [[d - start for d in ops.deps_of(i) if start <= d < end] for i in range(start, end)]
+    seg = _segments(compute, deps, 0, mid - start) + _segments(compute, deps, mid - start, n)
+    order = sorted((k for k in range(n) if compute[k]), key=lambda k: (seg[k], k >= mid - start, k))
+    position: list[float] = [0.0] * n
     for p, k in enumerate(order):
         position[k] = p
     # communication goes right after the latest compute op it follows (-1: none in the pair)
-    for k in range(end - start):
+    for k in range(n):
         if not compute[k]:
-            position[k] = max((position[d - start] for d in deps[k]), default=-1) + 0.5
-    for k in range(end - start):  # a dependency between the halves may forbid the order
-        pk = position[k]
-        if any(position[d - start] > pk or (position[d - start] == pk and d - start >= k) for d in deps[k]):
+            position[k] = max((position[d] for d in deps[k]), default=-1) + 0.5
+    for k in range(n):  # a dependency between the halves may forbid the order
+        if any((position[d], d) >= (position[k], k) for d in deps[k]):
             return None
     tails: dict[int, list[int]] = {}
-    for k in range(end - start):
+    for k in range(n):
         tails.setdefault(stream[start + k], []).append(k)
     return {s: tuple(sorted(ks, key=lambda k: (position[k], k))) for s, ks in tails.items()}
