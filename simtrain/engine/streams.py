@@ -74,11 +74,12 @@ class RunState(Protocol):
 class Stream:
     """One (rank, stream) queue: starts its ops in order, each when its dependencies are done."""
 
-    __slots__ = ("run", "rank", "ops", "pos", "op", "start", "left", "t0", "slow", "end", "ev", "on_end",
-                 "on_solo_end", "on_p2p_end")
+    __slots__ = ("run", "env", "queue", "eid", "rank", "ops", "pos", "op", "start", "left", "t0", "slow", "end",
+                 "ev", "on_end", "on_solo_end", "on_p2p_end")
 
     def __init__(self, run: RunState, rank: int, ops: Sequence[int]):
         self.run, self.rank, self.ops, self.pos = run, rank, ops, 0  # ops: op ids, in program order
+        self.env, self.queue, self.eid = run.env, run.queue, run.eid  # the run's, read per op
         self.op: int = cast(int, None)  # the op running: set when one starts, read only after
         self.ev: Wake | None = None
         self.start = self.left = self.t0 = self.end = 0.0
@@ -110,7 +111,7 @@ class Stream:
                 else:  # one stream so far
                     run.waiting[d] = [cast(Stream, w), self]
                 return
-            now = run.env._now
+            now = self.env._now
             kind = comm[op]
             if kind is None:
                 delay = duration[op]
@@ -123,7 +124,7 @@ class Stream:
                     # else compute alone on its SMs: one wake-up, no re-planning
                     self.end = end = now + delay
                     self.ev = ev = Wake(self.on_end)
-                    heappush(run.queue, (end, NORMAL, next(run.eid), ev))
+                    heappush(self.queue, (end, NORMAL, next(self.eid), ev))
                     return
                 self.pos += 1
                 run.finish(op, now)
@@ -146,14 +147,14 @@ class Stream:
         self.slow = run.slow_factor if run.active.get(self.rank, 0) > 0 else 1.0
         self.end = end = now + self.left * self.slow
         self.ev = ev = Wake(self.on_end)
-        heappush(run.queue, (end, NORMAL, next(run.eid), ev))
+        heappush(self.queue, (end, NORMAL, next(self.eid), ev))
 
     def _compute_end(self, ev: object) -> None:
         if ev is not self.ev:  # a re-planned end superseded this one
             return
         self.ev = None
         run, op = self.run, self.op
-        now = run.env._now
+        now = self.env._now
         if run.interference > 0:
             run.slowdown[self.rank] += (now - self.start) - run.duration[op]
         self.pos += 1

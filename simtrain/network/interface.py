@@ -25,7 +25,7 @@ from abc import ABC, abstractmethod
 from typing import Any, Callable, Iterator, NamedTuple, Protocol, Sequence, cast
 
 from simtrain.topology.build import paused_gc
-from simtrain.workload.program import AnyOp, Program
+from simtrain.workload.program import AnyOp, OpRef, Program
 
 LinkSeries = dict[str, list[tuple[float, float]]]  # "u->v" -> [(time_s, utilisation)]
 
@@ -103,8 +103,13 @@ class PricedNetwork(ABC):
         """The op's price: the slowest of the groups it stands for. Pricing them first builds
         routes and phases by the hundred thousand (a folded op on 131,072 GPUs), none of them in
         a reference cycle, so Python's cycle collector is paused meanwhile (:func:`paused_gc`):
-        its full passes over the cluster graph would otherwise cost more than the pricing."""
-        key = (op.comm, op.group_set, op.nbytes)
+        its full passes over the cluster graph would otherwise cost more than the pricing.
+        A row of an op table is read from its columns (the engine asks once per op)."""
+        if type(op) is OpRef:
+            table, i = op.table, op.id
+            key = (table.comm[i], table.group_set[i], table.nbytes[i])
+        else:
+            key = (op.comm, op.group_set, op.nbytes)
         t = self._durations.get(key)
         if t is None:
             with paused_gc():

@@ -381,3 +381,45 @@ def test_a_long_chain_of_instant_ops_across_ranks_runs():
         dep = [_op(prog, r, "compute", f"z{r}", deps=dep, duration=0.0).id]
     res = engine.run(prog, FixedLatency())
     assert res.num_events == n and res.timeline.end_s == 0.0
+
+
+@pytest.mark.quick
+def test_drain_runs_events_in_order_and_raises_a_failed_process_as_simpy_does():
+    """The engine's event loop is SimPy's ``Environment.run()`` with ``step`` inlined: same
+    order, the clock set per event, a failed process raised (a copy caused by the original)
+    and a defused failure let through."""
+    import simpy
+
+    from simtrain.engine.simulator import _drain
+
+    env, seen = simpy.Environment(), []
+
+    def ticker(env: simpy.Environment, name: str, dt: float):
+        for _ in range(3):
+            yield env.timeout(dt)
+            seen.append((env.now, name))
+
+    env.process(ticker(env, "a", 1.0))
+    env.process(ticker(env, "b", 1.5))
+    _drain(env, env._queue)
+    reference, expected = simpy.Environment(), list(seen)
+    seen.clear()
+    reference.process(ticker(reference, "a", 1.0))
+    reference.process(ticker(reference, "b", 1.5))
+    reference.run()
+    assert seen == expected and env.now == reference.now == 4.5
+
+    def failing(env: simpy.Environment):
+        yield env.timeout(1.0)
+        raise ValueError("boom")
+
+    env = simpy.Environment()
+    env.process(failing(env))
+    with pytest.raises(ValueError, match="boom") as info:
+        _drain(env, env._queue)
+    assert isinstance(info.value.__cause__, ValueError) and env.now == 1.0
+
+    env = simpy.Environment()
+    env.process(failing(env)).defused = True
+    _drain(env, env._queue)
+    assert env.now == 1.0
