@@ -165,7 +165,7 @@ class Stream:
     def solo_end(self, _event: object) -> None:
         """Callback: this stream's collective of one simulated member ended."""
         self.run.running(self.rank, -1)
-        self.comm_done(self.run.env._now)
+        self.comm_done(self.env._now)
 
     def p2p_end(self, _event: object) -> None:
         """Callback: this stream's transfer ended."""
