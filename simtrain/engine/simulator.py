@@ -92,8 +92,11 @@ class _Run:
         waiter = self.waiting[i]
         if waiter is not None:
             self.waiting[i] = None
-            for w in waiter if type(waiter) is list else (cast(Stream, waiter),):  # several: in the order they came
-                self.resume(w)
+            if type(waiter) is list:
+                for w in waiter:  # several: in the order they came
+                    self.resume(w)
+            else:  # one stream
+                self.resume(waiter)  # type: ignore[arg-type]
 
     def resume(self, stream: Stream) -> None:
         """Let ``stream`` start its next ops now. Inside another resumption it is queued and run
@@ -192,7 +195,7 @@ class _Run:
     def arrive(self, stream: Stream, op: int) -> None:
         """A member reaches collective ``op``; the last one prices it (or launches its transfer)
         and every member then runs it from now."""
-        key = cast(Key, self.key[op])  # a collective has one
+        key: Key = self.key[op]  # type: ignore[assignment]  # a collective has one
         need = self.prog.members.get(key, 1)
         if need == 1:  # one simulated member (a folded group): the stream's own callback ends it
             stream.op, stream.start = op, self.env._now

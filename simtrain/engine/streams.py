@@ -109,7 +109,7 @@ class Stream:
                 elif type(w) is list:
                     w.append(self)
                 else:  # one stream so far
-                    run.waiting[d] = [cast(Stream, w), self]
+                    run.waiting[d] = [w, self]  # type: ignore[list-item]
                 return
             now = self.env._now
             kind = comm[op]
