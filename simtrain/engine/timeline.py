@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from itertools import chain
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
@@ -301,9 +302,10 @@ def _dependency_pairs(ops: OpTable) -> tuple[np.ndarray, np.ndarray]:
             np.concatenate([d0[d0 >= 0], d1[d1 >= 0], extra_dst]).astype(np.int64))
 
 
-def rank_columns(tl: Timeline) -> dict[int, dict[str, np.ndarray]]:
-    """Each rank's spans as columns of their own, from one stable sort by rank (masking the whole
-    timeline once per rank costs time quadratic in the ranks of an unfolded run)."""
+def rank_columns(tl: Timeline, names: Iterable[str] | None = None) -> dict[int, dict[str, np.ndarray]]:
+    """Each rank's spans as columns of their own (the columns ``names``, or all), from one stable
+    sort by rank (masking the whole timeline once per rank costs time quadratic in the ranks of
+    an unfolded run; gathering a column costs a pass over the timeline)."""
     c = tl.cols
     if len(c["rank"]) == 0:
         return {}
@@ -312,5 +314,5 @@ def rank_columns(tl: Timeline) -> dict[int, dict[str, np.ndarray]]:
     cuts = np.flatnonzero(ranks[1:] != ranks[:-1]) + 1
     starts = np.concatenate([[0], cuts])
     ends = np.concatenate([cuts, [len(ranks)]])
-    cols = {k: v[order] for k, v in c.items()}
+    cols = {k: c[k][order] for k in (c if names is None else names)}
     return {int(ranks[a]): {k: v[a:b] for k, v in cols.items()} for a, b in zip(starts, ends)}

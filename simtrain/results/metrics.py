@@ -53,6 +53,12 @@ def model_flops_per_token(model: ModelSpec, seq: int) -> float:
     return ModelFlops.of(model, seq).per_token
 
 
+#: The columns a rank's breakdown and exposure read (:func:`rank_breakdown`, :func:`comm_exposure`),
+#: and those its memory in use reads (:func:`memory_timeline`).
+BREAKDOWN_COLUMNS = ("stream", "kind", "start_s", "end_s")
+MEMORY_COLUMNS = ("start_s", "end_s", "alloc_bytes", "free_bytes")
+
+
 def _union(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Disjoint, sorted union of intervals."""
     if len(starts) == 0:
@@ -130,7 +136,7 @@ def memory_timeline(tl: Timeline, static_bytes: dict[int, float]) -> dict[int, t
     """Per rank: (times, bytes in use from that time on): static memory plus activations that a
     span allocates when it starts and releases when it ends. At equal times releases come first
     (a backward frees before the next forward allocates)."""
-    per_rank = rank_columns(tl)
+    per_rank = rank_columns(tl, MEMORY_COLUMNS)
     empty = {k: v[:0] for k, v in tl.cols.items()}
     out = {}
     for rank, static in static_bytes.items():
@@ -306,7 +312,7 @@ def summarize(tl: Timeline, *, model: ModelSpec, gpu: GpuSpec, num_gpus: int, se
     ranks = sorted(rank_weight)
     weights = np.array([rank_weight[r] for r in ranks], dtype=float)
     wsum = weights.sum()
-    columns = rank_columns(tl) if columns is None else columns
+    columns = rank_columns(tl, BREAKDOWN_COLUMNS) if columns is None else columns
     empty = {k: v[:0] for k, v in tl.cols.items()}
     per_rank = [rank_breakdown(columns.get(r, empty), r, step) for r in ranks]
 
@@ -368,7 +374,7 @@ def run_report(tl: Timeline, program: Program, *, model: ModelSpec, gpu: GpuSpec
     cluster's ``power`` (:mod:`simtrain.results.energy`; without it, no GPU power and no price)."""
     ends = tl.step_ends()
     last = tl.window(ends[-2], ends[-1]) if len(ends) > 1 else tl
-    columns = rank_columns(last)
+    columns = rank_columns(last, BREAKDOWN_COLUMNS)
     metrics = summarize(last, model=model, gpu=gpu, num_gpus=par.world, seq=par.seq, gbs=par.gbs,
                         rank_weight=program.rank_weight, pipeline_rank_of=program.pipeline_rank_of,
                         static_bytes=program.static_bytes, memory=tl, columns=columns)

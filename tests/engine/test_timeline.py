@@ -99,6 +99,9 @@ def test_rank_columns_split_the_spans_of_each_rank_in_order():
     for rank, c in split.items():
         mask = tl["rank"] == rank
         assert list(c["start_s"]) == list(tl["start_s"][mask])
+    some = rank_columns(tl, ("end_s", "kind"))  # only the columns asked for, the same values
+    assert {r: sorted(c) for r, c in some.items()} == {1: ["end_s", "kind"], 3: ["end_s", "kind"]}
+    assert all((some[r][k] == split[r][k]).all() for r in some for k in ("end_s", "kind"))
 
 
 def _reference_timeline(ops, rows, starts, ends) -> Timeline:
