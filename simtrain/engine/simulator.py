@@ -39,6 +39,7 @@ from heapq import heappop, heappush
 from dataclasses import dataclass
 from typing import cast
 
+import numpy as np
 import simpy
 from simpy.events import NORMAL
 
@@ -241,8 +242,10 @@ class _Run:
         _drain(env, self.queue)
         if not all(self.finished):
             raise SimulationError(self._deadlock_message())
-        timeline = program_timeline(prog.ops, self.rows, self.starts, self.ends)
-        check_spans(prog, self.rows, self.starts, self.ends)
+        rows = np.asarray(self.rows, dtype=np.int64)  # the spans as arrays, converted once
+        starts, ends = np.asarray(self.starts, dtype=np.float64), np.asarray(self.ends, dtype=np.float64)
+        timeline = program_timeline(prog.ops, rows, starts, ends)
+        check_spans(prog, rows, starts, ends)
         self.net.check()
         return RunResult(timeline, self.executed, self.slowdown)
 

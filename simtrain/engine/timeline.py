@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from itertools import chain
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -19,6 +19,10 @@ from simtrain.workload.program import KINDS, STREAM, STREAMS, OpTable, Program
 
 _INT_COLUMNS = ("rank", "stream", "kind", "name", "stage", "layer", "mb", "arrow")
 _FLOAT_COLUMNS = ("start_s", "end_s", "flops", "bytes", "alloc_bytes", "free_bytes")
+
+#: A column of recorded spans: a list the engine filled, or its numpy array.
+Spans = Sequence[float] | np.ndarray
+
 
 
 @dataclass(frozen=True)
@@ -212,7 +216,7 @@ def span_order(start_s: np.ndarray, rank: np.ndarray, stream: np.ndarray) -> np.
     return np.lexsort((np.arange(len(start_s)), stream, rank, start_s))
 
 
-def program_timeline(ops: OpTable, rows: list[int], starts: list[float], ends: list[float]) -> "Timeline":
+def program_timeline(ops: OpTable, rows: Spans, starts: Spans, ends: Spans) -> "Timeline":
     """The timeline of a run of ``ops`` from its recorded rows: ``rows[k]`` is the id of the op
     that ran from ``starts[k]`` to ``ends[k]``, or ``~i`` for the receiver's span of transfer ``i``
     (on the peer's ``pp_recv`` stream, of the stage it delivers to, named ``recv`` for ``send``).
@@ -260,7 +264,7 @@ def program_timeline(ops: OpTable, rows: list[int], starts: list[float], ends: l
     return Timeline.from_sorted(out, list(names))
 
 
-def check_spans(prog: Program, rows: list[int], starts: list[float], ends: list[float]) -> None:
+def check_spans(prog: Program, rows: Spans, starts: Spans, ends: Spans) -> None:
     """Raise AssertionError where the spans a run recorded for ``prog`` (as
     :func:`program_timeline` takes them) break an invariant of the engine: an op started before
     one of its dependencies ended, or a stream or a receiver's ``pp_recv`` ran two ops at once."""
@@ -269,8 +273,8 @@ def check_spans(prog: Program, rows: list[int], starts: list[float], ends: list[
     idx = np.asarray(rows, dtype=np.int64)
     own = idx >= 0
     start, end = np.zeros(n), np.zeros(n)
-    start[idx[own]] = np.asarray(starts)[own]
-    end[idx[own]] = np.asarray(ends)[own]
+    start[idx[own]] = np.asarray(starts, dtype=np.float64)[own]
+    end[idx[own]] = np.asarray(ends, dtype=np.float64)[own]
     tol = 1e-12 * max(1.0, float(end.max(initial=0.0)))
     src, dst = _dependency_pairs(ops)
     bad = np.nonzero(start[src] + tol < end[dst])[0]
