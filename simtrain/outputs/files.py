@@ -93,8 +93,8 @@ def write_json_atomic(obj: Mapping[str, Any], path: str | os.PathLike) -> None:
     in one piece (``json.dumps``, the C encoder) and then written: ``json.dump`` to a file encodes
     chunk by chunk in Python, an order of magnitude slower on large objects."""
     text = json.dumps(obj, sort_keys=True, separators=(",", ":"))
-    with atomic_open(path) as fh:
-        fh.write(text)
+    with atomic_open(path, "wb") as fh:  # encoded in one piece: a text file's encoder is slower
+        fh.write(text.encode())
 
 
 def _held(lock_path: str) -> bool:
