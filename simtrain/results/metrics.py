@@ -53,10 +53,8 @@ def model_flops_per_token(model: ModelSpec, seq: int) -> float:
     return ModelFlops.of(model, seq).per_token
 
 
-#: The columns a rank's breakdown and exposure read (:func:`rank_breakdown`, :func:`comm_exposure`),
-#: and those its memory in use reads (:func:`memory_timeline`).
-BREAKDOWN_COLUMNS = ("stream", "kind", "start_s", "end_s")
-MEMORY_COLUMNS = ("start_s", "end_s", "alloc_bytes", "free_bytes")
+BREAKDOWN_COLUMNS = ("stream", "kind", "start_s", "end_s")  #: what rank_breakdown, comm_exposure read
+MEMORY_COLUMNS = ("start_s", "end_s", "alloc_bytes", "free_bytes")  #: what memory_timeline reads
 
 
 def _union(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
