@@ -9,8 +9,8 @@ program's ops once, after the run.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from itertools import chain
 from collections.abc import Iterable, Sequence
+from itertools import chain
 from typing import Any
 
 import numpy as np
@@ -22,7 +22,6 @@ _FLOAT_COLUMNS = ("start_s", "end_s", "flops", "bytes", "alloc_bytes", "free_byt
 
 #: A column of recorded spans: a list the engine filled, or its numpy array.
 Spans = Sequence[float] | np.ndarray
-
 
 
 @dataclass(frozen=True)
