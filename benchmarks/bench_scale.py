@@ -7,8 +7,10 @@ process, so its peak RSS is its own; ``cpu s`` is the process's
 CPU time over the same span (the search's is its own, not its workers'), steadier than the wall
 time on a shared machine. In that process a bare SimPy
 loop of timeouts is timed first: ``engine/bare`` is the simulator's operations per second over
-that loop's events per second, a machine-independent measure of the engine's overhead. Not a
-test: machines are noisy; compare rows of one machine, as ratios.
+that loop's events per second, a machine-independent measure of the engine's overhead, and
+``phase/bare`` the same for the engine's phase alone (its runs' operations per second of their own
+time: the event loop, the timeline's columns and the span check; "-" for the search, whose engines
+run in its workers). Not a test: machines are noisy; compare rows of one machine, as ratios.
 
 S1  the 70B example of docs/commands.md (64 GPUs, TP8 PP4 DP2, gbs 512, 1F1B) with every output written
 S2  Llama-3-405B on 16,384 H100s, TP8 PP16 DP128, interleaved 1F1B (vpp 2), gbs 2048 (analytic,
@@ -30,6 +32,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 L405 = dict(model="llama3-405b", topology="h100-ib", tp=8, pp=16, seq=8192)
@@ -97,10 +100,12 @@ def run_one(name: str, quick: bool, jobs: int) -> dict:
     t0 = time.perf_counter()
     usage = resource.getrusage(resource.RUSAGE_SELF)
     cpu0 = usage.ru_utime + usage.ru_stime
+    engine_s = [0.0]  # seconds inside the engine's runs (this process only: not the search's workers)
     if kind == "search":
         ops = _search(settings, jobs)
     else:
-        result = api.simulate(api.resolve(settings))
+        with _engine_timed(engine_s):
+            result = api.simulate(api.resolve(settings))
         ops = result.report["num_events"]
         if kind == "outputs":
             with tempfile.TemporaryDirectory() as out:
@@ -113,9 +118,36 @@ def run_one(name: str, quick: bool, jobs: int) -> dict:
         rss = max(rss, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024)
     row = {"scenario": name, "what": what, "wall_s": wall, "cpu_s": cpu, "operations": ops, "ops_per_s": ops / wall,
            "peak_rss_mib": rss, "bare_simpy_per_s": bare, "engine_over_bare": ops / wall / bare}
+    if engine_s[0] > 0:  # the engine phase alone: its operations per second over the bare loop's events
+        row["engine_phase_s"] = engine_s[0]
+        row["engine_phase_over_bare"] = ops / engine_s[0] / bare
     if name == "S1":  # after the timed run: tracing allocations slows what it traces
         row["program_bytes_per_op"] = program_bytes_per_op(settings)
     return row
+
+
+@contextmanager
+def _engine_timed(total: list[float]):
+    """Add the seconds spent in the engine's runs (``simtrain.engine.simulator.run`` as
+    ``simtrain.api.simulate`` calls it: the event loop, the timeline's columns and the span check;
+    wall time, as the bare loop's rate is) to ``total[0]``."""
+    import importlib
+
+    engine = importlib.import_module("simtrain.api.simulate").engine  # the module (the package exports a function)
+    run = engine.run
+
+    def timed(*args, **kwargs):
+        t0 = time.perf_counter()
+        try:
+            return run(*args, **kwargs)
+        finally:
+            total[0] += time.perf_counter() - t0
+
+    engine.run = timed
+    try:
+        yield
+    finally:
+        engine.run = run
 
 
 def program_bytes_per_op(settings: dict) -> float:
@@ -173,7 +205,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     if unknown:
         ap.error(f"--only {unknown[0]}: unknown scenario; valid: {', '.join(SCENARIOS)}")
     head = (f"{'scenario':<12} {'what':<40} {'wall s':>8} {'cpu s':>8} {'operations':>11} {'ops/s':>9} {'peak RSS MiB':>12} "
-            f"{'bare SimPy/s':>12} {'engine/bare':>11}")
+            f"{'bare SimPy/s':>12} {'engine/bare':>11} {'phase/bare':>10}")
     print(head)
     rows = []
     for name in names:
@@ -186,13 +218,19 @@ def main(argv: list[str] | None = None) -> list[dict]:
         r = json.loads(proc.stdout.strip().splitlines()[-1])
         rows.append(r)
         print(f"{name:<12} {r['what']:<40} {r['wall_s']:>8.2f} {r['cpu_s']:>8.2f} {r['operations']:>11,} {r['ops_per_s']:>9,.0f} "
-              f"{r['peak_rss_mib']:>12,.0f} {r['bare_simpy_per_s']:>12,.0f} {r['engine_over_bare']:>11.3f}",
-              flush=True)
+              f"{r['peak_rss_mib']:>12,.0f} {r['bare_simpy_per_s']:>12,.0f} {r['engine_over_bare']:>11.3f} "
+              f"{_phase(r):>10}", flush=True)
     for r in rows:
         if "program_bytes_per_op" in r:
             print(f"{r['scenario']} program: {r['program_bytes_per_op']:.0f} bytes per operation (tracemalloc, the "
                   f"lowered program alone)")
     return rows
+
+
+def _phase(row: dict) -> str:
+    """The engine phase's ratio to the bare loop, or "-" where the engine ran in other processes."""
+    ratio = row.get("engine_phase_over_bare")
+    return "-" if ratio is None else f"{ratio:.3f}"
 
 
 if __name__ == "__main__":
