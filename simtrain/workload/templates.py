@@ -21,6 +21,8 @@ from array import array
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 from simtrain.workload.data_parallel import DataParallelOps, GradCall
 from simtrain.workload.emit import Emitter
 from simtrain.workload.program import STREAM, Key, OpRef, OpTable, StreamKey
@@ -33,13 +35,16 @@ class _Template:
     start: int  # id of the first op when it was captured
     mb: int  # the micro-batch it was captured from
     columns: tuple[Sequence[object], ...]  # per copied column of _COPIED: its values, in op order
-    own_mb: tuple[bool, ...]  # per op: whether it carries the micro-batch (else -1)
-    dep0: list[int]  # per op: its first dependency, relative to the first op (or NONE, MORE)
-    dep1: list[int]  # per op: its second dependency, relative to the first op (or NONE)
+    size: int  # ops
+    not_own: tuple[int, ...]  # offsets of the ops that carry no micro-batch (-1)
+    dep0: np.ndarray  # per op: its first dependency, relative to the first op (or NONE, MORE); C ints
+    dep0_rebased: np.ndarray  # per op: 1 where dep0 is an op (rebased by adding the first op's id), else 0
+    dep1: np.ndarray  # per op: its second dependency, relative to the first op (or NONE)
+    dep1_rebased: np.ndarray
     more: tuple[tuple[int, tuple[int, ...]], ...]  # (op offset, its dependencies relative to the first op)
     keys: tuple[tuple[int, int, StreamKey], ...]  # (op offset, stream, key with its relative n) of collectives
     counts: tuple[tuple[int, int], ...]  # (stream, collectives it numbered)
-    streams: tuple[tuple[int, tuple[int, ...]], ...]  # (stream, offsets of its ops, in order)
+    streams: tuple[tuple[int, np.ndarray], ...]  # (stream, offsets of its ops in order, as C ints)
     calls: tuple[tuple[int, int, int, str], ...]  # grad_done (stage, layer, op offset, kind)
     last: int | None  # offset of the op the next one waits for
 
@@ -82,17 +87,20 @@ class ActionTemplates:
         em, prog = self.em, self.em.prog
         table = prog.ops
         base = len(table)
-        n = len(tpl.dep0)
+        n = tpl.size
         counters = em._counters
         now = {s: counters.get((rank, s), 0) for s, _ in tpl.counts}
         for s, count in tpl.counts:
             counters[(rank, s)] = now[s] + count
-        table.rank.extend([rank] * n)
+        table.rank.extend(array("i", [rank]) * n)
         for extend, values in zip(self._extend, tpl.columns):
             extend(values)
-        table.mb.extend([mb if own else -1 for own in tpl.own_mb])
-        table.dep0.extend([d + base if d >= 0 else d for d in tpl.dep0])
-        table.dep1.extend([d + base if d >= 0 else d for d in tpl.dep1])
+        mbs = array("i", [mb]) * n
+        for offset in tpl.not_own:
+            mbs[offset] = -1
+        table.mb.extend(mbs)
+        table.dep0.frombytes((tpl.dep0 + tpl.dep0_rebased * base).tobytes())  # C ints, as the column holds
+        table.dep1.frombytes((tpl.dep1 + tpl.dep1_rebased * base).tobytes())
         for offset, ds in tpl.more:
             table.more[base + offset] = [base + d for d in ds]
         keys: list[Key | None] = [None] * n
@@ -103,12 +111,11 @@ class ActionTemplates:
         table.key.extend(keys)
         order = prog.order
         for stream, offsets in tpl.streams:
-            ids = array("i", [base + o for o in offsets])
+            ids = (offsets + base).tobytes()
             queue = order.get((rank, stream))
             if queue is None:
-                order[(rank, stream)] = ids
-            else:
-                queue.extend(ids)
+                order[(rank, stream)] = queue = array("i")
+            queue.frombytes(ids)
         grad_done = self.dp.grad_done
         for stage, layer, offset, kind in tpl.calls:
             grad_done(stage, layer, OpRef(table, base + offset), kind)
@@ -127,8 +134,8 @@ def _capture(table: OpTable, start: int, mb: int, last: int | None, before: dict
     if any(s == _DP for s in table.stream[start:end]) or any(m not in (mb, -1) for m in table.mb[start:end]):
         return None
     more = tuple((i - start, tuple(d - start for d in table.more[i])) for i in range(start, end) if i in table.more)
-    dep0 = [d - start if d >= 0 else d for d in table.dep0[start:end]]
-    dep1 = [d - start if d >= 0 else d for d in table.dep1[start:end]]
+    dep0 = np.array([d - start if d >= 0 else d for d in table.dep0[start:end]], dtype=np.intc)
+    dep1 = np.array([d - start if d >= 0 else d for d in table.dep1[start:end]], dtype=np.intc)
     if any(d < start for d in table.dep0[start:end] if d >= 0) or \
             any(d < start for d in table.dep1[start:end] if d >= 0) or any(d < 0 for _, ds in more for d in ds):
         return None
@@ -143,8 +150,9 @@ def _capture(table: OpTable, start: int, mb: int, last: int | None, before: dict
     by_stream: dict[int, list[int]] = {}
     for offset, s in enumerate(table.stream[start:end]):
         by_stream.setdefault(s, []).append(offset)
-    return _Template(start, mb, tuple(getattr(table, c)[start:end] for c in _COPIED),
-                     tuple(m == mb for m in table.mb[start:end]), dep0, dep1, more, tuple(keys), counts,
-                     tuple((s, tuple(o)) for s, o in by_stream.items()),
+    return _Template(start, mb, tuple(getattr(table, c)[start:end] for c in _COPIED), end - start,
+                     tuple(k for k, m in enumerate(table.mb[start:end]) if m != mb),
+                     dep0, (dep0 >= 0).astype(np.intc), dep1, (dep1 >= 0).astype(np.intc), more, tuple(keys), counts,
+                     tuple((s, np.array(o, dtype=np.intc)) for s, o in by_stream.items()),
                      tuple((stage, layer, op_id - start, kind) for stage, layer, op_id, kind in calls),
                      None if last is None else last - start)
