@@ -42,7 +42,7 @@ class LinkIds:
         self.router = router
         edges = router._static()[0]  # (u, v) -> (capacity_Bps, latency_s), every directed edge
         self._ids: dict[Link, int] = dict(zip(edges, range(len(edges))))
-        self._capacity = np.fromiter(map(itemgetter(0), edges.values()), dtype=float, count=len(edges))
+        self._capacity = np.fromiter(edges.column("capacity_Bps"), dtype=float, count=len(edges))
         n = router.cluster.num_gpus
         self._known = np.zeros(n, dtype=bool)
         self._head = np.full((n, 2), -1, dtype=np.int64)  # GPU -> NIC, NIC -> leaf
@@ -107,7 +107,7 @@ class LinkIds:
         rows = self.routes(src, dst)
         if self._latency is None:
             edges, node_lat = self.router._static()[:2]
-            self._latency = np.fromiter(map(itemgetter(1), edges.values()), dtype=float, count=len(edges))
+            self._latency = np.fromiter(edges.column("latency_s"), dtype=float, count=len(edges))
             self._node_latency = np.fromiter(map(node_lat.__getitem__, map(itemgetter(1), edges)), dtype=float,
                                              count=len(edges))
         valid = rows >= 0

@@ -6,25 +6,61 @@ which NIC names its channel (:meth:`Router.nic_of <simtrain.topology.routing.rou
 
 from __future__ import annotations
 
-from itertools import repeat
+from collections.abc import Iterator, Mapping
+from itertools import chain, repeat
 from operator import itemgetter
 from typing import Any
 
 from simtrain.topology.build import plain_adjacency
 
+_COST = itemgetter("capacity_Bps", "latency_s")
 
-def static_tables(g: Any) -> tuple[dict, dict, dict, dict, dict]:
-    """The router's tables of graph ``g``: each edge's (capacity, latency), each node's latency,
-    each switch's and each GPU's non-GPU neighbours (sorted), and the switch a port is routed
-    from. The per-edge and per-neighbour loops run inside ``zip``, ``map`` and ``filter`` (a
-    million edges on 131,072 GPUs), each node's edges in the graph's order."""
+
+class EdgeCosts(Mapping):
+    """Each directed edge ``(u, v)`` of a graph -> its ``(capacity_Bps, latency_s)``, read from the
+    graph's own adjacency when asked rather than copied (a million edges on 131,072 GPUs, of
+    which a run reads a few thousand one by one); iterated in the adjacency's order, each node's
+    edges in the graph's order. :meth:`column` gives one attribute of every edge in that order."""
+
+    __slots__ = ("_succ", "_size")
+
+    def __init__(self, succ: dict[str, dict[str, dict[str, Any]]]) -> None:
+        self._succ = succ  # plain dicts, read only
+        self._size = sum(map(len, succ.values()))
+
+    def __getitem__(self, edge: tuple[str, str]) -> tuple[float, float]:
+        try:
+            u, v = edge
+        except (TypeError, ValueError):  # not a pair: absent, as from a dict
+            raise KeyError(edge) from None
+        return _COST(self._succ[u][v])
+
+    def __contains__(self, edge: object) -> bool:
+        if not isinstance(edge, tuple) or len(edge) != 2:
+            return False
+        out = self._succ.get(edge[0])
+        return out is not None and edge[1] in out
+
+    def __iter__(self) -> Iterator[tuple[str, str]]:
+        return chain.from_iterable(zip(repeat(u), out) for u, out in self._succ.items())
+
+    def __len__(self) -> int:
+        return self._size
+
+    def column(self, name: str) -> Iterator[float]:
+        """Attribute ``name`` (``capacity_Bps`` or ``latency_s``) of every edge, in iteration order."""
+        return map(itemgetter(name), chain.from_iterable(out.values() for out in self._succ.values()))
+
+
+def static_tables(g: Any) -> tuple[EdgeCosts, dict, dict, dict, dict]:
+    """The router's tables of graph ``g``: each edge's (capacity, latency) (:class:`EdgeCosts`),
+    each node's latency, each switch's and each GPU's non-GPU neighbours (sorted), and the switch
+    a port is routed from. The per-node and per-neighbour loops run inside ``map`` and ``filter``
+    (a million edges on 131,072 GPUs)."""
     attrs = g._node  # networkx's own node dict (what ``g.nodes`` views), read as plain dicts
     kind = {n: d.get("kind") for n, d in attrs.items()}
     succ = plain_adjacency(g)  # plain dicts, not views
-    edges: dict[tuple[str, str], tuple[float, float]] = {}
-    cost = itemgetter("capacity_Bps", "latency_s")
-    for u, out in succ.items():
-        edges.update(zip(zip(repeat(u), out), map(cost, out.values())))
+    edges = EdgeCosts(succ)
     node_lat = {n: d.get("latency_s", 0.0) for n, d in attrs.items()}
     switch = {n for n, k in kind.items() if k != "gpu"}.__contains__
     nbrs = {n: tuple(sorted(filter(switch, out))) for n, out in succ.items()}

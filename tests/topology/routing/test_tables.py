@@ -47,3 +47,22 @@ def test_shared_and_missing_nics():
     for gpu in range(8):
         assert nic_port(f"gpu{gpu}", ports, anchor) is None
         assert first_nic(f"gpu{gpu}", plain_adjacency(g), g._node) is None
+
+
+def test_edge_costs_read_the_graph_as_a_copied_table_would():
+    """Every directed edge, in the adjacency's order (each node's edges in the graph's order),
+    with its (capacity, latency); absent edges and other keys are not in it."""
+    g = load_topology("h100-ib", nodes=4).graph
+    edges = static_tables(g)[0]
+    copied = {(u, v): (d["capacity_Bps"], d["latency_s"]) for u, out in plain_adjacency(g).items()
+              for v, d in out.items()}
+    assert list(edges) == list(copied) and len(edges) == len(copied) == g.number_of_edges()
+    assert dict(edges.items()) == copied
+    assert list(edges.column("capacity_Bps")) == [c for c, _ in copied.values()]
+    assert list(edges.column("latency_s")) == [lat for _, lat in copied.values()]
+    u, v = next(iter(copied))
+    assert (u, v) in edges and edges[(u, v)] == copied[(u, v)] and edges.get((u, v)) == copied[(u, v)]
+    for absent in ((v, "nowhere"), ("nowhere", v), (u, u), "gpu0", (u,), (u, v, 0)):
+        assert absent not in edges and edges.get(absent) is None
+    with pytest.raises(KeyError):
+        edges[("nowhere", v)]
