@@ -19,6 +19,12 @@ The engine talks to the network only through :class:`~simtrain.network.interface
 op the network prices up front is one timeout (one for all members of a collective); any other runs
 the network's transfer steps, and one network process wakes the ops whose tokens finish.
 
+Where the network prices every op up front (its ``fixed_duration`` answers a positive price for
+each), the run is :mod:`~simtrain.engine.compiled`'s loop instead: the same moves in the same
+order over the program's columns, compiled, with the same spans, checks and errors
+(``compiled=False`` keeps SimPy's queue). The flow network, and networks that price an op at
+nothing (a transfer that ends in the call that starts it), run on SimPy's queue.
+
 Speed: a stream (:class:`~simtrain.engine.streams.Stream`) walks op ids over the program's columns
 (:class:`~simtrain.workload.program.OpTable`); its bound methods are the callbacks of its wake-ups
 (it is not a SimPy process), so an op whose dependencies are done costs one event, and a finished
@@ -69,8 +75,9 @@ class _Run:
     starts: list[float]
     ends: list[float]
 
-    def __init__(self, program: Program, network: NetworkModel, max_events: int, comm_interference: float):
-        self.prog, self.net, self.max_events = program, network, max_events
+    def __init__(self, program: Program, network: NetworkModel, max_events: int, comm_interference: float,
+                 compiled: bool = True):
+        self.prog, self.net, self.max_events, self.compiled = program, network, max_events, compiled
         self.interference, self.slow_factor = comm_interference, 1.0 + comm_interference
         table = program.ops  # the columns the streams read
         self.dep0, self.dep1, self.more, self.comm = table.dep0, table.dep1, table.more, table.comm
@@ -87,9 +94,7 @@ class _Run:
         self.ends.append(now)
         self.executed += 1
         if self.executed > self.max_events:
-            raise SimulationError(
-                f"event budget exhausted: more than max_events={self.max_events} operations ran; "
-                f"raise --max-events or simulate fewer micro-batches (smaller --gbs)")
+            raise _budget_error(self.max_events)
         waiter = self.waiting[i]
         if waiter is not None:
             self.waiting[i] = None
@@ -234,6 +239,8 @@ class _Run:
         self.executed, self.resuming = 0, False
         self.ready: deque[Stream] = deque()  # streams to resume once the current one waits
         self.net.prepare(prog, lambda: env.now)
+        if self.compiled and (result := _run_compiled(self)) is not None:
+            return result
         env.process(self.network_process())
         streams = [Stream(self, rank, ids) for (rank, _), ids in sorted(prog.order.items())]
         self.compute = {s.rank: s for (key, s) in zip(sorted(prog.order), streams) if key[1] == STREAM["compute"]}
@@ -260,6 +267,30 @@ class _Run:
             (f"; ... {len(parts) - 16} more" if len(parts) > 16 else "")
 
 
+def _run_compiled(run: _Run) -> RunResult | None:
+    """The run as :mod:`~simtrain.engine.compiled`'s loop makes it, where the network prices every
+    op up front (else None). numba is imported only here, where a run needs it."""
+    from simtrain.engine import compiled
+    from simtrain.engine.priced import prices, run_priced
+    prog = run.prog
+    priced = prices(prog, run.net)
+    if priced is None:
+        return None
+    price, comm_ids = priced
+    rec = run_priced(prog, price, comm_ids, run.max_events, run.interference)
+    if rec.status == compiled.BUDGET:
+        raise _budget_error(run.max_events)
+    if rec.status == compiled.RAN_TWICE:
+        raise AssertionError(f"op ran twice: {prog.ops[rec.status_op].label()}")
+    run.finished = rec.finished  # type: ignore[assignment]  # (read as booleans)
+    if not rec.finished.all():
+        raise SimulationError(run._deadlock_message())
+    timeline = program_timeline(prog.ops, rec.rows, rec.starts, rec.ends)
+    check_spans(prog, rec.rows, rec.starts, rec.ends)
+    run.net.check()
+    return RunResult(timeline, rec.executed, rec.slowdown_s)
+
+
 class _CollectiveEnd:
     """Callback: a collective ended on every member (in the order they arrived)."""
 
@@ -273,6 +304,11 @@ class _CollectiveEnd:
         for s in self.members:
             run.running(s.rank, -1)
             s.comm_done(now)
+
+
+def _budget_error(max_events: int) -> SimulationError:
+    return SimulationError(f"event budget exhausted: more than max_events={max_events} operations ran; "
+                           f"raise --max-events or simulate fewer micro-batches (smaller --gbs)")
 
 
 def _drain(env: simpy.Environment, queue: Queue) -> None:
@@ -292,7 +328,9 @@ def _drain(env: simpy.Environment, queue: Queue) -> None:
 
 
 def run(program: Program, network: NetworkModel, max_events: int = DEFAULT_MAX_EVENTS,
-        comm_interference: float = 0.0) -> RunResult:
+        comm_interference: float = 0.0, compiled: bool = True) -> RunResult:
     """Simulate ``program`` on ``network``, compute slowed by ``comm_interference`` while communication
-    runs beside it; returns the timeline, the ops run and the compute time communication added per rank."""
-    return _Run(program, network, max_events, comm_interference).run()
+    runs beside it; returns the timeline, the ops run and the compute time communication added per rank.
+    Where the network prices every op up front, the run is :mod:`~simtrain.engine.compiled`'s loop
+    (the same spans); ``compiled=False`` runs it on SimPy's event queue all the same."""
+    return _Run(program, network, max_events, comm_interference, compiled).run()

@@ -1,0 +1,398 @@
+"""The run of a program whose every communication op is priced up front, as one compiled loop.
+
+The loop makes the moves :mod:`~simtrain.engine.simulator` and :mod:`~simtrain.engine.streams`
+make, in the same order: streams start their ops in program order when their dependencies are
+done, a collective starts when its last simulated member arrives, transfers to one receiver run
+one at a time in the order they were ready, and compute re-plans its end when communication
+starts or ends on its rank. Its event queue holds one entry per stream (the end of the op the
+stream runs; a collective's end sits on the stream of its last member), ordered as SimPy orders
+events: by time, then by the order they were queued. A re-planned end replaces its stream's
+entry, where SimPy skips the superseded event when it comes. So the spans, their order and every
+floating-point operation are the SimPy engine's; the tests hold both equal.
+
+The loop's program and state are two flat arrays, ``I`` (int64) and ``F`` (float64), each named
+array at the offset ``o[K_name]`` (:data:`INTS`, :data:`FLOATS`; laid out by
+:func:`simtrain.engine.priced.run_priced`): a call between the loop's functions passes three
+arrays, where a tuple of its 50 arrays made each call cost more than the SimPy engine's event.
+Per op: ``dep0``/``dep1`` (the first two dependencies; ``dep1`` indexes ``more_ptr`` where
+``dep0`` is -2), ``cls``, ``need`` (simulated members), ``peer`` (the receiver's rank index),
+``coll`` (the collective's key index), ``dur`` and ``price`` (s). Per stream (``ptr`` into
+``ops``): its position, op, start, work left and speed. Compiled by numba once per installation
+(``cache=True``) and loaded after.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+COMPUTE, P2P, COLLECTIVE = 0, 1, 2  # op classes (the ``cls`` column)
+EV_COMPUTE, EV_SOLO, EV_P2P, EV_COLL = 0, 1, 2, 3  # what a stream's queued end is
+OK, RAN_TWICE, BUDGET = 0, 1, 2  # the run's status
+# registers (``reg``): ready queue head and count, resuming, ops finished, spans recorded, events
+# queued, queue size, status, instances started, the op of the status
+#: the arrays held in ``I`` (ints) and ``F`` (floats), each at the offset ``o[K_name]``
+K_ptr = 0
+K_ops = 1
+K_srank = 2
+K_comp = 3
+K_cls = 4
+K_dep0 = 5
+K_dep1 = 6
+K_more_ptr = 7
+K_more_ids = 8
+K_need = 9
+K_peer = 10
+K_coll = 11
+K_key_off = 12
+K_heap = 13
+K_hpos = 14
+K_hs = 15
+K_htype = 16
+K_harg = 17
+K_reg = 18
+K_finished = 19
+K_sop = 20
+K_evalid = 21
+K_active = 22
+K_whead = 23
+K_wnext = 24
+K_rows = 25
+K_rq = 26
+K_pend_cnt = 27
+K_pend = 28
+K_inst_mem = 29
+K_inst_off = 30
+K_spos = 31
+K_wtail = 32
+K_qhead = 33
+K_qtail = 34
+K_qnext = 35
+K_qexists = 36
+K_scratch = 37
+K_dur = 38
+K_price = 39
+K_ht = 40
+K_send = 41
+K_sleft = 42
+K_st0 = 43
+K_sslow = 44
+K_starts = 45
+K_ends = 46
+K_sstart = 47
+K_slowdown = 48
+K_interference = 49
+K_factor = 50
+K_max_events = 51
+K_cap = 52
+K_nstreams = 53
+K_COUNT = 54
+INTS = ('ptr', 'ops', 'srank', 'comp', 'cls', 'dep0', 'dep1', 'more_ptr', 'more_ids', 'need', 'peer', 'coll', 'key_off', 'heap', 'hpos', 'hs', 'htype', 'harg', 'reg', 'finished', 'sop', 'evalid', 'active', 'whead', 'wnext', 'rows', 'rq', 'pend_cnt', 'pend', 'inst_mem', 'inst_off', 'spos', 'wtail', 'qhead', 'qtail', 'qnext', 'qexists', 'scratch')
+FLOATS = ('dur', 'price', 'ht', 'send', 'sleft', 'st0', 'sslow', 'starts', 'ends', 'sstart', 'slowdown')
+R_HEAD, R_COUNT, R_RESUMING, R_EXEC, R_REC, R_SEQ, R_SIZE, R_STATUS, R_INST, R_OP = range(10)
+
+
+@njit(cache=True)
+def _less(I: np.ndarray, F: np.ndarray, o: np.ndarray, a: int, b: int) -> bool:
+    """Stream ``a``'s queued end comes before ``b``'s: earlier, or as early and queued first."""
+    ta, tb = F[o[K_ht] + a], F[o[K_ht] + b]
+    return bool(ta < tb or (ta == tb and I[o[K_hs] + a] < I[o[K_hs] + b]))
+
+
+@njit(cache=True)
+def _sift_up(I: np.ndarray, F: np.ndarray, o: np.ndarray, k: int) -> None:
+    s = I[o[K_heap] + k]
+    while k > 0:
+        p = (k - 1) >> 1
+        q = I[o[K_heap] + p]
+        if _less(I, F, o, s, q):
+            I[o[K_heap] + k] = q
+            I[o[K_hpos] + q] = k
+            k = p
+        else:
+            break
+    I[o[K_heap] + k] = s
+    I[o[K_hpos] + s] = k
+
+
+@njit(cache=True)
+def _sift_down(I: np.ndarray, F: np.ndarray, o: np.ndarray, k: int, size: int) -> None:
+    s = I[o[K_heap] + k]
+    while True:
+        c = 2 * k + 1
+        if c >= size:
+            break
+        if c + 1 < size and _less(I, F, o, I[o[K_heap] + c + 1], I[o[K_heap] + c]):
+            c += 1
+        q = I[o[K_heap] + c]
+        if _less(I, F, o, q, s):
+            I[o[K_heap] + k] = q
+            I[o[K_hpos] + q] = k
+            k = c
+        else:
+            break
+    I[o[K_heap] + k] = s
+    I[o[K_hpos] + s] = k
+
+
+@njit(cache=True)
+def _queue(I: np.ndarray, F: np.ndarray, o: np.ndarray, s: int, t: float, kind: int, arg: int) -> None:
+    """Queue (or re-queue) stream ``s``'s end at ``t``, numbered after every event queued so far."""
+    F[o[K_ht] + s] = t
+    I[o[K_hs] + s] = I[o[K_reg] + R_SEQ]
+    I[o[K_reg] + R_SEQ] += 1
+    I[o[K_htype] + s] = kind
+    I[o[K_harg] + s] = arg
+    k = I[o[K_hpos] + s]
+    if k < 0:
+        k = I[o[K_reg] + R_SIZE]
+        I[o[K_reg] + R_SIZE] += 1
+        I[o[K_heap] + k] = s
+        I[o[K_hpos] + s] = k
+        _sift_up(I, F, o, k)
+    else:
+        _sift_up(I, F, o, k)
+        _sift_down(I, F, o, I[o[K_hpos] + s], I[o[K_reg] + R_SIZE])
+
+
+@njit(cache=True)
+def _pop(I: np.ndarray, F: np.ndarray, o: np.ndarray) -> int:
+    s = I[o[K_heap] + 0]
+    I[o[K_reg] + R_SIZE] -= 1
+    size = I[o[K_reg] + R_SIZE]
+    I[o[K_hpos] + s] = -1
+    if size > 0:
+        I[o[K_heap] + 0] = I[o[K_heap] + size]
+        I[o[K_hpos] + I[o[K_heap] + 0]] = 0
+        _sift_down(I, F, o, 0, size)
+    return int(s)
+
+
+@njit(cache=True)
+def _replan(I: np.ndarray, F: np.ndarray, o: np.ndarray, s: int, now: float) -> None:
+    """As :meth:`Stream.replan`: the running compute op re-plans its end at the rank's new speed."""
+    if F[o[K_send] + s] == now:
+        return
+    x = F[o[K_sleft] + s] - (now - F[o[K_st0] + s]) / F[o[K_sslow] + s]
+    F[o[K_sleft] + s] = x if x > 0.0 else 0.0
+    F[o[K_st0] + s] = now
+    F[o[K_sslow] + s] = F[o[K_factor]] if I[o[K_active] + I[o[K_srank] + s]] > 0 else 1.0
+    F[o[K_send] + s] = now + F[o[K_sleft] + s] * F[o[K_sslow] + s]
+    _queue(I, F, o, s, F[o[K_send] + s], EV_COMPUTE, 0)
+
+
+@njit(cache=True)
+def _running(I: np.ndarray, F: np.ndarray, o: np.ndarray, rank: int, delta: int, now: float) -> None:
+    if F[o[K_interference]] <= 0:
+        return
+    I[o[K_active] + rank] += delta
+    c = I[o[K_comp] + rank]
+    if c >= 0 and I[o[K_evalid] + c]:
+        _replan(I, F, o, c, now)
+
+
+@njit(cache=True)
+def _record(I: np.ndarray, F: np.ndarray, o: np.ndarray, row: int, start: float, now: float) -> None:
+    k = I[o[K_reg] + R_REC]
+    I[o[K_rows] + k] = row
+    F[o[K_starts] + k] = start
+    F[o[K_ends] + k] = now
+    I[o[K_reg] + R_REC] = k + 1
+
+
+@njit(cache=True)
+def _finish(I: np.ndarray, F: np.ndarray, o: np.ndarray, i: int, start: float, now: float) -> int:
+    """Op ``i`` ends: record it and hand on its waiters, to the ready queue inside a resumption,
+    else into ``scratch`` (their count returned) for the caller to resume one after another."""
+    if I[o[K_finished] + i]:
+        I[o[K_reg] + R_STATUS] = RAN_TWICE
+        I[o[K_reg] + R_OP] = i
+        return 0
+    I[o[K_finished] + i] = 1
+    _record(I, F, o, i, start, now)
+    I[o[K_reg] + R_EXEC] += 1
+    if I[o[K_reg] + R_EXEC] > I[o[K_max_events]] and I[o[K_reg] + R_STATUS] == OK:
+        I[o[K_reg] + R_STATUS] = BUDGET
+    w = I[o[K_whead] + i]
+    I[o[K_whead] + i] = -1
+    n = 0
+    cap = o[K_cap]
+    while w >= 0:
+        nw = I[o[K_wnext] + w]
+        if I[o[K_reg] + R_RESUMING]:
+            I[o[K_rq] + (I[o[K_reg] + R_HEAD] + I[o[K_reg] + R_COUNT]) % cap] = w
+            I[o[K_reg] + R_COUNT] += 1
+        else:
+            I[o[K_scratch] + n] = w
+            n += 1
+        w = nw
+    return n
+
+
+@njit(cache=True)
+def _start_p2p(I: np.ndarray, F: np.ndarray, o: np.ndarray, s: int, op: int, now: float) -> None:
+    I[o[K_sop] + s] = op
+    F[o[K_sstart] + s] = now
+    _running(I, F, o, I[o[K_srank] + s], 1, now)
+    _running(I, F, o, I[o[K_peer] + op], 1, now)
+    _queue(I, F, o, s, now + F[o[K_price] + op], EV_P2P, 0)
+
+
+@njit(cache=True)
+def _arrive(I: np.ndarray, F: np.ndarray, o: np.ndarray, s: int, op: int, now: float) -> None:
+    """As :meth:`_Run.arrive`: the last member starts the collective on every member."""
+    nd = I[o[K_need] + op]
+    if nd == 1:
+        I[o[K_sop] + s] = op
+        F[o[K_sstart] + s] = now
+        _running(I, F, o, I[o[K_srank] + s], 1, now)
+        _queue(I, F, o, s, now + F[o[K_price] + op], EV_SOLO, 0)
+        return
+    k = I[o[K_coll] + op]
+    I[o[K_pend] + I[o[K_key_off] + k] + I[o[K_pend_cnt] + k]] = s
+    I[o[K_pend_cnt] + k] += 1
+    if I[o[K_pend_cnt] + k] < nd:
+        return
+    I[o[K_pend_cnt] + k] = 0
+    inst = I[o[K_reg] + R_INST]
+    I[o[K_reg] + R_INST] += 1
+    base = I[o[K_inst_off] + inst]
+    I[o[K_inst_off] + inst + 1] = base + nd
+    for j in range(nd):
+        m = I[o[K_pend] + I[o[K_key_off] + k] + j]
+        I[o[K_inst_mem] + base + j] = m
+        I[o[K_sop] + m] = I[o[K_ops] + I[o[K_ptr] + m] + I[o[K_spos] + m]]
+        F[o[K_sstart] + m] = now
+        _running(I, F, o, I[o[K_srank] + m], 1, now)
+    _queue(I, F, o, s, now + F[o[K_price] + op], EV_COLL, inst)
+
+
+@njit(cache=True)
+def _next(I: np.ndarray, F: np.ndarray, o: np.ndarray, s: int, now: float) -> None:
+    """As :meth:`Stream.next`: start ops until one has to wait."""
+    length = I[o[K_ptr] + s + 1] - I[o[K_ptr] + s]
+    while I[o[K_spos] + s] < length:
+        op = I[o[K_ops] + I[o[K_ptr] + s] + I[o[K_spos] + s]]
+        d = I[o[K_dep0] + op]
+        if d >= 0:
+            if I[o[K_finished] + d]:
+                d = I[o[K_dep1] + op]
+                if d >= 0 and I[o[K_finished] + d]:
+                    d = -1
+        elif d == -2:
+            k = I[o[K_dep1] + op]
+            d = -1
+            for j in range(I[o[K_more_ptr] + k], I[o[K_more_ptr] + k + 1]):
+                if not I[o[K_finished] + I[o[K_more_ids] + j]]:
+                    d = I[o[K_more_ids] + j]
+                    break
+        if d >= 0:
+            I[o[K_wnext] + s] = -1
+            if I[o[K_whead] + d] < 0:
+                I[o[K_whead] + d] = s
+            else:
+                I[o[K_wnext] + I[o[K_wtail] + d]] = s
+            I[o[K_wtail] + d] = s
+            return
+        c = I[o[K_cls] + op]
+        if c == COMPUTE:
+            delay = F[o[K_dur] + op]
+            if delay > 0:
+                I[o[K_sop] + s] = op
+                F[o[K_sstart] + s] = now
+                if F[o[K_interference]] > 0:
+                    F[o[K_sleft] + s] = delay
+                    F[o[K_st0] + s] = now
+                    sl = F[o[K_factor]] if I[o[K_active] + I[o[K_srank] + s]] > 0 else 1.0
+                    F[o[K_sslow] + s] = sl
+                    delay *= sl
+                F[o[K_send] + s] = now + delay
+                I[o[K_evalid] + s] = 1
+                _queue(I, F, o, s, F[o[K_send] + s], EV_COMPUTE, 0)
+                return
+            I[o[K_spos] + s] += 1
+            _finish(I, F, o, op, now, now)
+        elif c == P2P:
+            p = I[o[K_peer] + op]
+            if not I[o[K_qexists] + p]:
+                I[o[K_qexists] + p] = 1
+                I[o[K_qhead] + p] = -1
+                _start_p2p(I, F, o, s, op, now)
+            else:
+                I[o[K_qnext] + s] = -1
+                if I[o[K_qhead] + p] < 0:
+                    I[o[K_qhead] + p] = s
+                else:
+                    I[o[K_qnext] + I[o[K_qtail] + p]] = s
+                I[o[K_qtail] + p] = s
+            return
+        else:
+            _arrive(I, F, o, s, op, now)
+            return
+
+
+@njit(cache=True)
+def _cascade(I: np.ndarray, F: np.ndarray, o: np.ndarray, s: int, now: float) -> None:
+    """As :meth:`_Run.resume` outside a resumption: ``s`` and then every stream it readied."""
+    cap = o[K_cap]
+    I[o[K_reg] + R_RESUMING] = 1
+    _next(I, F, o, s, now)
+    while I[o[K_reg] + R_COUNT] > 0:
+        x = I[o[K_rq] + I[o[K_reg] + R_HEAD]]
+        I[o[K_reg] + R_HEAD] = (I[o[K_reg] + R_HEAD] + 1) % cap
+        I[o[K_reg] + R_COUNT] -= 1
+        _next(I, F, o, x, now)
+    I[o[K_reg] + R_RESUMING] = 0
+
+
+@njit(cache=True)
+def _comm_done(I: np.ndarray, F: np.ndarray, o: np.ndarray, s: int, now: float) -> None:
+    I[o[K_spos] + s] += 1
+    n = _finish(I, F, o, I[o[K_sop] + s], F[o[K_sstart] + s], now)
+    for j in range(n):
+        _cascade(I, F, o, I[o[K_scratch] + j], now)
+    _cascade(I, F, o, s, now)
+
+
+@njit(cache=True)
+def run_loop(I: np.ndarray, F: np.ndarray, o: np.ndarray) -> None:
+    """Run every stream to its end; the status (:data:`OK` or the error) is ``I[o[K_reg] + R_STATUS]``."""
+    nstreams = o[K_nstreams]
+    for s in range(nstreams):
+        _cascade(I, F, o, s, 0.0)
+        if I[o[K_reg] + R_STATUS] != OK:
+            return
+    while I[o[K_reg] + R_SIZE] > 0:
+        s = _pop(I, F, o)
+        now = F[o[K_ht] + s]
+        kind = I[o[K_htype] + s]
+        if kind == EV_COMPUTE:
+            I[o[K_evalid] + s] = 0
+            op = I[o[K_sop] + s]
+            if F[o[K_interference]] > 0:
+                F[o[K_slowdown] + I[o[K_srank] + s]] += (now - F[o[K_sstart] + s]) - F[o[K_dur] + op]
+            _comm_done(I, F, o, s, now)
+        elif kind == EV_SOLO:
+            _running(I, F, o, I[o[K_srank] + s], -1, now)
+            _comm_done(I, F, o, s, now)
+        elif kind == EV_P2P:
+            op = I[o[K_sop] + s]
+            p = I[o[K_peer] + op]
+            _running(I, F, o, I[o[K_srank] + s], -1, now)
+            _running(I, F, o, p, -1, now)
+            _record(I, F, o, ~op, F[o[K_sstart] + s], now)
+            _comm_done(I, F, o, s, now)
+            q = I[o[K_qhead] + p]
+            if q >= 0:
+                I[o[K_qhead] + p] = I[o[K_qnext] + q]
+                _start_p2p(I, F, o, q, I[o[K_ops] + I[o[K_ptr] + q] + I[o[K_spos] + q]], now)
+            else:
+                I[o[K_qexists] + p] = 0
+        else:
+            inst = I[o[K_harg] + s]
+            for j in range(I[o[K_inst_off] + inst], I[o[K_inst_off] + inst + 1]):
+                m = I[o[K_inst_mem] + j]
+                _running(I, F, o, I[o[K_srank] + m], -1, now)
+                _comm_done(I, F, o, m, now)
+        if I[o[K_reg] + R_STATUS] != OK:
+            return

@@ -1,0 +1,141 @@
+"""The compiled loop makes the SimPy engine's moves: the same spans, in the same order, the same
+operations counted and the same compute time added by communication, on lowered programs of
+every kind of op (transfers queued for a receiver, collectives of several simulated members,
+folded ones, interference re-plans) and on hand-made ones."""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import pytest
+
+from simtrain import api
+from simtrain.engine import simulator as engine
+from simtrain.errors import SimulationError
+from simtrain.network.fixed import FixedLatency
+from simtrain.workload.program import KIND, STREAM, Op, Program
+
+CASES = {
+    "1f1b": dict(model="llama3-70b", topology="seed-h100", gpus=64, tp=8, pp=4, dp=2, seq=8192, gbs=16,
+                 schedule="1f1b"),
+    "zb-h1": dict(model="llama3-70b", topology="seed-h100", gpus=64, tp=8, pp=4, dp=2, seq=8192, gbs=16,
+                  schedule="zb-h1"),
+    "dualpipe-moe": dict(model="mixtral-8x7b", topology="h100-ib", gpus=16, tp=2, pp=2, ep=4, seq=2048, gbs=16,
+                         schedule="dualpipe"),
+    "interleaved-unfolded": dict(model="llama3-8b", topology="h100-ib", gpus=32, tp=2, pp=4, seq=2048, gbs=16,
+                                 schedule="interleaved-1f1b", vpp=2, fold=False),
+    "zb-v-zero3": dict(model="llama3-8b", topology="h100-ib", gpus=16, tp=2, pp=4, seq=2048, gbs=8, schedule="zb-v",
+                       zero=3),
+}
+
+
+def _both(monkeypatch, spec):
+    """The run of ``spec`` through the compiled loop and through SimPy's event queue."""
+    runs = {}
+    plain = engine.run
+
+    def run(program, network, **kw):
+        runs["simpy"] = plain(program, network, compiled=False, **kw)
+        runs["compiled"] = out = plain(program, network, compiled=True, **kw)
+        return out
+
+    monkeypatch.setattr(engine, "run", run)
+    api.simulate(api.resolve(spec))
+    return runs["compiled"], runs["simpy"]
+
+
+def _same(a, b):
+    assert a.num_events == b.num_events and a.slowdown_s == b.slowdown_s
+    ta, tb = a.timeline, b.timeline
+    assert ta.names == tb.names and list(ta.cols) == list(tb.cols)
+    for name, col in ta.cols.items():
+        assert col.dtype == tb.cols[name].dtype and np.array_equal(col, tb.cols[name]), name
+
+
+@pytest.mark.quick
+@pytest.mark.parametrize("name", list(CASES))
+def test_the_compiled_loop_gives_the_simpy_engines_timeline(name, monkeypatch):
+    compiled, simpy_run = _both(monkeypatch, CASES[name])
+    assert compiled.num_events > 0
+    _same(compiled, simpy_run)
+
+
+class HalfSecond(FixedLatency):
+    """Every transfer and collective takes 0.5 s (priced up front)."""
+
+    def __init__(self):
+        super().__init__(0.5)
+
+    def collective_time(self, op, gpus, nbytes):
+        return 0.5
+
+
+def _op(prog, rank, stream, name, deps=(), duration=1.0, **kw):
+    return prog.add(Op(0, rank, STREAM[stream], KIND["F"], name, 0, -1, -1, duration_s=duration,
+                       deps=list(deps), **kw))
+
+
+def _hand_program():
+    """Two transfers queued for one receiver, an op with three dependencies, an instant op, a
+    collective of two members and compute slowed beside them."""
+    prog = Program()
+    prog.rank_weight = {0: 1, 1: 1, 2: 1}
+    prog.group_sets = [((0, 1),), ((0, 2),), ((1, 2),)]
+    a = _op(prog, 0, "compute", "a", duration=1.0)
+    b = _op(prog, 1, "compute", "b", duration=0.5)
+    z = _op(prog, 2, "compute", "z", duration=0.0)
+    s1 = prog.add(Op(0, 0, STREAM["pp_send"], KIND["pp"], "s1", 0, -1, 0, nbytes=1.0, comm="p2p", group_set=1,
+                     peer=2, deps=[a.id]))
+    s2 = prog.add(Op(0, 1, STREAM["pp_send"], KIND["pp"], "s2", 0, -1, 0, nbytes=1.0, comm="p2p", group_set=2,
+                     peer=2, deps=[b.id]))
+    for rank, dep in ((0, a.id), (1, b.id)):
+        prog.add(Op(0, rank, STREAM["tp"], KIND["tp"], "ar", 0, -1, -1, nbytes=4.0, comm="all_reduce",
+                    group_set=0, key=("k",), deps=[dep]))
+    _op(prog, 2, "compute", "c", deps=[s1.id, s2.id, z.id], duration=2.0)
+    _op(prog, 0, "compute", "d", duration=3.0)
+    return prog
+
+
+@pytest.mark.quick
+@pytest.mark.parametrize("interference", [0.0, 0.3])
+def test_hand_made_program_runs_alike(interference):
+    runs = [engine.run(_hand_program(), HalfSecond(), comm_interference=interference, compiled=c)
+            for c in (True, False)]
+    _same(*runs)
+    tl = runs[0].timeline
+    recv = tl.spans(tl.mask(stream="pp_recv"))
+    assert len(recv) == 2 and recv[0].end_s <= recv[1].start_s  # one at a time
+    c = [x for x in tl.spans(tl.mask(rank=2, stream="compute")) if x.name == "c"][0]
+    assert c.start_s == max(s.end_s for s in recv)
+
+
+@pytest.mark.quick
+def test_errors_are_the_simpy_engines():
+    prog = Program()
+    prog.rank_weight = {0: 1, 1: 1}
+    a = _op(prog, 0, "compute", "a", deps=[1])
+    _op(prog, 1, "compute", "b", deps=[a.id])
+    messages = []
+    for compiled in (True, False):
+        with pytest.raises(SimulationError, match="deadlock") as err:
+            engine.run(prog, HalfSecond(), compiled=compiled)
+        messages.append(str(err.value))
+    assert messages[0] == messages[1]
+    for compiled in (True, False):
+        with pytest.raises(SimulationError, match="max_events=3"):
+            engine.run(_hand_program(), HalfSecond(), max_events=3, compiled=compiled)
+
+
+@pytest.mark.quick
+def test_the_engine_module_runs_priced_programs_compiled(monkeypatch):
+    """``engine.run`` takes the compiled loop where every op is priced up front (the test above
+    would compare the SimPy engine with itself otherwise)."""
+    calls = []
+    from simtrain.engine import priced
+    monkeypatch.setattr(priced, "run_priced", functools.partial(lambda f, *a, **k: calls.append(1) or f(*a, **k),
+                                                                priced.run_priced))
+    engine.run(_hand_program(), HalfSecond())
+    engine.run(_hand_program(), HalfSecond(), compiled=False)
+    engine.run(_hand_program(), FixedLatency())  # collectives free: the SimPy engine
+    assert calls == [1]
