@@ -21,8 +21,8 @@ the network's transfer steps, and one network process wakes the ops whose tokens
 
 Where the network prices every op up front (its ``fixed_duration`` answers a positive price for
 each), the run is :mod:`~simtrain.engine.compiled`'s loop instead: the same moves in the same
-order over the program's columns, compiled, with the same spans, checks and errors
-(``compiled=False`` keeps SimPy's queue). The flow network, and networks that price an op at
+order over the program's columns, compiled, with the same spans, checks and errors; by default
+only for programs of :data:`COMPILED_MIN_OPS` ops or more, where it pays for numba's start-up. The flow network, and networks that price an op at
 nothing (a transfer that ends in the call that starts it), run on SimPy's queue.
 
 Speed: a stream (:class:`~simtrain.engine.streams.Stream`) walks op ids over the program's columns
@@ -56,6 +56,10 @@ from simtrain.engine.streams import Callback, Queue, Stream, Wake
 from simtrain.engine.timeline import Timeline, check_spans, program_timeline
 from simtrain.specs.budget import DEFAULT_MAX_EVENTS
 
+#: Programs this long or longer run compiled by default: numba's import and first call take about
+#: 0.6 s (measured on a 2-core machine), the SimPy engine 3-4 us per op, the compiled loop under 1 us.
+COMPILED_MIN_OPS = 200_000
+
 #: A network process: SimPy events it waits for, one after another.
 _Process = Generator[simpy.Event, object, None]
 
@@ -76,8 +80,9 @@ class _Run:
     ends: list[float]
 
     def __init__(self, program: Program, network: NetworkModel, max_events: int, comm_interference: float,
-                 compiled: bool = True):
-        self.prog, self.net, self.max_events, self.compiled = program, network, max_events, compiled
+                 compiled: bool | None = None):
+        self.prog, self.net, self.max_events = program, network, max_events
+        self.compiled = len(program.ops) >= COMPILED_MIN_OPS if compiled is None else compiled
         self.interference, self.slow_factor = comm_interference, 1.0 + comm_interference
         table = program.ops  # the columns the streams read
         self.dep0, self.dep1, self.more, self.comm = table.dep0, table.dep1, table.more, table.comm
@@ -328,9 +333,10 @@ def _drain(env: simpy.Environment, queue: Queue) -> None:
 
 
 def run(program: Program, network: NetworkModel, max_events: int = DEFAULT_MAX_EVENTS,
-        comm_interference: float = 0.0, compiled: bool = True) -> RunResult:
+        comm_interference: float = 0.0, compiled: bool | None = None) -> RunResult:
     """Simulate ``program`` on ``network``, compute slowed by ``comm_interference`` while communication
     runs beside it; returns the timeline, the ops run and the compute time communication added per rank.
-    Where the network prices every op up front, the run is :mod:`~simtrain.engine.compiled`'s loop
-    (the same spans); ``compiled=False`` runs it on SimPy's event queue all the same."""
+    Where the network prices every op up front, the run of a program of :data:`COMPILED_MIN_OPS` ops
+    or more (``compiled=None``), or of any (``True``), is :mod:`~simtrain.engine.compiled`'s loop (the
+    same spans); ``compiled=False`` runs it on SimPy's event queue all the same."""
     return _Run(program, network, max_events, comm_interference, compiled).run()

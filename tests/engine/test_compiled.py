@@ -129,13 +129,17 @@ def test_errors_are_the_simpy_engines():
 
 @pytest.mark.quick
 def test_the_engine_module_runs_priced_programs_compiled(monkeypatch):
-    """``engine.run`` takes the compiled loop where every op is priced up front (the test above
-    would compare the SimPy engine with itself otherwise)."""
+    """``engine.run`` takes the compiled loop where every op is priced up front and it is asked to,
+    or the program is long enough (the tests above would compare the SimPy engine with itself
+    otherwise)."""
     calls = []
     from simtrain.engine import priced
     monkeypatch.setattr(priced, "run_priced", functools.partial(lambda f, *a, **k: calls.append(1) or f(*a, **k),
                                                                 priced.run_priced))
-    engine.run(_hand_program(), HalfSecond())
+    engine.run(_hand_program(), HalfSecond(), compiled=True)
     engine.run(_hand_program(), HalfSecond(), compiled=False)
-    engine.run(_hand_program(), FixedLatency())  # collectives free: the SimPy engine
-    assert calls == [1]
+    engine.run(_hand_program(), FixedLatency(), compiled=True)  # collectives free: the SimPy engine
+    engine.run(_hand_program(), HalfSecond())  # short: the SimPy engine
+    monkeypatch.setattr(engine, "COMPILED_MIN_OPS", 5)
+    engine.run(_hand_program(), HalfSecond())  # as long as the threshold: compiled
+    assert calls == [1, 1]
