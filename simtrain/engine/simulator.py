@@ -22,8 +22,9 @@ the network's transfer steps, and one network process wakes the ops whose tokens
 Where the network prices every op up front (its ``fixed_duration`` answers a positive price for
 each), the run is :mod:`~simtrain.engine.compiled`'s loop instead: the same moves in the same
 order over the program's columns, compiled, with the same spans, checks and errors; by default
-only for programs of :data:`COMPILED_MIN_OPS` ops or more, where it pays for numba's start-up. The flow network, and networks that price an op at
-nothing (a transfer that ends in the call that starts it), run on SimPy's queue.
+only for programs of :data:`COMPILED_MIN_OPS` ops or more, where it pays for numba's start-up.
+The flow network, and networks that price an op at nothing (a transfer that ends in the call
+that starts it), run on SimPy's queue.
 
 Speed: a stream (:class:`~simtrain.engine.streams.Stream`) walks op ids over the program's columns
 (:class:`~simtrain.workload.program.OpTable`); its bound methods are the callbacks of its wake-ups
