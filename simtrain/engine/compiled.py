@@ -26,6 +26,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from simtrain.workload.program import MORE
+
 COMPUTE, P2P, COLLECTIVE = 0, 1, 2  # op classes (the ``cls`` column)
 EV_COMPUTE, EV_SOLO, EV_P2P, EV_COLL = 0, 1, 2, 3  # what a stream's queued end is
 OK, RAN_TWICE, BUDGET = 0, 1, 2  # the run's status
@@ -279,7 +281,7 @@ def _next(I: np.ndarray, F: np.ndarray, o: np.ndarray, s: int, now: float) -> No
                 d = I[o[K_dep1] + op]
                 if d >= 0 and I[o[K_finished] + d]:
                     d = -1
-        elif d == -2:
+        elif d == MORE:
             k = I[o[K_dep1] + op]
             d = -1
             for j in range(I[o[K_more_ptr] + k], I[o[K_more_ptr] + k + 1]):

@@ -16,7 +16,7 @@ import numpy as np
 
 from simtrain.engine import compiled
 from simtrain.network.interface import NetworkModel
-from simtrain.workload.program import MORE, OpRef, Program
+from simtrain.workload.program import MORE, STREAM, OpRef, Program
 
 
 class Recorded(NamedTuple):
@@ -74,7 +74,7 @@ def run_priced(program: Program, price: np.ndarray, comm_ids: np.ndarray, max_ev
     peer[p2p] = dense[len(keys):]
     comp = np.full(len(ranks), -1, dtype=np.int64)
     for s, (_, stream) in enumerate(keys):
-        if stream == 0:  # STREAM["compute"]
+        if stream == STREAM["compute"]:
             comp[srank[s]] = s
     # collectives of several simulated members: their key as a dense id, and how many arrive
     need = np.ones(n, dtype=np.int64)

@@ -108,6 +108,8 @@ def test_hand_made_program_runs_alike(interference):
     assert len(recv) == 2 and recv[0].end_s <= recv[1].start_s  # one at a time
     c = [x for x in tl.spans(tl.mask(rank=2, stream="compute")) if x.name == "c"][0]
     assert c.start_s == max(s.end_s for s in recv)
+    if interference == 0:  # by hand: s2 ready at 0.5, s1 at 1.0 (0.5 s each), then c's 2 s
+        assert [(s.start_s, s.end_s) for s in recv] == [(0.5, 1.0), (1.0, 1.5)] and (c.start_s, c.end_s) == (1.5, 3.5)
 
 
 @pytest.mark.quick
