@@ -7,11 +7,14 @@ one at a time in the order they were ready, and compute re-plans its end when co
 starts or ends on its rank. Its event queue holds one entry per stream (the end of the op the
 stream runs; a collective's end sits on the stream of its last member), ordered as SimPy orders
 events: by time, then by the order they were queued. A re-planned end replaces its stream's
-entry, where SimPy skips the superseded event when it comes. So the spans, their order and every
+entry, where SimPy skips the superseded event when it comes. A communication op priced at nothing
+ends within the move that starts it, as the SimPy engine ends it within the call that starts it:
+inside a resumption, its waiters and its stream are queued to resume; a transfer that ends a
+priced one starts the receiver's next, and ends it too while it is free. So the spans, their order and every
 floating-point operation are the SimPy engine's; the tests hold both equal.
 
-The loop's program and state are two flat arrays, ``I`` (int64) and ``F`` (float64), each named
-array at the offset ``o[K_name]`` (:data:`INTS`, :data:`FLOATS`; laid out by
+The loop's program and state are two flat arrays, ``I`` (int32) and ``F`` (float64), each named
+array at the offset ``o[K_name]`` (:mod:`~simtrain.engine.loop_layout`; laid out by
 :func:`simtrain.engine.priced.run_priced`): a call between the loop's functions passes three
 arrays, where a tuple of its 50 arrays made each call cost more than the SimPy engine's event.
 Per op: ``dep0``/``dep1`` (the first two dependencies; ``dep1`` indexes ``more_ptr`` where
@@ -26,72 +29,16 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from simtrain.engine.loop_layout import (
+    COMPUTE, P2P, EV_COMPUTE, EV_SOLO, EV_P2P, EV_COLL, OK, RAN_TWICE, BUDGET, K_ptr, K_ops,
+    K_srank, K_comp, K_cls, K_dep0, K_dep1, K_more_ptr, K_more_ids, K_need, K_peer, K_coll, K_key_off, K_heap,
+    K_hpos, K_hs, K_htype, K_harg, K_reg, K_finished, K_sop, K_evalid, K_active, K_whead, K_wnext, K_rows,
+    K_rq, K_pend_cnt, K_pend, K_inst_mem, K_inst_off, K_spos, K_wtail, K_qhead, K_qtail, K_qnext, K_qexists,
+    K_scratch, K_dur, K_price, K_ht, K_send, K_sleft, K_st0, K_sslow, K_starts, K_ends, K_sstart, K_slowdown,
+    K_interference, K_factor, K_max_events, K_cap, K_nstreams, R_HEAD, R_COUNT,
+    R_RESUMING, R_EXEC, R_REC, R_SEQ, R_SIZE, R_STATUS, R_INST, R_OP)
 from simtrain.workload.program import MORE
 
-COMPUTE, P2P, COLLECTIVE = 0, 1, 2  # op classes (the ``cls`` column)
-EV_COMPUTE, EV_SOLO, EV_P2P, EV_COLL = 0, 1, 2, 3  # what a stream's queued end is
-OK, RAN_TWICE, BUDGET = 0, 1, 2  # the run's status
-# registers (``reg``): ready queue head and count, resuming, ops finished, spans recorded, events
-# queued, queue size, status, instances started, the op of the status
-#: the arrays held in ``I`` (ints) and ``F`` (floats), each at the offset ``o[K_name]``
-K_ptr = 0
-K_ops = 1
-K_srank = 2
-K_comp = 3
-K_cls = 4
-K_dep0 = 5
-K_dep1 = 6
-K_more_ptr = 7
-K_more_ids = 8
-K_need = 9
-K_peer = 10
-K_coll = 11
-K_key_off = 12
-K_heap = 13
-K_hpos = 14
-K_hs = 15
-K_htype = 16
-K_harg = 17
-K_reg = 18
-K_finished = 19
-K_sop = 20
-K_evalid = 21
-K_active = 22
-K_whead = 23
-K_wnext = 24
-K_rows = 25
-K_rq = 26
-K_pend_cnt = 27
-K_pend = 28
-K_inst_mem = 29
-K_inst_off = 30
-K_spos = 31
-K_wtail = 32
-K_qhead = 33
-K_qtail = 34
-K_qnext = 35
-K_qexists = 36
-K_scratch = 37
-K_dur = 38
-K_price = 39
-K_ht = 40
-K_send = 41
-K_sleft = 42
-K_st0 = 43
-K_sslow = 44
-K_starts = 45
-K_ends = 46
-K_sstart = 47
-K_slowdown = 48
-K_interference = 49
-K_factor = 50
-K_max_events = 51
-K_cap = 52
-K_nstreams = 53
-K_COUNT = 54
-INTS = ('ptr', 'ops', 'srank', 'comp', 'cls', 'dep0', 'dep1', 'more_ptr', 'more_ids', 'need', 'peer', 'coll', 'key_off', 'heap', 'hpos', 'hs', 'htype', 'harg', 'reg', 'finished', 'sop', 'evalid', 'active', 'whead', 'wnext', 'rows', 'rq', 'pend_cnt', 'pend', 'inst_mem', 'inst_off', 'spos', 'wtail', 'qhead', 'qtail', 'qnext', 'qexists', 'scratch')
-FLOATS = ('dur', 'price', 'ht', 'send', 'sleft', 'st0', 'sslow', 'starts', 'ends', 'sstart', 'slowdown')
-R_HEAD, R_COUNT, R_RESUMING, R_EXEC, R_REC, R_SEQ, R_SIZE, R_STATUS, R_INST, R_OP = range(10)
 
 
 @njit(cache=True)
@@ -203,6 +150,13 @@ def _record(I: np.ndarray, F: np.ndarray, o: np.ndarray, row: int, start: float,
 
 
 @njit(cache=True)
+def _push(I: np.ndarray, o: np.ndarray, s: int) -> None:
+    """Queue stream ``s`` to resume within the current resumption, after those queued before."""
+    I[o[K_rq] + (I[o[K_reg] + R_HEAD] + I[o[K_reg] + R_COUNT]) % o[K_cap]] = s
+    I[o[K_reg] + R_COUNT] += 1
+
+
+@njit(cache=True)
 def _finish(I: np.ndarray, F: np.ndarray, o: np.ndarray, i: int, start: float, now: float) -> int:
     """Op ``i`` ends: record it and hand on its waiters, to the ready queue inside a resumption,
     else into ``scratch`` (their count returned) for the caller to resume one after another."""
@@ -218,12 +172,10 @@ def _finish(I: np.ndarray, F: np.ndarray, o: np.ndarray, i: int, start: float, n
     w = I[o[K_whead] + i]
     I[o[K_whead] + i] = -1
     n = 0
-    cap = o[K_cap]
     while w >= 0:
         nw = I[o[K_wnext] + w]
         if I[o[K_reg] + R_RESUMING]:
-            I[o[K_rq] + (I[o[K_reg] + R_HEAD] + I[o[K_reg] + R_COUNT]) % cap] = w
-            I[o[K_reg] + R_COUNT] += 1
+            _push(I, o, w)
         else:
             I[o[K_scratch] + n] = w
             n += 1
@@ -232,12 +184,38 @@ def _finish(I: np.ndarray, F: np.ndarray, o: np.ndarray, i: int, start: float, n
 
 
 @njit(cache=True)
-def _start_p2p(I: np.ndarray, F: np.ndarray, o: np.ndarray, s: int, op: int, now: float) -> None:
+def _start_p2p(I: np.ndarray, F: np.ndarray, o: np.ndarray, s: int, op: int, now: float) -> bool:
+    """Stream ``s`` starts transfer ``op``; True where it takes no time (its end is the caller's)."""
     I[o[K_sop] + s] = op
     F[o[K_sstart] + s] = now
     _running(I, F, o, I[o[K_srank] + s], 1, now)
     _running(I, F, o, I[o[K_peer] + op], 1, now)
-    _queue(I, F, o, s, now + F[o[K_price] + op], EV_P2P, 0)
+    if F[o[K_price] + op] > 0:
+        _queue(I, F, o, s, now + F[o[K_price] + op], EV_P2P, 0)
+        return False
+    return True
+
+
+@njit(cache=True)
+def _transfer_over(I: np.ndarray, F: np.ndarray, o: np.ndarray, s: int, now: float) -> int:
+    """Stream ``s``'s transfer ends: both ranks' communication count drops and the receiver's span
+    is recorded (as :meth:`_Run.p2p_end` before the sender's op ends); the receiver's index."""
+    op = I[o[K_sop] + s]
+    p = I[o[K_peer] + op]
+    _running(I, F, o, I[o[K_srank] + s], -1, now)
+    _running(I, F, o, p, -1, now)
+    _record(I, F, o, ~op, F[o[K_sstart] + s], now)
+    return int(p)
+
+
+@njit(cache=True)
+def _ended(I: np.ndarray, F: np.ndarray, o: np.ndarray, s: int, now: float) -> None:
+    """Inside a resumption: stream ``s``'s communication op, priced at nothing, ends as it starts;
+    the streams waiting for it and then ``s`` resume after those queued before (as the SimPy
+    engine's ``comm_done`` does there)."""
+    I[o[K_spos] + s] += 1
+    _finish(I, F, o, I[o[K_sop] + s], F[o[K_sstart] + s], now)
+    _push(I, o, s)
 
 
 @njit(cache=True)
@@ -248,7 +226,11 @@ def _arrive(I: np.ndarray, F: np.ndarray, o: np.ndarray, s: int, op: int, now: f
         I[o[K_sop] + s] = op
         F[o[K_sstart] + s] = now
         _running(I, F, o, I[o[K_srank] + s], 1, now)
-        _queue(I, F, o, s, now + F[o[K_price] + op], EV_SOLO, 0)
+        if F[o[K_price] + op] > 0:
+            _queue(I, F, o, s, now + F[o[K_price] + op], EV_SOLO, 0)
+        else:
+            _running(I, F, o, I[o[K_srank] + s], -1, now)
+            _ended(I, F, o, s, now)
         return
     k = I[o[K_coll] + op]
     I[o[K_pend] + I[o[K_key_off] + k] + I[o[K_pend_cnt] + k]] = s
@@ -266,7 +248,13 @@ def _arrive(I: np.ndarray, F: np.ndarray, o: np.ndarray, s: int, op: int, now: f
         I[o[K_sop] + m] = I[o[K_ops] + I[o[K_ptr] + m] + I[o[K_spos] + m]]
         F[o[K_sstart] + m] = now
         _running(I, F, o, I[o[K_srank] + m], 1, now)
-    _queue(I, F, o, s, now + F[o[K_price] + op], EV_COLL, inst)
+    if F[o[K_price] + op] > 0:
+        _queue(I, F, o, s, now + F[o[K_price] + op], EV_COLL, inst)
+        return
+    for j in range(base, base + nd):
+        m = I[o[K_inst_mem] + j]
+        _running(I, F, o, I[o[K_srank] + m], -1, now)
+        _ended(I, F, o, m, now)
 
 
 @njit(cache=True)
@@ -319,7 +307,10 @@ def _next(I: np.ndarray, F: np.ndarray, o: np.ndarray, s: int, now: float) -> No
             if not I[o[K_qexists] + p]:
                 I[o[K_qexists] + p] = 1
                 I[o[K_qhead] + p] = -1
-                _start_p2p(I, F, o, s, op, now)
+                if _start_p2p(I, F, o, s, op, now):  # no time: its receiver queue is still empty
+                    _transfer_over(I, F, o, s, now)
+                    _ended(I, F, o, s, now)
+                    I[o[K_qexists] + p] = 0
             else:
                 I[o[K_qnext] + s] = -1
                 if I[o[K_qhead] + p] < 0:
@@ -377,19 +368,18 @@ def run_loop(I: np.ndarray, F: np.ndarray, o: np.ndarray) -> None:
         elif kind == EV_SOLO:
             _running(I, F, o, I[o[K_srank] + s], -1, now)
             _comm_done(I, F, o, s, now)
-        elif kind == EV_P2P:
-            op = I[o[K_sop] + s]
-            p = I[o[K_peer] + op]
-            _running(I, F, o, I[o[K_srank] + s], -1, now)
-            _running(I, F, o, p, -1, now)
-            _record(I, F, o, ~op, F[o[K_sstart] + s], now)
-            _comm_done(I, F, o, s, now)
-            q = I[o[K_qhead] + p]
-            if q >= 0:
+        elif kind == EV_P2P:  # then the receiver's next transfers, while they take no time
+            while True:
+                p = _transfer_over(I, F, o, s, now)
+                _comm_done(I, F, o, s, now)
+                q = I[o[K_qhead] + p]
+                if q < 0:
+                    I[o[K_qexists] + p] = 0
+                    break
                 I[o[K_qhead] + p] = I[o[K_qnext] + q]
-                _start_p2p(I, F, o, q, I[o[K_ops] + I[o[K_ptr] + q] + I[o[K_spos] + q]], now)
-            else:
-                I[o[K_qexists] + p] = 0
+                if not _start_p2p(I, F, o, q, I[o[K_ops] + I[o[K_ptr] + q] + I[o[K_spos] + q]], now):
+                    break
+                s = q
         else:
             inst = I[o[K_harg] + s]
             for j in range(I[o[K_inst_off] + inst], I[o[K_inst_off] + inst + 1]):

@@ -4,17 +4,18 @@ recorded spans out, as :mod:`~simtrain.engine.simulator` records them.
 
 The network is asked ``fixed_duration`` once per distinct (communication, group set, bytes), the
 key its own cache uses, before the run (the protocol's prices do not depend on the clock). Where
-it answers None (it times the op as the run unfolds) or 0 (the SimPy engine ends such an op
-within the call that starts it), the run is the SimPy engine's instead.
+it answers None (it times the op as the run unfolds), the run is the SimPy engine's instead. An op
+priced at nothing ends within the move that starts it, as in the SimPy engine.
 """
 
 from __future__ import annotations
 
+from itertools import compress, repeat
 from typing import Any, NamedTuple
 
 import numpy as np
 
-from simtrain.engine import compiled
+from simtrain.engine import compiled, loop_layout
 from simtrain.network.interface import NetworkModel
 from simtrain.workload.program import MORE, STREAM, OpRef, Program
 
@@ -25,32 +26,50 @@ class Recorded(NamedTuple):
     ends: np.ndarray
     executed: int
     finished: np.ndarray  # op id -> done (uint8)
-    status: int  # compiled.OK, RAN_TWICE or BUDGET
+    status: int  # loop_layout.OK, RAN_TWICE or BUDGET
     status_op: int
     slowdown_s: dict[int, float]
 
 
 def prices(program: Program, network: NetworkModel) -> tuple[np.ndarray, np.ndarray] | None:
-    """Each communication op's price (s) and the ids of those ops, or None where one has none."""
+    """Each op's price (s; 0 for compute) and its class (:data:`~simtrain.engine.loop_layout.COMPUTE`,
+    ``P2P`` or ``COLLECTIVE``, int8), or None where a communication op has no price up front. The
+    network is asked once per key, about the key's first op."""
     table = program.ops
-    comm, gsets, nbytes = table.comm, table.group_set, table.nbytes
-    ids = np.fromiter((i for i, c in enumerate(comm) if c is not None), dtype=np.int64)
-    price = np.zeros(len(table))
-    known: dict[tuple[str | None, int, float], float | None] = {}
-    for i in ids.tolist():
-        key = (comm[i], gsets[i], nbytes[i])
-        t = known.get(key, -1.0)
-        if t == -1.0:
-            t = known[key] = network.fixed_duration(OpRef(table, i))
-        if t is None or not t > 0:
+    n = len(table)
+    comm = table.comm
+    names = sorted({c for c in set(comm) if c is not None})
+    code: dict[str | None, int] = {None: 0}
+    code.update((c, k + 1) for k, c in enumerate(names))
+    codes = np.fromiter(map(code.__getitem__, comm), dtype=np.int8, count=n)
+    ids = np.flatnonzero(codes)
+    cls = np.zeros(n, dtype=np.int8)
+    cls[ids] = loop_layout.COLLECTIVE
+    if "p2p" in code:
+        cls[codes == code["p2p"]] = loop_layout.P2P
+    price = np.zeros(n)
+    if not len(ids):
+        return price, cls
+    gsets, nbytes, c = table.column("group_set")[ids], table.column("nbytes")[ids], codes[ids]
+    by_key = np.lexsort((nbytes, gsets, c))  # stable: a key's ops in id order
+    k = by_key
+    first = np.ones(len(k), dtype=bool)
+    first[1:] = (c[k][1:] != c[k][:-1]) | (gsets[k][1:] != gsets[k][:-1]) | (nbytes[k][1:] != nbytes[k][:-1])
+    group = np.cumsum(first) - 1
+    heads = ids[k[first]]
+    asked = np.zeros(len(heads))
+    for j, i in enumerate(heads.tolist()):
+        t = network.fixed_duration(OpRef(table, i))
+        if t is None:
             return None
-        price[i] = t
-    return price, ids
+        asked[j] = t
+    price[ids[k]] = asked[group]
+    return price, cls
 
 
-def run_priced(program: Program, price: np.ndarray, comm_ids: np.ndarray, max_events: int,
+def run_priced(program: Program, price: np.ndarray, cls: np.ndarray, max_events: int,
                comm_interference: float) -> Recorded:
-    """Run ``program`` with its communication ops lasting ``price`` (their ids ``comm_ids``)."""
+    """Run ``program`` with its ops priced and classed as :func:`prices` gives them."""
     table = program.ops
     n = len(table)
     keys = sorted(program.order)
@@ -59,41 +78,32 @@ def run_priced(program: Program, price: np.ndarray, comm_ids: np.ndarray, max_ev
     np.cumsum(lengths, out=ptr[1:])
     ops = np.concatenate([np.frombuffer(program.order[k], dtype=np.int32) for k in keys]) if keys \
         else np.zeros(0, np.int32)
-    peer_col = table.column("peer")
-    cls = np.zeros(n, dtype=np.int8)
-    comm = table.comm
-    p2p = np.array([i for i in comm_ids.tolist() if comm[i] == "p2p"], dtype=np.int64)
-    coll = np.setdiff1d(comm_ids, p2p, assume_unique=True)
-    cls[p2p] = compiled.P2P
-    cls[coll] = compiled.COLLECTIVE
+    p2p = np.flatnonzero(cls == loop_layout.P2P)
+    coll = np.flatnonzero(cls == loop_layout.COLLECTIVE)
     # ranks as dense indices: the streams' and the transfers' receivers
     stream_ranks = np.array([r for r, _ in keys], dtype=np.int64)
+    peer_col = table.column("peer")
     ranks, dense = np.unique(np.concatenate([stream_ranks, peer_col[p2p].astype(np.int64)]), return_inverse=True)
     srank = dense[:len(keys)].astype(np.int64)
-    peer = np.full(n, -1, dtype=np.int64)
+    peer = np.full(n, -1, dtype=np.int32)
     peer[p2p] = dense[len(keys):]
     comp = np.full(len(ranks), -1, dtype=np.int64)
     for s, (_, stream) in enumerate(keys):
         if stream == STREAM["compute"]:
             comp[srank[s]] = s
-    # collectives of several simulated members: their key as a dense id, and how many arrive
-    need = np.ones(n, dtype=np.int64)
-    coll_id = np.full(n, -1, dtype=np.int64)
-    members, key_col = program.members, table.key
-    key_ids: dict[object, int] = {}
-    needs: list[int] = []
-    for i in coll.tolist():
-        k = key_col[i]
-        m = members.get(k, 1)
-        if m > 1:
-            need[i] = m
-            j = key_ids.get(k)
-            if j is None:
-                j = key_ids[k] = len(needs)
-                needs.append(m)
-            coll_id[i] = j
-    key_off = np.zeros(len(needs) + 1, dtype=np.int64)
-    np.cumsum(np.asarray(needs, dtype=np.int64), out=key_off[1:])
+    # collectives of several simulated members: their key's index in ``members``, and how many arrive
+    members: dict[Any, int] = program.members
+    index = {k: j for j, k in enumerate(members)}
+    coll_keys: list[Any] = list(map(table.key.__getitem__, coll.tolist()))
+    m = np.fromiter(map(members.get, coll_keys, repeat(1)), dtype=np.int64, count=len(coll))
+    several = m > 1
+    need = np.ones(n, dtype=np.int32)
+    need[coll] = m
+    coll_id = np.full(n, -1, dtype=np.int32)
+    coll_id[coll[several]] = np.fromiter(map(index.__getitem__, compress(coll_keys, several.tolist())),
+                                         dtype=np.int64, count=int(several.sum()))
+    key_off = np.zeros(len(members) + 1, dtype=np.int64)
+    np.cumsum(np.fromiter(members.values(), dtype=np.int64, count=len(members)), out=key_off[1:])
     # dependencies: beyond two, the list's index in dep1 and the lists as one array
     dep0 = table.column("dep0")
     dep1 = table.column("dep1").copy()
@@ -111,29 +121,30 @@ def run_priced(program: Program, price: np.ndarray, comm_ids: np.ndarray, max_ev
     ints = dict(ptr=ptr, ops=ops, srank=srank, comp=comp, cls=cls, dep0=dep0, dep1=dep1, more_ptr=more_ptr,
                 more_ids=more_ids, need=need, peer=peer, coll=coll_id, key_off=key_off, heap=S, hpos=(S, -1),
                 hs=S, htype=S, harg=S, reg=10, finished=n, sop=S, evalid=S, active=R, whead=(n, -1),
-                wnext=(S, -1), rows=nrec, rq=S + 1, pend_cnt=len(needs), pend=int(key_off[-1]),
+                wnext=(S, -1), rows=nrec, rq=S + 1, pend_cnt=len(members), pend=int(key_off[-1]),
                 inst_mem=len(coll), inst_off=len(coll) + 1, spos=S, wtail=(n, -1), qhead=(R, -1),
-                qtail=(R, -1), qnext=(S, -1), qexists=R, scratch=S, max_events=np.array([max_events]))
+                qtail=(R, -1), qnext=(S, -1), qexists=R, scratch=S,
+                max_events=np.array([min(max_events, n)]))  # (no run executes more than its ops)
     floats = dict(dur=dur, price=price, ht=S, send=S, sleft=S, st0=S, sslow=(S, 1.0), starts=nrec, ends=nrec,
                   sstart=S, slowdown=R, interference=np.array([comm_interference]),
                   factor=np.array([1.0 + comm_interference]))
-    o = np.zeros(compiled.K_COUNT, np.int64)
-    I, F = _flat(ints, np.int64, o), _flat(floats, np.float64, o)
-    o[compiled.K_cap], o[compiled.K_nstreams] = S + 1, S
+    o = np.zeros(loop_layout.K_COUNT, np.int64)
+    I, F = _flat(ints, np.int32, o), _flat(floats, np.float64, o)
+    o[loop_layout.K_cap], o[loop_layout.K_nstreams] = S + 1, S
     compiled.run_loop(I, F, o)
 
     def col(a: np.ndarray, name: str, size: int) -> np.ndarray:
-        k = int(o[getattr(compiled, "K_" + name)])
+        k = int(o[getattr(loop_layout, "K_" + name)])
         return a[k:k + size]
     reg = col(I, "reg", 10)
-    k = int(reg[compiled.R_REC])
+    k = int(reg[loop_layout.R_REC])
     slow = {int(r): 0.0 for r in program.ranks}
     for j, r in enumerate(ranks.tolist()):
         if r in slow:
             slow[r] += float(col(F, "slowdown", R)[j])
-    return Recorded(col(I, "rows", k).copy(), col(F, "starts", k).copy(), col(F, "ends", k).copy(),
-                    int(reg[compiled.R_EXEC]), col(I, "finished", n).copy(), int(reg[compiled.R_STATUS]),
-                    int(reg[compiled.R_OP]), slow)
+    return Recorded(col(I, "rows", k).astype(np.int64), col(F, "starts", k).copy(), col(F, "ends", k).copy(),
+                    int(reg[loop_layout.R_EXEC]), col(I, "finished", n).copy(), int(reg[loop_layout.R_STATUS]),
+                    int(reg[loop_layout.R_OP]), slow)
 
 
 def _flat(parts: dict[str, Any], dtype: type, o: np.ndarray) -> np.ndarray:
@@ -143,7 +154,7 @@ def _flat(parts: dict[str, Any], dtype: type, o: np.ndarray) -> np.ndarray:
     out: np.ndarray = np.zeros(int(sum(sizes)), dtype=dtype)
     at = 0
     for (name, v), size in zip(parts.items(), sizes):
-        o[getattr(compiled, "K_" + name)] = at
+        o[getattr(loop_layout, "K_" + name)] = at
         if isinstance(v, np.ndarray):
             out[at:at + size] = v
         elif isinstance(v, tuple):

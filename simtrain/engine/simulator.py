@@ -19,12 +19,11 @@ The engine talks to the network only through :class:`~simtrain.network.interface
 op the network prices up front is one timeout (one for all members of a collective); any other runs
 the network's transfer steps, and one network process wakes the ops whose tokens finish.
 
-Where the network prices every op up front (its ``fixed_duration`` answers a positive price for
-each), the run is :mod:`~simtrain.engine.compiled`'s loop instead: the same moves in the same
+Where the network prices every op up front (its ``fixed_duration`` answers a price for each, 0
+included), the run is :mod:`~simtrain.engine.compiled`'s loop instead: the same moves in the same
 order over the program's columns, compiled, with the same spans, checks and errors; by default
 only for programs of :data:`COMPILED_MIN_OPS` ops or more, where it pays for numba's start-up.
-The flow network, and networks that price an op at nothing (a transfer that ends in the call
-that starts it), run on SimPy's queue.
+The flow network runs on SimPy's queue.
 
 Speed: a stream (:class:`~simtrain.engine.streams.Stream`) walks op ids over the program's columns
 (:class:`~simtrain.workload.program.OpTable`); its bound methods are the callbacks of its wake-ups
@@ -276,17 +275,16 @@ class _Run:
 def _run_compiled(run: _Run) -> RunResult | None:
     """The run as :mod:`~simtrain.engine.compiled`'s loop makes it, where the network prices every
     op up front (else None). numba is imported only here, where a run needs it."""
-    from simtrain.engine import compiled
+    from simtrain.engine import loop_layout
     from simtrain.engine.priced import prices, run_priced
     prog = run.prog
     priced = prices(prog, run.net)
     if priced is None:
         return None
-    price, comm_ids = priced
-    rec = run_priced(prog, price, comm_ids, run.max_events, run.interference)
-    if rec.status == compiled.BUDGET:
+    rec = run_priced(prog, *priced, run.max_events, run.interference)
+    if rec.status == loop_layout.BUDGET:
         raise _budget_error(run.max_events)
-    if rec.status == compiled.RAN_TWICE:
+    if rec.status == loop_layout.RAN_TWICE:
         raise AssertionError(f"op ran twice: {prog.ops[rec.status_op].label()}")
     run.finished = rec.finished  # type: ignore[assignment]  # (read as booleans)
     if not rec.finished.all():

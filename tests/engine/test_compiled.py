@@ -112,6 +112,58 @@ def test_hand_made_program_runs_alike(interference):
         assert [(s.start_s, s.end_s) for s in recv] == [(0.5, 1.0), (1.0, 1.5)] and (c.start_s, c.end_s) == (1.5, 3.5)
 
 
+class FreeWhenEmpty(HalfSecond):
+    """0.5 s per op of any bytes, nothing for an op of none: transfers priced at nothing wait behind
+    a priced one for their receiver, and end as they start when it is done."""
+
+    def collective_time(self, op, gpus, nbytes):
+        return 0.5 if nbytes else 0.0
+
+    def p2p_time(self, src, dst, nbytes):
+        return 0.5 if nbytes else 0.0
+
+
+def _free_program():
+    """Rank 0 sends priced (s1) then free (s3) transfers to rank 2, rank 1 a free one (s2) ready
+    while s1 runs; a free collective of two members and a free one of one; compute beside them."""
+    prog = Program()
+    prog.rank_weight = {0: 1, 1: 1, 2: 1}
+    prog.group_sets = [((0, 1),), ((0, 2),), ((1, 2),)]
+    a = _op(prog, 0, "compute", "a", duration=1.0)
+    b = _op(prog, 1, "compute", "b", duration=1.25)
+    for name, rank, size, gs, dep in (("s1", 0, 1.0, 1, a.id), ("s2", 1, 0.0, 2, b.id), ("s3", 0, 0.0, 1, a.id)):
+        prog.add(Op(0, rank, STREAM["pp_send"], KIND["pp"], name, 0, -1, 0, nbytes=size, comm="p2p", group_set=gs,
+                    peer=2, deps=[dep]))
+    for rank, dep in ((0, a.id), (1, b.id)):
+        prog.add(Op(0, rank, STREAM["tp"], KIND["tp"], "ar", 0, -1, -1, nbytes=0.0, comm="all_reduce",
+                    group_set=0, key=("k",), deps=[dep]))
+    solo = prog.add(Op(0, 2, STREAM["dp"], KIND["dp"], "solo", 0, -1, -1, nbytes=0.0, comm="all_reduce",
+                       group_set=2, deps=[]))
+    _op(prog, 2, "compute", "c", deps=list(range(3, 6)) + [solo.id], duration=2.0)
+    _op(prog, 0, "compute", "d", duration=3.0)
+    _op(prog, 1, "compute", "e", duration=0.75)
+    return prog
+
+
+@pytest.mark.quick
+@pytest.mark.parametrize("network", [FixedLatency(), FreeWhenEmpty()], ids=["all-free", "some-free"])
+@pytest.mark.parametrize("interference", [0.0, 0.3])
+def test_communication_priced_at_nothing_runs_alike(network, interference):
+    runs = [engine.run(_free_program(), network, comm_interference=interference, compiled=c) for c in (True, False)]
+    _same(*runs)
+    tl = runs[0].timeline
+    recv = tl.spans(tl.mask(stream="pp_recv"))
+    assert len(recv) == 3
+    if type(network) is FreeWhenEmpty and interference == 0:  # s1 0.5 s from 1.0; s2 and s3 then at once
+        assert sorted((s.start_s, s.end_s) for s in recv) == [(1.0, 1.5), (1.5, 1.5), (1.5, 1.5)]
+
+
+@pytest.mark.quick
+def test_a_lowered_run_on_a_free_network_is_the_simpy_engines(monkeypatch):
+    compiled, simpy_run = _both(monkeypatch, dict(CASES["1f1b"], network="none"))
+    _same(compiled, simpy_run)
+
+
 @pytest.mark.quick
 def test_errors_are_the_simpy_engines():
     prog = Program()
@@ -140,8 +192,8 @@ def test_the_engine_module_runs_priced_programs_compiled(monkeypatch):
                                                                 priced.run_priced))
     engine.run(_hand_program(), HalfSecond(), compiled=True)
     engine.run(_hand_program(), HalfSecond(), compiled=False)
-    engine.run(_hand_program(), FixedLatency(), compiled=True)  # collectives free: the SimPy engine
+    engine.run(_hand_program(), FixedLatency(), compiled=True)  # communication free: compiled all the same
     engine.run(_hand_program(), HalfSecond())  # short: the SimPy engine
     monkeypatch.setattr(engine, "COMPILED_MIN_OPS", 5)
     engine.run(_hand_program(), HalfSecond())  # as long as the threshold: compiled
-    assert calls == [1, 1]
+    assert calls == [1, 1, 1]
