@@ -17,9 +17,9 @@ The loop's program and state are two flat arrays, ``I`` (int32) and ``F`` (float
 array at the offset ``o[K_name]`` (:mod:`~simtrain.engine.loop_layout`; laid out by
 :func:`simtrain.engine.priced.run_priced`): a call between the loop's functions passes three
 arrays, where a tuple of its 50 arrays made each call cost more than the SimPy engine's event.
-Per op: ``dep0``/``dep1`` (the first two dependencies; ``dep1`` indexes ``more_ptr`` where
-``dep0`` is -2), ``cls``, ``need`` (simulated members), ``peer`` (the receiver's rank index),
-``coll`` (the collective's key index), ``dur`` and ``price`` (s). Per stream (``ptr`` into
+Per op: a record of ints (``op``: dependencies, class, receiver or key, done flag, waiting
+streams, members; :data:`~simtrain.engine.loop_layout.W`), one cache line, and its ``cost`` (s: a
+compute op's duration, a communication op's price). Per stream (``ptr`` into
 ``ops``): its position, op, start, work left and speed. Compiled by numba once per installation
 (``cache=True``) and loaded after.
 """
@@ -30,13 +30,12 @@ import numpy as np
 from numba import njit
 
 from simtrain.engine.loop_layout import (
-    COMPUTE, P2P, EV_COMPUTE, EV_SOLO, EV_P2P, EV_COLL, OK, RAN_TWICE, BUDGET, K_ptr, K_ops,
-    K_srank, K_comp, K_cls, K_dep0, K_dep1, K_more_ptr, K_more_ids, K_need, K_peer, K_coll, K_key_off, K_heap,
-    K_hpos, K_hs, K_htype, K_harg, K_reg, K_finished, K_sop, K_evalid, K_active, K_whead, K_wnext, K_rows,
-    K_rq, K_pend_cnt, K_pend, K_inst_mem, K_inst_off, K_spos, K_wtail, K_qhead, K_qtail, K_qnext, K_qexists,
-    K_scratch, K_dur, K_price, K_ht, K_send, K_sleft, K_st0, K_sslow, K_starts, K_ends, K_sstart, K_slowdown,
-    K_interference, K_factor, K_max_events, K_cap, K_nstreams, R_HEAD, R_COUNT,
-    R_RESUMING, R_EXEC, R_REC, R_SEQ, R_SIZE, R_STATUS, R_INST, R_OP)
+    ARG, BUDGET, CLS, COMPUTE, DEP0, DEP1, EV_COLL, EV_COMPUTE, EV_P2P, EV_SOLO, FIN, K_active, K_cap, K_comp, K_cost,
+    K_ends, K_evalid, K_factor, K_harg, K_heap, K_hpos, K_hs, K_ht, K_htype, K_inst_mem, K_inst_off,
+    K_interference, K_key_off, K_max_events, K_more_ids, K_more_ptr, K_nstreams, K_op, K_ops, K_pend,
+    K_pend_cnt, K_ptr, K_qexists, K_qhead, K_qnext, K_qtail, K_reg, K_rows, K_rq, K_scratch, K_send, K_sleft,
+    K_slowdown, K_sop, K_spos, K_srank, K_sslow, K_sstart, K_st0, K_starts, K_wnext, NEED, OK, P2P, RAN_TWICE,
+    R_COUNT, R_EXEC, R_HEAD, R_INST, R_OP, R_REC, R_RESUMING, R_SEQ, R_SIZE, R_STATUS, W, WHEAD, WTAIL)
 from simtrain.workload.program import MORE
 
 
@@ -160,17 +159,17 @@ def _push(I: np.ndarray, o: np.ndarray, s: int) -> None:
 def _finish(I: np.ndarray, F: np.ndarray, o: np.ndarray, i: int, start: float, now: float) -> int:
     """Op ``i`` ends: record it and hand on its waiters, to the ready queue inside a resumption,
     else into ``scratch`` (their count returned) for the caller to resume one after another."""
-    if I[o[K_finished] + i]:
+    if I[o[K_op] + W * i + FIN]:
         I[o[K_reg] + R_STATUS] = RAN_TWICE
         I[o[K_reg] + R_OP] = i
         return 0
-    I[o[K_finished] + i] = 1
+    I[o[K_op] + W * i + FIN] = 1
     _record(I, F, o, i, start, now)
     I[o[K_reg] + R_EXEC] += 1
     if I[o[K_reg] + R_EXEC] > I[o[K_max_events]] and I[o[K_reg] + R_STATUS] == OK:
         I[o[K_reg] + R_STATUS] = BUDGET
-    w = I[o[K_whead] + i]
-    I[o[K_whead] + i] = -1
+    w = I[o[K_op] + W * i + WHEAD]
+    I[o[K_op] + W * i + WHEAD] = -1
     n = 0
     while w >= 0:
         nw = I[o[K_wnext] + w]
@@ -189,9 +188,9 @@ def _start_p2p(I: np.ndarray, F: np.ndarray, o: np.ndarray, s: int, op: int, now
     I[o[K_sop] + s] = op
     F[o[K_sstart] + s] = now
     _running(I, F, o, I[o[K_srank] + s], 1, now)
-    _running(I, F, o, I[o[K_peer] + op], 1, now)
-    if F[o[K_price] + op] > 0:
-        _queue(I, F, o, s, now + F[o[K_price] + op], EV_P2P, 0)
+    _running(I, F, o, I[o[K_op] + W * op + ARG], 1, now)
+    if F[o[K_cost] + op] > 0:
+        _queue(I, F, o, s, now + F[o[K_cost] + op], EV_P2P, 0)
         return False
     return True
 
@@ -201,7 +200,7 @@ def _transfer_over(I: np.ndarray, F: np.ndarray, o: np.ndarray, s: int, now: flo
     """Stream ``s``'s transfer ends: both ranks' communication count drops and the receiver's span
     is recorded (as :meth:`_Run.p2p_end` before the sender's op ends); the receiver's index."""
     op = I[o[K_sop] + s]
-    p = I[o[K_peer] + op]
+    p = I[o[K_op] + W * op + ARG]
     _running(I, F, o, I[o[K_srank] + s], -1, now)
     _running(I, F, o, p, -1, now)
     _record(I, F, o, ~op, F[o[K_sstart] + s], now)
@@ -221,18 +220,18 @@ def _ended(I: np.ndarray, F: np.ndarray, o: np.ndarray, s: int, now: float) -> N
 @njit(cache=True)
 def _arrive(I: np.ndarray, F: np.ndarray, o: np.ndarray, s: int, op: int, now: float) -> None:
     """As :meth:`_Run.arrive`: the last member starts the collective on every member."""
-    nd = I[o[K_need] + op]
+    nd = I[o[K_op] + W * op + NEED]
     if nd == 1:
         I[o[K_sop] + s] = op
         F[o[K_sstart] + s] = now
         _running(I, F, o, I[o[K_srank] + s], 1, now)
-        if F[o[K_price] + op] > 0:
-            _queue(I, F, o, s, now + F[o[K_price] + op], EV_SOLO, 0)
+        if F[o[K_cost] + op] > 0:
+            _queue(I, F, o, s, now + F[o[K_cost] + op], EV_SOLO, 0)
         else:
             _running(I, F, o, I[o[K_srank] + s], -1, now)
             _ended(I, F, o, s, now)
         return
-    k = I[o[K_coll] + op]
+    k = I[o[K_op] + W * op + ARG]
     I[o[K_pend] + I[o[K_key_off] + k] + I[o[K_pend_cnt] + k]] = s
     I[o[K_pend_cnt] + k] += 1
     if I[o[K_pend_cnt] + k] < nd:
@@ -248,8 +247,8 @@ def _arrive(I: np.ndarray, F: np.ndarray, o: np.ndarray, s: int, op: int, now: f
         I[o[K_sop] + m] = I[o[K_ops] + I[o[K_ptr] + m] + I[o[K_spos] + m]]
         F[o[K_sstart] + m] = now
         _running(I, F, o, I[o[K_srank] + m], 1, now)
-    if F[o[K_price] + op] > 0:
-        _queue(I, F, o, s, now + F[o[K_price] + op], EV_COLL, inst)
+    if F[o[K_cost] + op] > 0:
+        _queue(I, F, o, s, now + F[o[K_cost] + op], EV_COLL, inst)
         return
     for j in range(base, base + nd):
         m = I[o[K_inst_mem] + j]
@@ -263,30 +262,30 @@ def _next(I: np.ndarray, F: np.ndarray, o: np.ndarray, s: int, now: float) -> No
     length = I[o[K_ptr] + s + 1] - I[o[K_ptr] + s]
     while I[o[K_spos] + s] < length:
         op = I[o[K_ops] + I[o[K_ptr] + s] + I[o[K_spos] + s]]
-        d = I[o[K_dep0] + op]
+        d = I[o[K_op] + W * op + DEP0]
         if d >= 0:
-            if I[o[K_finished] + d]:
-                d = I[o[K_dep1] + op]
-                if d >= 0 and I[o[K_finished] + d]:
+            if I[o[K_op] + W * d + FIN]:
+                d = I[o[K_op] + W * op + DEP1]
+                if d >= 0 and I[o[K_op] + W * d + FIN]:
                     d = -1
         elif d == MORE:
-            k = I[o[K_dep1] + op]
+            k = I[o[K_op] + W * op + DEP1]
             d = -1
             for j in range(I[o[K_more_ptr] + k], I[o[K_more_ptr] + k + 1]):
-                if not I[o[K_finished] + I[o[K_more_ids] + j]]:
+                if not I[o[K_op] + W * I[o[K_more_ids] + j] + FIN]:
                     d = I[o[K_more_ids] + j]
                     break
         if d >= 0:
             I[o[K_wnext] + s] = -1
-            if I[o[K_whead] + d] < 0:
-                I[o[K_whead] + d] = s
+            if I[o[K_op] + W * d + WHEAD] < 0:
+                I[o[K_op] + W * d + WHEAD] = s
             else:
-                I[o[K_wnext] + I[o[K_wtail] + d]] = s
-            I[o[K_wtail] + d] = s
+                I[o[K_wnext] + I[o[K_op] + W * d + WTAIL]] = s
+            I[o[K_op] + W * d + WTAIL] = s
             return
-        c = I[o[K_cls] + op]
+        c = I[o[K_op] + W * op + CLS]
         if c == COMPUTE:
-            delay = F[o[K_dur] + op]
+            delay = F[o[K_cost] + op]
             if delay > 0:
                 I[o[K_sop] + s] = op
                 F[o[K_sstart] + s] = now
@@ -303,7 +302,7 @@ def _next(I: np.ndarray, F: np.ndarray, o: np.ndarray, s: int, now: float) -> No
             I[o[K_spos] + s] += 1
             _finish(I, F, o, op, now, now)
         elif c == P2P:
-            p = I[o[K_peer] + op]
+            p = I[o[K_op] + W * op + ARG]
             if not I[o[K_qexists] + p]:
                 I[o[K_qexists] + p] = 1
                 I[o[K_qhead] + p] = -1
@@ -363,7 +362,7 @@ def run_loop(I: np.ndarray, F: np.ndarray, o: np.ndarray) -> None:
             I[o[K_evalid] + s] = 0
             op = I[o[K_sop] + s]
             if F[o[K_interference]] > 0:
-                F[o[K_slowdown] + I[o[K_srank] + s]] += (now - F[o[K_sstart] + s]) - F[o[K_dur] + op]
+                F[o[K_slowdown] + I[o[K_srank] + s]] += (now - F[o[K_sstart] + s]) - F[o[K_cost] + op]
             _comm_done(I, F, o, s, now)
         elif kind == EV_SOLO:
             _running(I, F, o, I[o[K_srank] + s], -1, now)

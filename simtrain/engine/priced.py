@@ -85,8 +85,13 @@ def run_priced(program: Program, price: np.ndarray, cls: np.ndarray, max_events:
     peer_col = table.column("peer")
     ranks, dense = np.unique(np.concatenate([stream_ranks, peer_col[p2p].astype(np.int64)]), return_inverse=True)
     srank = dense[:len(keys)].astype(np.int64)
-    peer = np.full(n, -1, dtype=np.int32)
-    peer[p2p] = dense[len(keys):]
+    L = loop_layout
+    op = np.empty((n, L.W), dtype=np.int32)  # each op's record (loop_layout.W)
+    op[:, L.CLS] = cls
+    op[:, L.ARG] = -1
+    op[p2p, L.ARG] = dense[len(keys):]
+    op[:, L.FIN] = 0
+    op[:, L.WHEAD] = op[:, L.WTAIL] = -1
     comp = np.full(len(ranks), -1, dtype=np.int64)
     for s, (_, stream) in enumerate(keys):
         if stream == STREAM["compute"]:
@@ -97,16 +102,17 @@ def run_priced(program: Program, price: np.ndarray, cls: np.ndarray, max_events:
     coll_keys: list[Any] = list(map(table.key.__getitem__, coll.tolist()))
     m = np.fromiter(map(members.get, coll_keys, repeat(1)), dtype=np.int64, count=len(coll))
     several = m > 1
-    need = np.ones(n, dtype=np.int32)
-    need[coll] = m
-    coll_id = np.full(n, -1, dtype=np.int32)
-    coll_id[coll[several]] = np.fromiter(map(index.__getitem__, compress(coll_keys, several.tolist())),
+    op[:, L.NEED] = 1
+    op[coll, L.NEED] = m
+    op[coll[several], L.ARG] = np.fromiter(map(index.__getitem__, compress(coll_keys, several.tolist())),
                                          dtype=np.int64, count=int(several.sum()))
     key_off = np.zeros(len(members) + 1, dtype=np.int64)
     np.cumsum(np.fromiter(members.values(), dtype=np.int64, count=len(members)), out=key_off[1:])
     # dependencies: beyond two, the list's index in dep1 and the lists as one array
     dep0 = table.column("dep0")
-    dep1 = table.column("dep1").copy()
+    op[:, L.DEP0] = dep0
+    dep1 = op[:, L.DEP1]
+    dep1[:] = table.column("dep1")
     more_ids = np.zeros(0, np.int64)
     more_ptr = np.zeros(1, np.int64)
     if table.more:
@@ -115,17 +121,17 @@ def run_priced(program: Program, price: np.ndarray, cls: np.ndarray, max_events:
         more_ptr = np.zeros(len(lists) + 1, np.int64)
         np.cumsum([len(x) for x in lists], out=more_ptr[1:])
         more_ids = np.fromiter((d for x in lists for d in x), dtype=np.int64, count=int(more_ptr[-1]))
-    dur = table.column("duration_s")
+    cost = np.where(cls == L.COMPUTE, table.column("duration_s"), price)  # a compute op's duration, else its price
     S, R = len(keys), len(ranks)
     nrec = n + len(p2p)
-    ints = dict(ptr=ptr, ops=ops, srank=srank, comp=comp, cls=cls, dep0=dep0, dep1=dep1, more_ptr=more_ptr,
-                more_ids=more_ids, need=need, peer=peer, coll=coll_id, key_off=key_off, heap=S, hpos=(S, -1),
-                hs=S, htype=S, harg=S, reg=10, finished=n, sop=S, evalid=S, active=R, whead=(n, -1),
+    ints = dict(ptr=ptr, ops=ops, srank=srank, comp=comp, op=op.ravel(), more_ptr=more_ptr,
+                more_ids=more_ids, key_off=key_off, heap=S, hpos=(S, -1),
+                hs=S, htype=S, harg=S, reg=10, sop=S, evalid=S, active=R,
                 wnext=(S, -1), rows=nrec, rq=S + 1, pend_cnt=len(members), pend=int(key_off[-1]),
-                inst_mem=len(coll), inst_off=len(coll) + 1, spos=S, wtail=(n, -1), qhead=(R, -1),
+                inst_mem=len(coll), inst_off=len(coll) + 1, spos=S, qhead=(R, -1),
                 qtail=(R, -1), qnext=(S, -1), qexists=R, scratch=S,
                 max_events=np.array([min(max_events, n)]))  # (no run executes more than its ops)
-    floats = dict(dur=dur, price=price, ht=S, send=S, sleft=S, st0=S, sslow=(S, 1.0), starts=nrec, ends=nrec,
+    floats = dict(cost=cost, ht=S, send=S, sleft=S, st0=S, sslow=(S, 1.0), starts=nrec, ends=nrec,
                   sstart=S, slowdown=R, interference=np.array([comm_interference]),
                   factor=np.array([1.0 + comm_interference]))
     o = np.zeros(loop_layout.K_COUNT, np.int64)
@@ -143,7 +149,7 @@ def run_priced(program: Program, price: np.ndarray, cls: np.ndarray, max_events:
         if r in slow:
             slow[r] += float(col(F, "slowdown", R)[j])
     return Recorded(col(I, "rows", k).astype(np.int64), col(F, "starts", k).copy(), col(F, "ends", k).copy(),
-                    int(reg[loop_layout.R_EXEC]), col(I, "finished", n).copy(), int(reg[loop_layout.R_STATUS]),
+                    int(reg[loop_layout.R_EXEC]), I[o[L.K_op] + L.FIN:o[L.K_op] + L.W * n:L.W].copy(), int(reg[loop_layout.R_STATUS]),
                     int(reg[loop_layout.R_OP]), slow)
 
 
