@@ -13,6 +13,8 @@ time: the event loop, the timeline's columns and the span check; "-" for the sea
 run in its workers). Not a test: machines are noisy; compare rows of one machine, as ratios.
 
 S1  the 70B example of docs/commands.md (64 GPUs, TP8 PP4 DP2, gbs 512, 1F1B) with every output written
+S1-run, S1-2048  the same run without outputs at gbs 512 and at gbs 2,048 (4x the operations): the
+    CPU seconds per operation of the second over the first is printed after the table
 S2  Llama-3-405B on 16,384 H100s, TP8 PP16 DP128, interleaved 1F1B (vpp 2), gbs 2048 (analytic,
     then flow)
 S3  Llama-3-70B on 1,024 GPUs, TP8 PP8 DP16, gbs 512, 1F1B, every rank simulated (--no-fold)
@@ -46,6 +48,16 @@ SCENARIOS: dict[str, tuple[str, str, dict, dict]] = {
                 schedule="1f1b"),
            dict(model="llama3-70b", topology="seed-h100", gpus=64, tp=8, pp=4, dp=2, seq=8192, gbs=16,
                 schedule="1f1b")),
+    "S1-run": ("S1 without outputs, gbs 512", "run",
+               dict(model="llama3-70b", topology="seed-h100", gpus=64, tp=8, pp=4, dp=2, seq=8192, gbs=512,
+                    schedule="1f1b"),
+               dict(model="llama3-70b", topology="seed-h100", gpus=64, tp=8, pp=4, dp=2, seq=8192, gbs=16,
+                    schedule="1f1b")),
+    "S1-2048": ("S1 without outputs, gbs 2,048", "run",
+                dict(model="llama3-70b", topology="seed-h100", gpus=64, tp=8, pp=4, dp=2, seq=8192, gbs=2048,
+                     schedule="1f1b", max_events=20_000_000),
+                dict(model="llama3-70b", topology="seed-h100", gpus=64, tp=8, pp=4, dp=2, seq=8192, gbs=64,
+                     schedule="1f1b")),
     "S2": ("405B 16,384 GPUs interleaved, analytic", "run",
            dict(L405, gpus=16384, dp=128, schedule="interleaved-1f1b", vpp=2, first_stage_layers=3,
                 last_stage_layers=3, gbs=2048),
@@ -220,6 +232,10 @@ def main(argv: list[str] | None = None) -> list[dict]:
         print(f"{name:<12} {r['what']:<40} {r['wall_s']:>8.2f} {r['cpu_s']:>8.2f} {r['operations']:>11,} {r['ops_per_s']:>9,.0f} "
               f"{r['peak_rss_mib']:>12,.0f} {r['bare_simpy_per_s']:>12,.0f} {r['engine_over_bare']:>11.3f} "
               f"{_phase(r):>10}", flush=True)
+    by = {r["scenario"]: r for r in rows if "error" not in r}
+    if "S1-run" in by and "S1-2048" in by:
+        a, b = (by[k]["cpu_s"] / by[k]["operations"] for k in ("S1-run", "S1-2048"))
+        print(f"per-op cost at gbs 2,048 over gbs 512 (S1-2048 over S1-run, CPU s per operation): {b / a:.2f}")
     for r in rows:
         if "program_bytes_per_op" in r:
             print(f"{r['scenario']} program: {r['program_bytes_per_op']:.0f} bytes per operation (tracemalloc, the "

@@ -38,6 +38,9 @@ def test_quick_scale_benchmark_runs_every_scenario(capsys):
     # the network model prices operations, it does not add or remove them
     assert by["S2"]["operations"] == by["S2-flow"]["operations"]
     assert by["S6"]["operations"] == by["S6-analytic"]["operations"]
+    # four times the micro-batches, about four times the operations; their per-op cost is printed
+    assert 3 * by["S1-run"]["operations"] < by["S1-2048"]["operations"] <= 4 * by["S1-run"]["operations"]
+    assert "per-op cost at gbs 2,048 over gbs 512" in out
 
 
 @pytest.mark.quick
