@@ -7,27 +7,28 @@ one at a time in the order they were ready, and compute re-plans its end when co
 starts or ends on its rank. Its event queue holds one entry per stream (the end of the op the
 stream runs; a collective's end sits on the stream of its last member), ordered as SimPy orders
 events: by time, then by the order they were queued. A re-planned end replaces its stream's
-entry, where SimPy skips the superseded event when it comes. A communication op priced at nothing
-ends within the move that starts it, as the SimPy engine ends it within the call that starts it:
-inside a resumption, its waiters and its stream are queued to resume; a transfer that ends a
-priced one starts the receiver's next, and ends it too while it is free. So the spans, their order and every
-floating-point operation are the SimPy engine's; the tests hold both equal.
+entry, where SimPy skips the superseded event when it comes. An op priced at nothing ends within
+the move that starts it, as the SimPy engine ends it within the call that starts it: inside a
+resumption, its waiters and its stream are queued to resume; a transfer that ends a priced one
+starts the receiver's next, and ends it too while it is free. So the spans, their order and
+every floating-point operation are the SimPy engine's; the tests hold both equal.
 
-The loop's program and state are two flat arrays, ``I`` (int32) and ``F`` (float64), each named
-array at the offset ``o[K_name]`` (:mod:`~simtrain.engine.loop_layout`; laid out by
-:func:`simtrain.engine.priced.run_priced`): a call between the loop's functions passes three
-arrays, where a tuple of its 50 arrays made each call cost more than the SimPy engine's event.
-Per op: a record of ints (``op``: dependencies, class, receiver or key, done flag, waiting
-streams, members; :data:`~simtrain.engine.loop_layout.W`), one cache line, and its ``cost`` (s: a
-compute op's duration, a communication op's price). Per stream (``ptr`` into
-``ops``): its position, op, start, work left and speed. Compiled by numba once per installation
-(``cache=True``) and loaded after, without numba's runtime (``_nrt=False``): the loop allocates
-nothing, and with the runtime every call between its functions counts references to its three
-arrays, atomically (numba/numba#2345), which took 80% of a move (0.48 against 0.09 us per op on
-S1's program).
+The program and state are two flat arrays, ``I`` (int32) and ``F`` (float64), each named array
+at the offset ``o[K_name]`` (:mod:`~simtrain.engine.loop_layout`, laid out by
+:func:`simtrain.engine.priced.run_priced`); a call between the loop's functions passes three
+arrays. Ops are indexed by position (the streams' lists end to end; ``ops`` gives an op's id).
+Per op: a record of ints (dependencies, class, receiver or key, done flag, waiting streams,
+members) and its ``cost`` (s: a compute op's duration, a communication op's price). Per stream:
+its position, op, start, work left and speed. Compiled by numba once per installation
+(``cache=True``), without numba's runtime (``_nrt=False``): the loop allocates nothing, and with
+the runtime every call between its functions counts references to its arrays atomically
+(numba/numba#2345), 80% of a move (0.48 against 0.09 us per op on S1's program).
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar, cast
 
 import numpy as np
 from numba import njit
@@ -41,16 +42,23 @@ from simtrain.engine.loop_layout import (
     R_COUNT, R_EXEC, R_HEAD, R_INST, R_OP, R_REC, R_RESUMING, R_SEQ, R_SIZE, R_STATUS, W, WHEAD, WTAIL)
 from simtrain.workload.program import MORE
 
+_F = TypeVar("_F", bound=Callable[..., Any])
 
 
-@njit(cache=True, _nrt=False)
+def _compiled(fn: _F) -> _F:
+    """``fn`` compiled by numba, cached, without numba's runtime (see the module docstring)."""
+    return cast(_F, njit(cache=True, _nrt=False)(fn))  # type: ignore[call-overload]  # (_nrt: not in the stubs)
+
+
+
+@_compiled
 def _less(I: np.ndarray, F: np.ndarray, o: np.ndarray, a: int, b: int) -> bool:
     """Stream ``a``'s queued end comes before ``b``'s: earlier, or as early and queued first."""
     ta, tb = F[o[K_ht] + a], F[o[K_ht] + b]
     return bool(ta < tb or (ta == tb and I[o[K_hs] + a] < I[o[K_hs] + b]))
 
 
-@njit(cache=True, _nrt=False)
+@_compiled
 def _sift_up(I: np.ndarray, F: np.ndarray, o: np.ndarray, k: int) -> None:
     s = I[o[K_heap] + k]
     while k > 0:
@@ -66,7 +74,7 @@ def _sift_up(I: np.ndarray, F: np.ndarray, o: np.ndarray, k: int) -> None:
     I[o[K_hpos] + s] = k
 
 
-@njit(cache=True, _nrt=False)
+@_compiled
 def _sift_down(I: np.ndarray, F: np.ndarray, o: np.ndarray, k: int, size: int) -> None:
     s = I[o[K_heap] + k]
     while True:
@@ -86,7 +94,7 @@ def _sift_down(I: np.ndarray, F: np.ndarray, o: np.ndarray, k: int, size: int) -
     I[o[K_hpos] + s] = k
 
 
-@njit(cache=True, _nrt=False)
+@_compiled
 def _queue(I: np.ndarray, F: np.ndarray, o: np.ndarray, s: int, t: float, kind: int, arg: int) -> None:
     """Queue (or re-queue) stream ``s``'s end at ``t``, numbered after every event queued so far."""
     F[o[K_ht] + s] = t
@@ -106,7 +114,7 @@ def _queue(I: np.ndarray, F: np.ndarray, o: np.ndarray, s: int, t: float, kind: 
         _sift_down(I, F, o, I[o[K_hpos] + s], I[o[K_reg] + R_SIZE])
 
 
-@njit(cache=True, _nrt=False)
+@_compiled
 def _pop(I: np.ndarray, F: np.ndarray, o: np.ndarray) -> int:
     s = I[o[K_heap] + 0]
     I[o[K_reg] + R_SIZE] -= 1
@@ -119,7 +127,7 @@ def _pop(I: np.ndarray, F: np.ndarray, o: np.ndarray) -> int:
     return int(s)
 
 
-@njit(cache=True, _nrt=False)
+@_compiled
 def _replan(I: np.ndarray, F: np.ndarray, o: np.ndarray, s: int, now: float) -> None:
     """As :meth:`Stream.replan`: the running compute op re-plans its end at the rank's new speed."""
     if F[o[K_send] + s] == now:
@@ -132,7 +140,7 @@ def _replan(I: np.ndarray, F: np.ndarray, o: np.ndarray, s: int, now: float) -> 
     _queue(I, F, o, s, F[o[K_send] + s], EV_COMPUTE, 0)
 
 
-@njit(cache=True, _nrt=False)
+@_compiled
 def _running(I: np.ndarray, F: np.ndarray, o: np.ndarray, rank: int, delta: int, now: float) -> None:
     if F[o[K_interference]] <= 0:
         return
@@ -142,7 +150,7 @@ def _running(I: np.ndarray, F: np.ndarray, o: np.ndarray, rank: int, delta: int,
         _replan(I, F, o, c, now)
 
 
-@njit(cache=True, _nrt=False)
+@_compiled
 def _record(I: np.ndarray, F: np.ndarray, o: np.ndarray, row: int, start: float, now: float) -> None:
     k = I[o[K_reg] + R_REC]
     I[o[K_rows] + k] = row
@@ -151,23 +159,23 @@ def _record(I: np.ndarray, F: np.ndarray, o: np.ndarray, row: int, start: float,
     I[o[K_reg] + R_REC] = k + 1
 
 
-@njit(cache=True, _nrt=False)
+@_compiled
 def _push(I: np.ndarray, o: np.ndarray, s: int) -> None:
     """Queue stream ``s`` to resume within the current resumption, after those queued before."""
     I[o[K_rq] + (I[o[K_reg] + R_HEAD] + I[o[K_reg] + R_COUNT]) % o[K_cap]] = s
     I[o[K_reg] + R_COUNT] += 1
 
 
-@njit(cache=True, _nrt=False)
+@_compiled
 def _finish(I: np.ndarray, F: np.ndarray, o: np.ndarray, i: int, start: float, now: float) -> int:
     """Op ``i`` ends: record it and hand on its waiters, to the ready queue inside a resumption,
     else into ``scratch`` (their count returned) for the caller to resume one after another."""
     if I[o[K_op] + W * i + FIN]:
         I[o[K_reg] + R_STATUS] = RAN_TWICE
-        I[o[K_reg] + R_OP] = i
+        I[o[K_reg] + R_OP] = I[o[K_ops] + i]
         return 0
     I[o[K_op] + W * i + FIN] = 1
-    _record(I, F, o, i, start, now)
+    _record(I, F, o, I[o[K_ops] + i], start, now)
     I[o[K_reg] + R_EXEC] += 1
     if I[o[K_reg] + R_EXEC] > I[o[K_max_events]] and I[o[K_reg] + R_STATUS] == OK:
         I[o[K_reg] + R_STATUS] = BUDGET
@@ -185,7 +193,7 @@ def _finish(I: np.ndarray, F: np.ndarray, o: np.ndarray, i: int, start: float, n
     return n
 
 
-@njit(cache=True, _nrt=False)
+@_compiled
 def _start_p2p(I: np.ndarray, F: np.ndarray, o: np.ndarray, s: int, op: int, now: float) -> bool:
     """Stream ``s`` starts transfer ``op``; True where it takes no time (its end is the caller's)."""
     I[o[K_sop] + s] = op
@@ -198,7 +206,7 @@ def _start_p2p(I: np.ndarray, F: np.ndarray, o: np.ndarray, s: int, op: int, now
     return True
 
 
-@njit(cache=True, _nrt=False)
+@_compiled
 def _transfer_over(I: np.ndarray, F: np.ndarray, o: np.ndarray, s: int, now: float) -> int:
     """Stream ``s``'s transfer ends: both ranks' communication count drops and the receiver's span
     is recorded (as :meth:`_Run.p2p_end` before the sender's op ends); the receiver's index."""
@@ -206,11 +214,11 @@ def _transfer_over(I: np.ndarray, F: np.ndarray, o: np.ndarray, s: int, now: flo
     p = I[o[K_op] + W * op + ARG]
     _running(I, F, o, I[o[K_srank] + s], -1, now)
     _running(I, F, o, p, -1, now)
-    _record(I, F, o, ~op, F[o[K_sstart] + s], now)
+    _record(I, F, o, ~I[o[K_ops] + op], F[o[K_sstart] + s], now)
     return int(p)
 
 
-@njit(cache=True, _nrt=False)
+@_compiled
 def _ended(I: np.ndarray, F: np.ndarray, o: np.ndarray, s: int, now: float) -> None:
     """Inside a resumption: stream ``s``'s communication op, priced at nothing, ends as it starts;
     the streams waiting for it and then ``s`` resume after those queued before (as the SimPy
@@ -220,7 +228,7 @@ def _ended(I: np.ndarray, F: np.ndarray, o: np.ndarray, s: int, now: float) -> N
     _push(I, o, s)
 
 
-@njit(cache=True, _nrt=False)
+@_compiled
 def _arrive(I: np.ndarray, F: np.ndarray, o: np.ndarray, s: int, op: int, now: float) -> None:
     """As :meth:`_Run.arrive`: the last member starts the collective on every member."""
     nd = I[o[K_op] + W * op + NEED]
@@ -247,7 +255,7 @@ def _arrive(I: np.ndarray, F: np.ndarray, o: np.ndarray, s: int, op: int, now: f
     for j in range(nd):
         m = I[o[K_pend] + I[o[K_key_off] + k] + j]
         I[o[K_inst_mem] + base + j] = m
-        I[o[K_sop] + m] = I[o[K_ops] + I[o[K_ptr] + m] + I[o[K_spos] + m]]
+        I[o[K_sop] + m] = I[o[K_ptr] + m] + I[o[K_spos] + m]
         F[o[K_sstart] + m] = now
         _running(I, F, o, I[o[K_srank] + m], 1, now)
     if F[o[K_cost] + op] > 0:
@@ -259,12 +267,12 @@ def _arrive(I: np.ndarray, F: np.ndarray, o: np.ndarray, s: int, op: int, now: f
         _ended(I, F, o, m, now)
 
 
-@njit(cache=True, _nrt=False)
+@_compiled
 def _next(I: np.ndarray, F: np.ndarray, o: np.ndarray, s: int, now: float) -> None:
     """As :meth:`Stream.next`: start ops until one has to wait."""
     length = I[o[K_ptr] + s + 1] - I[o[K_ptr] + s]
     while I[o[K_spos] + s] < length:
-        op = I[o[K_ops] + I[o[K_ptr] + s] + I[o[K_spos] + s]]
+        op = I[o[K_ptr] + s] + I[o[K_spos] + s]
         d = I[o[K_op] + W * op + DEP0]
         if d >= 0:
             if I[o[K_op] + W * d + FIN]:
@@ -326,7 +334,7 @@ def _next(I: np.ndarray, F: np.ndarray, o: np.ndarray, s: int, now: float) -> No
             return
 
 
-@njit(cache=True, _nrt=False)
+@_compiled
 def _cascade(I: np.ndarray, F: np.ndarray, o: np.ndarray, s: int, now: float) -> None:
     """As :meth:`_Run.resume` outside a resumption: ``s`` and then every stream it readied."""
     cap = o[K_cap]
@@ -340,7 +348,7 @@ def _cascade(I: np.ndarray, F: np.ndarray, o: np.ndarray, s: int, now: float) ->
     I[o[K_reg] + R_RESUMING] = 0
 
 
-@njit(cache=True, _nrt=False)
+@_compiled
 def _comm_done(I: np.ndarray, F: np.ndarray, o: np.ndarray, s: int, now: float) -> None:
     I[o[K_spos] + s] += 1
     n = _finish(I, F, o, I[o[K_sop] + s], F[o[K_sstart] + s], now)
@@ -349,7 +357,7 @@ def _comm_done(I: np.ndarray, F: np.ndarray, o: np.ndarray, s: int, now: float) 
     _cascade(I, F, o, s, now)
 
 
-@njit(cache=True, _nrt=False)
+@_compiled
 def run_loop(I: np.ndarray, F: np.ndarray, o: np.ndarray) -> None:
     """Run every stream to its end; the status (:data:`OK` or the error) is ``I[o[K_reg] + R_STATUS]``."""
     nstreams = o[K_nstreams]
@@ -379,7 +387,7 @@ def run_loop(I: np.ndarray, F: np.ndarray, o: np.ndarray) -> None:
                     I[o[K_qexists] + p] = 0
                     break
                 I[o[K_qhead] + p] = I[o[K_qnext] + q]
-                if not _start_p2p(I, F, o, q, I[o[K_ops] + I[o[K_ptr] + q] + I[o[K_spos] + q]], now):
+                if not _start_p2p(I, F, o, q, I[o[K_ptr] + q] + I[o[K_spos] + q], now):
                     break
                 s = q
         else:

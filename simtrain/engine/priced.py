@@ -10,7 +10,7 @@ priced at nothing ends within the move that starts it, as in the SimPy engine.
 
 from __future__ import annotations
 
-from itertools import compress, repeat
+from itertools import repeat
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -25,7 +25,7 @@ class Recorded(NamedTuple):
     starts: np.ndarray
     ends: np.ndarray
     executed: int
-    finished: np.ndarray  # op id -> done (uint8)
+    finished: np.ndarray  # op id -> done (int32: 0 or 1)
     status: int  # loop_layout.OK, RAN_TWICE or BUDGET
     status_op: int
     slowdown_s: dict[int, float]
@@ -69,7 +69,12 @@ def prices(program: Program, network: NetworkModel) -> tuple[np.ndarray, np.ndar
 
 def run_priced(program: Program, price: np.ndarray, cls: np.ndarray, max_events: int,
                comm_interference: float) -> Recorded:
-    """Run ``program`` with its ops priced and classed as :func:`prices` gives them."""
+    """Run ``program`` with its ops priced and classed as :func:`prices` gives them.
+
+    The loop indexes ops by position, the streams' op lists laid end to end: a stream's next op
+    lies next to its last, in memory as in the loop (``ops`` maps a position back to the op's id,
+    which the spans record). An op on no stream comes after them; it never starts."""
+    L = loop_layout
     table = program.ops
     n = len(table)
     keys = sorted(program.order)
@@ -78,20 +83,19 @@ def run_priced(program: Program, price: np.ndarray, cls: np.ndarray, max_events:
     np.cumsum(lengths, out=ptr[1:])
     ops = np.concatenate([np.frombuffer(program.order[k], dtype=np.int32) for k in keys]) if keys \
         else np.zeros(0, np.int32)
-    p2p = np.flatnonzero(cls == loop_layout.P2P)
-    coll = np.flatnonzero(cls == loop_layout.COLLECTIVE)
+    seen = np.bincount(ops, minlength=n)
+    if len(ops) and seen.max() > 1:
+        raise AssertionError(f"op ran twice: {table[int(np.argmax(seen))].label()}")  # (as the SimPy engine would)
+    ops = np.concatenate([ops, np.flatnonzero(seen == 0).astype(np.int32)])
+    pos_of = np.empty(n, dtype=np.int64)
+    pos_of[ops] = np.arange(n)
+    c = cls[ops]
+    p2p, coll = np.flatnonzero(c == L.P2P), np.flatnonzero(c == L.COLLECTIVE)
     # ranks as dense indices: the streams' and the transfers' receivers
     stream_ranks = np.array([r for r, _ in keys], dtype=np.int64)
-    peer_col = table.column("peer")
-    ranks, dense = np.unique(np.concatenate([stream_ranks, peer_col[p2p].astype(np.int64)]), return_inverse=True)
+    receivers = table.column("peer")[ops[p2p]].astype(np.int64)
+    ranks, dense = np.unique(np.concatenate([stream_ranks, receivers]), return_inverse=True)
     srank = dense[:len(keys)].astype(np.int64)
-    L = loop_layout
-    op = np.empty((n, L.W), dtype=np.int32)  # each op's record (loop_layout.W)
-    op[:, L.CLS] = cls
-    op[:, L.ARG] = -1
-    op[p2p, L.ARG] = dense[len(keys):]
-    op[:, L.FIN] = 0
-    op[:, L.WHEAD] = op[:, L.WTAIL] = -1
     comp = np.full(len(ranks), -1, dtype=np.int64)
     for s, (_, stream) in enumerate(keys):
         if stream == STREAM["compute"]:
@@ -99,71 +103,68 @@ def run_priced(program: Program, price: np.ndarray, cls: np.ndarray, max_events:
     # collectives of several simulated members: their key's index in ``members``, and how many arrive
     members: dict[Any, int] = program.members
     index = {k: j for j, k in enumerate(members)}
-    coll_keys: list[Any] = list(map(table.key.__getitem__, coll.tolist()))
-    m = np.fromiter(map(members.get, coll_keys, repeat(1)), dtype=np.int64, count=len(coll))
-    several = m > 1
-    op[:, L.NEED] = 1
-    op[coll, L.NEED] = m
-    op[coll[several], L.ARG] = np.fromiter(map(index.__getitem__, compress(coll_keys, several.tolist())),
-                                         dtype=np.int64, count=int(several.sum()))
+    coll_keys: list[Any] = list(map(table.key.__getitem__, ops[coll].tolist()))
+    kid = np.fromiter(map(index.get, coll_keys, repeat(-1)), dtype=np.int64, count=len(coll))
+    counts = np.fromiter(members.values(), dtype=np.int64, count=len(members))
+    need = np.where(kid >= 0, counts[kid] if len(counts) else 1, 1)
     key_off = np.zeros(len(members) + 1, dtype=np.int64)
-    np.cumsum(np.fromiter(members.values(), dtype=np.int64, count=len(members)), out=key_off[1:])
-    # dependencies: beyond two, the list's index in dep1 and the lists as one array
-    dep0 = table.column("dep0")
-    op[:, L.DEP0] = dep0
-    dep1 = op[:, L.DEP1]
-    dep1[:] = table.column("dep1")
-    more_ids = np.zeros(0, np.int64)
-    more_ptr = np.zeros(1, np.int64)
-    if table.more:
-        lists = [table.more[i] for i in np.flatnonzero(dep0 == MORE).tolist()]
-        dep1[dep0 == MORE] = np.arange(len(lists), dtype=np.int32)
-        more_ptr = np.zeros(len(lists) + 1, np.int64)
-        np.cumsum([len(x) for x in lists], out=more_ptr[1:])
-        more_ids = np.fromiter((d for x in lists for d in x), dtype=np.int64, count=int(more_ptr[-1]))
-    cost = np.where(cls == L.COMPUTE, table.column("duration_s"), price)  # a compute op's duration, else its price
+    np.cumsum(counts, out=key_off[1:])
+    # dependencies as positions; beyond two, the list's index in DEP1 and the lists as one array
+    d0, d1 = table.column("dep0")[ops], table.column("dep1")[ops]
+    listed = np.flatnonzero(d0 == MORE)
+    lists = [table.more[i] for i in ops[listed].tolist()]
+    more_ptr = np.zeros(len(lists) + 1, np.int64)
+    np.cumsum([len(x) for x in lists], out=more_ptr[1:])
+    more_ids = pos_of[np.fromiter((d for x in lists for d in x), dtype=np.int64, count=int(more_ptr[-1]))]
     S, R = len(keys), len(ranks)
     nrec = n + len(p2p)
-    ints = dict(ptr=ptr, ops=ops, srank=srank, comp=comp, op=op.ravel(), more_ptr=more_ptr,
-                more_ids=more_ids, key_off=key_off, heap=S, hpos=(S, -1),
-                hs=S, htype=S, harg=S, reg=10, sop=S, evalid=S, active=R,
-                wnext=(S, -1), rows=nrec, rq=S + 1, pend_cnt=len(members), pend=int(key_off[-1]),
-                inst_mem=len(coll), inst_off=len(coll) + 1, spos=S, qhead=(R, -1),
-                qtail=(R, -1), qnext=(S, -1), qexists=R, scratch=S,
-                max_events=np.array([min(max_events, n)]))  # (no run executes more than its ops)
-    floats = dict(cost=cost, ht=S, send=S, sleft=S, st0=S, sslow=(S, 1.0), starts=nrec, ends=nrec,
-                  sstart=S, slowdown=R, interference=np.array([comm_interference]),
-                  factor=np.array([1.0 + comm_interference]))
-    o = np.zeros(loop_layout.K_COUNT, np.int64)
-    I, F = _flat(ints, np.int32, o), _flat(floats, np.float64, o)
-    o[loop_layout.K_cap], o[loop_layout.K_nstreams] = S + 1, S
+    o = np.zeros(L.K_COUNT, np.int64)
+    I, iv = _alloc(dict(ptr=S + 1, ops=n, srank=S, comp=R, op=n * L.W, more_ptr=len(more_ptr), more_ids=len(more_ids),
+                        key_off=len(key_off), heap=S, hpos=S, hs=S, htype=S, harg=S, reg=10, sop=S, evalid=S,
+                        active=R, wnext=S, rows=nrec, rq=S + 1, pend_cnt=len(members), pend=int(key_off[-1]),
+                        inst_mem=len(coll), inst_off=len(coll) + 1, spos=S, qhead=R, qtail=R, qnext=S, qexists=R,
+                        scratch=S, max_events=1), np.int32, o)
+    F, fv = _alloc(dict(cost=n, ht=S, send=S, sleft=S, st0=S, sslow=S, starts=nrec, ends=nrec, sstart=S, slowdown=R,
+                        interference=1, factor=1), np.float64, o)
+    for name, v in dict(ptr=ptr, ops=ops, srank=srank, comp=comp, more_ptr=more_ptr, more_ids=more_ids,
+                        key_off=key_off, max_events=min(max_events, n)).items():  # (no run executes more than its ops)
+        iv[name][:] = v
+    for name in ("hpos", "wnext", "qhead", "qtail", "qnext"):
+        iv[name][:] = -1
+    rec = iv["op"].reshape(n, L.W)  # each op's record, by position
+    rec[:, L.DEP0] = np.where(d0 >= 0, pos_of[d0], d0)
+    rec[:, L.DEP1] = np.where(d1 >= 0, pos_of[d1], d1)
+    rec[listed, L.DEP1] = np.arange(len(lists))
+    rec[:, L.CLS] = c
+    rec[:, L.ARG] = -1
+    rec[p2p, L.ARG] = dense[len(keys):]
+    rec[coll[need > 1], L.ARG] = kid[need > 1]
+    rec[:, L.WHEAD] = rec[:, L.WTAIL] = -1
+    rec[:, L.NEED] = 1
+    rec[coll, L.NEED] = need
+    np.copyto(fv["cost"], np.where(c == L.COMPUTE, table.column("duration_s")[ops], price[ops]))  # duration, or price
+    fv["sslow"][:], fv["interference"][:], fv["factor"][:] = 1.0, comm_interference, 1.0 + comm_interference
+    o[L.K_cap], o[L.K_nstreams] = S + 1, S
     compiled.run_loop(I, F, o)
-
-    def col(a: np.ndarray, name: str, size: int) -> np.ndarray:
-        k = int(o[getattr(loop_layout, "K_" + name)])
-        return a[k:k + size]
-    reg = col(I, "reg", 10)
-    k = int(reg[loop_layout.R_REC])
+    reg = iv["reg"]
+    k = int(reg[L.R_REC])
+    finished = np.zeros(n, dtype=np.int32)
+    finished[ops] = rec[:, L.FIN]
     slow = {int(r): 0.0 for r in program.ranks}
     for j, r in enumerate(ranks.tolist()):
         if r in slow:
-            slow[r] += float(col(F, "slowdown", R)[j])
-    return Recorded(col(I, "rows", k).astype(np.int64), col(F, "starts", k).copy(), col(F, "ends", k).copy(),
-                    int(reg[loop_layout.R_EXEC]), I[o[L.K_op] + L.FIN:o[L.K_op] + L.W * n:L.W].copy(), int(reg[loop_layout.R_STATUS]),
-                    int(reg[loop_layout.R_OP]), slow)
+            slow[r] += float(fv["slowdown"][j])
+    return Recorded(iv["rows"][:k].astype(np.int64), fv["starts"][:k].copy(), fv["ends"][:k].copy(), int(reg[L.R_EXEC]), finished,
+                    int(reg[L.R_STATUS]), int(reg[L.R_OP]), slow)
 
 
-def _flat(parts: dict[str, Any], dtype: type, o: np.ndarray) -> np.ndarray:
-    """The arrays (an array, a length, or a (length, fill) pair) laid end to end in one array;
-    each one's offset goes to ``o``."""
-    sizes = [len(v) if isinstance(v, np.ndarray) else (v[0] if isinstance(v, tuple) else v) for v in parts.values()]
-    out: np.ndarray = np.zeros(int(sum(sizes)), dtype=dtype)
-    at = 0
-    for (name, v), size in zip(parts.items(), sizes):
+def _alloc(sizes: dict[str, int], dtype: type, o: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """One array of zeros holding arrays of ``sizes`` end to end, each one's offset in ``o``; and
+    each as a view, by name."""
+    out: np.ndarray = np.zeros(sum(sizes.values()), dtype=dtype)
+    views, at = {}, 0
+    for name, size in sizes.items():
         o[getattr(loop_layout, "K_" + name)] = at
-        if isinstance(v, np.ndarray):
-            out[at:at + size] = v
-        elif isinstance(v, tuple):
-            out[at:at + size] = v[1]
+        views[name] = out[at:at + size]
         at += size
-    return out
+    return out, views

@@ -1,5 +1,5 @@
 """The compiled loop's layout: one offset index per named array, none shared, and the arrays
-:func:`~simtrain.engine.priced.run_priced` lays out end to end without overlap."""
+:func:`~simtrain.engine.priced.run_priced` lays out end to end, as views of one array."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from simtrain.engine import loop_layout as layout
-from simtrain.engine.priced import _flat
+from simtrain.engine.priced import _alloc
 
 
 def _indices() -> dict[str, int]:
@@ -27,8 +27,10 @@ def test_every_named_array_has_its_own_index():
 
 
 @pytest.mark.quick
-def test_flat_lays_arrays_lengths_and_fills_end_to_end():
+def test_alloc_lays_arrays_end_to_end_as_views():
     o = np.zeros(layout.K_COUNT, np.int64)
-    out = _flat(dict(ptr=np.array([7, 8]), ops=3, srank=(2, -1)), np.int32, o)
+    out, views = _alloc(dict(ptr=2, ops=3, srank=2), np.int32, o)
+    views["ptr"][:] = 7, 8
+    views["srank"][:] = -1
     assert out.dtype == np.int32 and out.tolist() == [7, 8, 0, 0, 0, -1, -1]
     assert (o[layout.K_ptr], o[layout.K_ops], o[layout.K_srank]) == (0, 2, 5)
