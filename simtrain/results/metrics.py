@@ -301,18 +301,21 @@ def step_metrics(*, step_s: float, tokens: int, num_gpus: int, gpu: GpuSpec, mod
 def summarize(tl: Timeline, *, model: ModelSpec, gpu: GpuSpec, num_gpus: int, seq: int, gbs: int,
               rank_weight: dict[int, int], pipeline_rank_of: dict[int, int],
               static_bytes: dict[int, float], memory: Timeline | None = None,
-              columns: dict[int, dict[str, np.ndarray]] | None = None) -> StepMetrics:
+              columns: dict[int, dict[str, np.ndarray]] | None = None,
+              per_rank: list[dict[str, float]] | None = None) -> StepMetrics:
     """The step metrics of a timeline whose simulated ranks stand for ``rank_weight`` ranks each
     each, at the pipeline rank ``pipeline_rank_of`` gives; the peak memory is that of ``memory``
     (the whole run, where ``tl`` is one step of it), or of ``tl``. ``columns`` are ``tl``'s
-    :func:`rank_columns` where the caller has them already."""
+    :func:`rank_columns` and ``per_rank`` their :func:`rank_breakdown` (ranks in order), where the
+    caller has them already."""
     step = tl.end_s
     ranks = sorted(rank_weight)
     weights = np.array([rank_weight[r] for r in ranks], dtype=float)
     wsum = weights.sum()
     columns = rank_columns(tl, BREAKDOWN_COLUMNS) if columns is None else columns
     empty = {k: v[:0] for k, v in tl.cols.items()}
-    per_rank = [rank_breakdown(columns.get(r, empty), r, step) for r in ranks]
+    if per_rank is None:
+        per_rank = [rank_breakdown(columns.get(r, empty), r, step) for r in ranks]
 
     def mean(key: str) -> float:
         return float(np.dot(weights, [p[key] for p in per_rank]) / wsum)
@@ -373,17 +376,13 @@ def run_report(tl: Timeline, program: Program, *, model: ModelSpec, gpu: GpuSpec
     ends = tl.step_ends()
     last = tl.window(ends[-2], ends[-1]) if len(ends) > 1 else tl
     columns = rank_columns(last, BREAKDOWN_COLUMNS)
+    empty, step = {k: v[:0] for k, v in last.cols.items()}, last.end_s
+    per_rank = [rank_breakdown(columns.get(r, empty), r, step) for r in program.ranks]
     metrics = summarize(last, model=model, gpu=gpu, num_gpus=par.world, seq=par.seq, gbs=par.gbs,
                         rank_weight=program.rank_weight, pipeline_rank_of=program.pipeline_rank_of,
-                        static_bytes=program.static_bytes, memory=tl, columns=columns)
-    step = metrics["step_time_s"]
-    seconds = []
-    empty = {k: v[:0] for k, v in last.cols.items()}
-    for r in program.ranks:
-        split = rank_breakdown(columns.get(r, empty), r, step)
-        seconds.append(RankSeconds(busy_s=split["compute"] + split["recompute"],
-                                   comm_s=sum(split[k] for k in COMM_KINDS), idle_s=split["idle"],
-                                   weight=program.rank_weight[r]))
+                        static_bytes=program.static_bytes, memory=tl, columns=columns, per_rank=per_rank)
+    seconds = [RankSeconds(busy_s=split["compute"] + split["recompute"], comm_s=sum(split[k] for k in COMM_KINDS),
+                           idle_s=split["idle"], weight=program.rank_weight[r]) for r, split in zip(program.ranks, per_rank)]
     energy = energy_metrics(seconds, step_s=step, tokens=par.gbs * par.seq,
                             draw=power or PowerDraw(None, None, None, 0.0, num_gpus=par.world))
     report = dict(**metrics, **energy, params_total=model.params_total, params_active=model.params_active,
