@@ -223,6 +223,13 @@ class DataParallelOps:
             if self.per_micro_batch:
                 self.pass_grads[(stage, layer)] = op.id
 
+    def grads_done(self, latest: Iterable[tuple[tuple[int, int], int]]) -> None:
+        """As :meth:`grad_done` of passes B and W for several layers: ``latest`` gives each (stage,
+        layer)'s last weight-gradient op, in the order of their first calls (an action template's
+        copy, made only where nothing is recorded and gradients reduce once per step)."""
+        assert self.recorded is None and not self.per_micro_batch
+        self.grad_ops.update(latest)
+
     def settled(self, stage: int, layers: Iterable[int]) -> bool:
         """Whether an action on ``layers`` of ``stage`` emits no data-parallel op and waits for
         none: once per step (ZeRO 0 and 1) and after the step's first use of every layer's

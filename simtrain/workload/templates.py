@@ -19,13 +19,14 @@ from __future__ import annotations
 
 from array import array
 from collections.abc import Callable, Sequence
+from itertools import repeat
 from dataclasses import dataclass
 
 import numpy as np
 
 from simtrain.workload.data_parallel import DataParallelOps, GradCall
 from simtrain.workload.emit import Emitter
-from simtrain.workload.program import STREAM, Key, OpRef, OpTable, StreamKey
+from simtrain.workload.program import STREAM, Key, OpTable, StreamKey
 
 _DP = STREAM["dp"]
 
@@ -42,10 +43,11 @@ class _Template:
     dep1: np.ndarray  # per op: its second dependency, relative to the first op (or NONE)
     dep1_rebased: np.ndarray
     more: tuple[tuple[int, tuple[int, ...]], ...]  # (op offset, its dependencies relative to the first op)
-    keys: tuple[tuple[int, int, StreamKey], ...]  # (op offset, stream, key with its relative n) of collectives
+    key_at: tuple[int, ...]  # offsets of the collectives (ops with a key)
+    key_parts: tuple[tuple[int, str, int | tuple[int, ...], int], ...]  # their (stream, key[0], key[1], key[2] relative to the counter)
     counts: tuple[tuple[int, int], ...]  # (stream, collectives it numbered)
     streams: tuple[tuple[int, np.ndarray], ...]  # (stream, offsets of its ops in order, as C ints)
-    calls: tuple[tuple[int, int, int, str], ...]  # grad_done (stage, layer, op offset, kind)
+    grads: tuple[tuple[tuple[int, int], int], ...]  # (stage, layer) -> offset of its last B or W op, in first-call order
     last: int | None  # offset of the op the next one waits for
 
 
@@ -104,10 +106,11 @@ class ActionTemplates:
         for offset, ds in tpl.more:
             table.more[base + offset] = [base + d for d in ds]
         keys: list[Key | None] = [None] * n
-        members = prog.members
-        for offset, stream, (k0, k1, k2) in tpl.keys:
-            key = keys[offset] = (k0, k1, k2 + now[stream])
-            members[key] = members.get(key, 0) + 1
+        new: list[Key] = [(k0, k1, k2 + now[stream]) for stream, k0, k1, k2 in tpl.key_parts]
+        for offset, key in zip(tpl.key_at, new):
+            keys[offset] = key
+        members = prog.members  # the template's keys are distinct: counted in one pass
+        members.update(zip(new, map((1).__add__, map(members.get, new, repeat(0)))))
         table.key.extend(keys)
         order = prog.order
         for stream, offsets in tpl.streams:
@@ -116,9 +119,7 @@ class ActionTemplates:
             if queue is None:
                 order[(rank, stream)] = queue = array("i")
             queue.frombytes(ids)
-        grad_done = self.dp.grad_done
-        for stage, layer, offset, kind in tpl.calls:
-            grad_done(stage, layer, OpRef(table, base + offset), kind)
+        self.dp.grads_done([(layer, base + offset) for layer, offset in tpl.grads])
         return None if tpl.last is None else base + tpl.last
 
 
@@ -145,6 +146,10 @@ def _capture(table: OpTable, start: int, mb: int, last: int | None, before: dict
             if len(key) != 3 or not isinstance(key[2], int):
                 return None
             keys.append((offset, stream, (key[0], key[1], key[2] - before[stream])))
+    grads: dict[tuple[int, int], int] = {}
+    for stage, layer, op_id, kind in calls:
+        if kind in ("B", "W"):  # what grad_done keeps: the last weight-gradient op of each layer
+            grads[(stage, layer)] = op_id - start
     counts = tuple((s, counters.get((rank, s), 0) - n) for s, n in before.items()
                    if counters.get((rank, s), 0) != n)
     by_stream: dict[int, list[int]] = {}
@@ -152,7 +157,7 @@ def _capture(table: OpTable, start: int, mb: int, last: int | None, before: dict
         by_stream.setdefault(s, []).append(offset)
     return _Template(start, mb, tuple(getattr(table, c)[start:end] for c in _COPIED), end - start,
                      tuple(k for k, m in enumerate(table.mb[start:end]) if m != mb),
-                     dep0, (dep0 >= 0).astype(np.intc), dep1, (dep1 >= 0).astype(np.intc), more, tuple(keys), counts,
-                     tuple((s, np.array(o, dtype=np.intc)) for s, o in by_stream.items()),
-                     tuple((stage, layer, op_id - start, kind) for stage, layer, op_id, kind in calls),
+                     dep0, (dep0 >= 0).astype(np.intc), dep1, (dep1 >= 0).astype(np.intc), more,
+                     tuple(k for k, _, _ in keys), tuple((st, k0, k1, k2) for _, st, (k0, k1, k2) in keys), counts,
+                     tuple((s, np.array(o, dtype=np.intc)) for s, o in by_stream.items()), tuple(grads.items()),
                      None if last is None else last - start)
