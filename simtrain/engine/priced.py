@@ -51,8 +51,7 @@ def prices(program: Program, network: NetworkModel) -> tuple[np.ndarray, np.ndar
     if not len(ids):
         return price, cls
     gsets, nbytes, c = table.column("group_set")[ids], table.column("nbytes")[ids], codes[ids]
-    by_key = np.lexsort((nbytes, gsets, c))  # stable: a key's ops in id order
-    k = by_key
+    k = np.lexsort((nbytes, gsets, c))  # by key; stable: a key's ops in id order
     first = np.ones(len(k), dtype=bool)
     first[1:] = (c[k][1:] != c[k][:-1]) | (gsets[k][1:] != gsets[k][:-1]) | (nbytes[k][1:] != nbytes[k][:-1])
     group = np.cumsum(first) - 1
@@ -154,8 +153,8 @@ def run_priced(program: Program, price: np.ndarray, cls: np.ndarray, max_events:
     for j, r in enumerate(ranks.tolist()):
         if r in slow:
             slow[r] += float(fv["slowdown"][j])
-    return Recorded(iv["rows"][:k].astype(np.int64), fv["starts"][:k].copy(), fv["ends"][:k].copy(), int(reg[L.R_EXEC]), finished,
-                    int(reg[L.R_STATUS]), int(reg[L.R_OP]), slow)
+    return Recorded(iv["rows"][:k].astype(np.int64), fv["starts"][:k].copy(), fv["ends"][:k].copy(),
+                    int(reg[L.R_EXEC]), finished, int(reg[L.R_STATUS]), int(reg[L.R_OP]), slow)
 
 
 def _alloc(sizes: dict[str, int], dtype: type, o: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:

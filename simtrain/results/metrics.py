@@ -381,8 +381,8 @@ def run_report(tl: Timeline, program: Program, *, model: ModelSpec, gpu: GpuSpec
     metrics = summarize(last, model=model, gpu=gpu, num_gpus=par.world, seq=par.seq, gbs=par.gbs,
                         rank_weight=program.rank_weight, pipeline_rank_of=program.pipeline_rank_of,
                         static_bytes=program.static_bytes, memory=tl, columns=columns, per_rank=per_rank)
-    seconds = [RankSeconds(busy_s=split["compute"] + split["recompute"], comm_s=sum(split[k] for k in COMM_KINDS),
-                           idle_s=split["idle"], weight=program.rank_weight[r]) for r, split in zip(program.ranks, per_rank)]
+    seconds = [RankSeconds(busy_s=b["compute"] + b["recompute"], comm_s=sum(b[k] for k in COMM_KINDS),
+                           idle_s=b["idle"], weight=program.rank_weight[r]) for r, b in zip(program.ranks, per_rank)]
     energy = energy_metrics(seconds, step_s=step, tokens=par.gbs * par.seq,
                             draw=power or PowerDraw(None, None, None, 0.0, num_gpus=par.world))
     report = dict(**metrics, **energy, params_total=model.params_total, params_active=model.params_active,

@@ -44,10 +44,11 @@ class _Template:
     dep1_rebased: np.ndarray
     more: tuple[tuple[int, tuple[int, ...]], ...]  # (op offset, its dependencies relative to the first op)
     key_at: tuple[int, ...]  # offsets of the collectives (ops with a key)
-    key_parts: tuple[tuple[int, str, int | tuple[int, ...], int], ...]  # their (stream, key[0], key[1], key[2] relative to the counter)
+    # their (stream, key[0], key[1], key[2] relative to the stream's counter)
+    key_parts: tuple[tuple[int, str, int | tuple[int, ...], int], ...]
     counts: tuple[tuple[int, int], ...]  # (stream, collectives it numbered)
     streams: tuple[tuple[int, np.ndarray], ...]  # (stream, offsets of its ops in order, as C ints)
-    grads: tuple[tuple[tuple[int, int], int], ...]  # (stage, layer) -> offset of its last B or W op, in first-call order
+    grads: tuple[tuple[tuple[int, int], int], ...]  # (stage, layer) -> offset of its last B or W op
     last: int | None  # offset of the op the next one waits for
 
 
