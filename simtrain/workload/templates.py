@@ -147,6 +147,8 @@ def _capture(table: OpTable, start: int, mb: int, last: int | None, before: dict
             if len(key) != 3 or not isinstance(key[2], int):
                 return None
             keys.append((offset, stream, (key[0], key[1], key[2] - before[stream])))
+    if len({(st, k) for _, st, k in keys}) < len(keys):  # a copy counts its keys in one pass: distinct
+        return None
     grads: dict[tuple[int, int], int] = {}
     for stage, layer, op_id, kind in calls:
         if kind in ("B", "W"):  # what grad_done keeps: the last weight-gradient op of each layer
