@@ -20,9 +20,9 @@ arrays. Ops are indexed by position (the streams' lists end to end; ``ops`` give
 Per op: a record of ints (dependencies, class, receiver or key, done flag, waiting streams,
 members) and its ``cost`` (s: a compute op's duration, a communication op's price). Per stream:
 its position, op, start, work left and speed. Compiled by numba once per installation
-(``cache=True``), without numba's runtime (``_nrt=False``): the loop allocates nothing, and with
-the runtime every call between its functions counts references to its arrays atomically
-(numba/numba#2345), 80% of a move (0.48 against 0.09 us per op on S1's program).
+(:data:`OPTIONS`), without numba's runtime: the loop allocates nothing, and with the runtime each
+call between its functions counts references to its arrays atomically (numba/numba#2345), 80% of
+a move (0.48 against 0.09 us per op on S1's program).
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from typing import Any, TypeVar, cast
 
 import numpy as np
 from numba import njit
+from numba.core.options import DefaultOptions
 
 from simtrain.engine.loop_layout import (
     ARG, BUDGET, CLS, COMPUTE, DEP0, DEP1, EV_COLL, EV_COMPUTE, EV_P2P, EV_SOLO, FIN, K_active, K_cap, K_comp, K_cost,
@@ -43,11 +44,12 @@ from simtrain.engine.loop_layout import (
 from simtrain.workload.program import MORE
 
 _F = TypeVar("_F", bound=Callable[..., Any])
+#: numba's options: cached; without its runtime where this numba has the option (else only slower)
+OPTIONS: dict[str, bool] = {"cache": True, **({"_nrt": False} if hasattr(DefaultOptions, "_nrt") else {})}
 
 
 def _compiled(fn: _F) -> _F:
-    """``fn`` compiled by numba, cached, without numba's runtime (see the module docstring)."""
-    return cast(_F, njit(cache=True, _nrt=False)(fn))  # type: ignore[call-overload]  # (_nrt: not in the stubs)
+    return cast(_F, njit(**OPTIONS)(fn))  # type: ignore[call-overload]  # (_nrt: not in the stubs)
 
 
 
@@ -208,8 +210,7 @@ def _start_p2p(I: np.ndarray, F: np.ndarray, o: np.ndarray, s: int, op: int, now
 
 @_compiled
 def _transfer_over(I: np.ndarray, F: np.ndarray, o: np.ndarray, s: int, now: float) -> int:
-    """Stream ``s``'s transfer ends: both ranks' communication count drops and the receiver's span
-    is recorded (as :meth:`_Run.p2p_end` before the sender's op ends); the receiver's index."""
+    """As :meth:`_Run.p2p_end` before the sender's op ends; the receiver's rank index."""
     op = I[o[K_sop] + s]
     p = I[o[K_op] + W * op + ARG]
     _running(I, F, o, I[o[K_srank] + s], -1, now)
@@ -220,9 +221,8 @@ def _transfer_over(I: np.ndarray, F: np.ndarray, o: np.ndarray, s: int, now: flo
 
 @_compiled
 def _ended(I: np.ndarray, F: np.ndarray, o: np.ndarray, s: int, now: float) -> None:
-    """Inside a resumption: stream ``s``'s communication op, priced at nothing, ends as it starts;
-    the streams waiting for it and then ``s`` resume after those queued before (as the SimPy
-    engine's ``comm_done`` does there)."""
+    """In a resumption: stream ``s``'s op, priced at nothing, ends as it starts; its waiters and then
+    ``s`` resume after those queued before (as the SimPy engine's ``comm_done`` does there)."""
     I[o[K_spos] + s] += 1
     _finish(I, F, o, I[o[K_sop] + s], F[o[K_sstart] + s], now)
     _push(I, o, s)
