@@ -289,7 +289,7 @@ def _run_compiled(run: _Run) -> RunResult | None:
     run.finished = rec.finished  # type: ignore[assignment]  # (read as booleans)
     if not rec.finished.all():
         raise SimulationError(run._deadlock_message())
-    timeline = program_timeline(prog.ops, rec.rows, rec.starts, rec.ends)
+    timeline = program_timeline(prog.ops, rec.rows, rec.starts, rec.ends, priced[1] == loop_layout.COMPUTE)
     check_spans(prog, rec.rows, rec.starts, rec.ends)
     run.net.check()
     return RunResult(timeline, rec.executed, rec.slowdown_s)

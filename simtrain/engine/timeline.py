@@ -211,18 +211,20 @@ class Timeline:
 
 def span_order(start_s: np.ndarray, rank: np.ndarray, stream: np.ndarray) -> np.ndarray:
     """The order a timeline keeps its spans in: by start time, then rank, stream and the order
-    given (stable)."""
-    return np.lexsort((np.arange(len(start_s)), stream, rank, start_s))
+    given (lexsort is stable; rank and stream sort as one key)."""
+    return np.lexsort((np.asarray(rank, dtype=np.int64) * len(STREAMS) + stream, start_s))
 
 
-def program_timeline(ops: OpTable, rows: Spans, starts: Spans, ends: Spans) -> "Timeline":
+def program_timeline(ops: OpTable, rows: Spans, starts: Spans, ends: Spans,
+                     compute: np.ndarray | None = None) -> "Timeline":
     """The timeline of a run of ``ops`` from its recorded rows: ``rows[k]`` is the id of the op
     that ran from ``starts[k]`` to ``ends[k]``, or ``~i`` for the receiver's span of transfer ``i``
     (on the peer's ``pp_recv`` stream, of the stage it delivers to, named ``recv`` for ``send``).
     Both spans of a transfer carry its ``arrow`` id: transfers are numbered in the order they
     ended, those that ended together in program order. Only compute spans allocate and free
-    memory. The spans are put in :func:`span_order` first, so every other column is gathered
-    from the program once, already in order."""
+    memory (``compute``: per op, whether it is one, where the caller has it). The spans are put
+    in :func:`span_order` first, so every other column is gathered from the program once,
+    already in order."""
     n = len(ops)
     names = dict.fromkeys(ops.name, 0)  # in order of first use
     for code, nm in enumerate(names):
@@ -257,7 +259,9 @@ def program_timeline(ops: OpTable, rows: Spans, starts: Spans, ends: Spans) -> "
     out["start_s"], out["end_s"] = start[order], end[order]
     out["flops"] = ops.column("flops")[ids]
     out["bytes"] = ops.column("nbytes")[ids]
-    compute = np.fromiter([c is None for c in ops.comm], dtype=bool, count=n)[ids]
+    if compute is None:
+        compute = np.fromiter([c is None for c in ops.comm], dtype=bool, count=n)
+    compute = compute[ids]
     out["alloc_bytes"] = np.where(compute, ops.column("alloc")[ids], 0.0)
     out["free_bytes"] = np.where(compute, ops.column("free")[ids], 0.0)
     return Timeline.from_sorted(out, list(names))

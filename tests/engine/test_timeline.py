@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
+
 import pytest
 
 from helpers import simulate, simulate_settings, tiny_model
 from simtrain.specs.parallel import ParallelSpec
-from simtrain.engine.timeline import Timeline
+from simtrain.engine.timeline import Timeline, span_order
 
 pytestmark = pytest.mark.quick
 
@@ -157,3 +159,12 @@ def test_program_timeline_equals_gathering_every_span_in_recorded_order(schedule
     assert tl.names == ref.names
     for c, col in ref.cols.items():
         assert tl[c].dtype == col.dtype and np.array_equal(tl[c], col), c
+
+
+@pytest.mark.quick
+def test_span_order_is_start_then_rank_then_stream_then_the_order_given():
+    rng = np.random.default_rng(7)
+    n = 5_000
+    start = rng.integers(0, 20, n) * 0.5  # many ties
+    rank, stream = rng.integers(0, 300, n).astype(np.int32), rng.integers(0, 7, n).astype(np.int32)
+    assert np.array_equal(span_order(start, rank, stream), np.lexsort((np.arange(n), stream, rank, start)))
