@@ -1,11 +1,11 @@
-"""The timeline: a JSON round trip keeps every column."""
+"""The timeline: a JSON round trip keeps every column; spans sort by start, rank, stream, then
+the order given."""
 
 from __future__ import annotations
 
 import json
 
 import numpy as np
-
 import pytest
 
 from helpers import simulate, simulate_settings, tiny_model
