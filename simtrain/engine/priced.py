@@ -86,8 +86,8 @@ def run_priced(program: Program, price: np.ndarray, cls: np.ndarray, max_events:
     if len(ops) and seen.max() > 1:
         raise AssertionError(f"op ran twice: {table[int(np.argmax(seen))].label()}")  # (as the SimPy engine would)
     ops = np.concatenate([ops, np.flatnonzero(seen == 0).astype(np.int32)])
-    pos_of = np.empty(n, dtype=np.int64)
-    pos_of[ops] = np.arange(n)
+    pos_of = np.empty(n, dtype=np.int32)
+    pos_of[ops] = np.arange(n, dtype=np.int32)
     c = cls[ops]
     p2p, coll = np.flatnonzero(c == L.P2P), np.flatnonzero(c == L.COLLECTIVE)
     # ranks as dense indices: the streams' and the transfers' receivers
