@@ -50,6 +50,10 @@ def prices(program: Program, network: NetworkModel) -> tuple[np.ndarray, np.ndar
     price = np.zeros(n)
     if not len(ids):
         return price, cls
+    i0 = int(ids[0])
+    t0 = network.fixed_duration(OpRef(table, i0))  # (a network that times ops: None at once)
+    if t0 is None:
+        return None
     gsets, nbytes, c = table.column("group_set")[ids], table.column("nbytes")[ids], codes[ids]
     k = np.lexsort((nbytes, gsets, c))  # by key; stable: a key's ops in id order
     first = np.ones(len(k), dtype=bool)
@@ -58,7 +62,7 @@ def prices(program: Program, network: NetworkModel) -> tuple[np.ndarray, np.ndar
     heads = ids[k[first]]
     asked = np.zeros(len(heads))
     for j, i in enumerate(heads.tolist()):
-        t = network.fixed_duration(OpRef(table, i))
+        t = t0 if i == i0 else network.fixed_duration(OpRef(table, i))  # (the first op heads its key)
         if t is None:
             return None
         asked[j] = t
