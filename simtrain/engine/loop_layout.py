@@ -7,7 +7,7 @@ index of each named array, its registers, and the codes of op classes, queued ev
 
 from __future__ import annotations
 
-COMPUTE, P2P, COLLECTIVE = 0, 1, 2  # op classes (the ``cls`` column)
+COMPUTE, P2P, COLLECTIVE = 0, 1, 2  # op classes (an op record's ``CLS``)
 EV_COMPUTE, EV_SOLO, EV_P2P, EV_COLL = 0, 1, 2, 3  # what a stream's queued end is
 OK, RAN_TWICE, BUDGET = 0, 1, 2  # the run's status
 #: the arrays held in ``I`` (ints) and ``F`` (floats), each at the offset ``o[K_name]``
