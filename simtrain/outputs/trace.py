@@ -12,14 +12,15 @@ pids and tids start at 1, not 0: Perfetto treats pid 0 (the Linux idle task) spe
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 
 from simtrain import __version__
 from simtrain.outputs.counters import Counter, CounterTrack, _counter_texts, _expanded, counter_events
 from simtrain.outputs.files import atomic_open
-from simtrain.outputs.trace_text import _F, _S, _dumps, _each, _each_int, _each_run, _f, _text
+from simtrain.outputs.trace_text import (_F, _S, _dumps, _each_int_texts, _each_run_texts, _each_texts, _f,
+                                         _gathered, _text)
 from simtrain.engine.timeline import Timeline
 from simtrain.workload.program import KINDS, STREAMS
 from simtrain.units import GiB, US_PER_S
@@ -28,6 +29,9 @@ __all__ = ["GROUP_BY", "LINK_PID_BASE", "CounterTrack", "counter_events", "node_
            "stream_tid", "trace_events", "write_trace"]
 
 GROUP_BY = ("rank", "node")
+#: Complete events formatted, joined and written at a time by :func:`write_trace` (about 7 MB of
+#: text): a trace of millions of spans is never held as one text.
+CHUNK_EVENTS = 1 << 15
 _US = US_PER_S
 
 
@@ -132,42 +136,47 @@ class _Parts:
                         "tid": tid[ri], "ts": ts[ri]})
         return out
 
-    def span_text(self) -> str:
-        """The spans' complete events as compact sorted-key JSON separated by commas, formatted
-        directly by the encoder's own rules (``float.__repr__`` for floats, ``str`` for ints,
-        ASCII-escaped strings). Each event is cut into pieces that each depend on one column (or
-        on name and micro-batch, or on pid and tid), formatted once per distinct value; the pieces
-        of all events are then joined in one ``str.join``. Only the start times, mostly distinct,
-        are formatted once per run of equal ones: that ``float.__repr__`` is most of the time left."""
+    def span_texts(self, chunk: int) -> Iterator[str]:
+        """The spans' complete events as compact sorted-key JSON separated by commas, in pieces of
+        ``chunk`` events (each but the last ending in a comma), formatted directly by the encoder's
+        own rules (``float.__repr__`` for floats, ``str`` for ints, ASCII-escaped strings). Each
+        event is cut into pieces that each depend on one column (or on name and micro-batch, or on
+        pid and tid), formatted once per distinct value; a piece of events is then joined in one
+        ``str.join``, so no text of the whole trace is ever held. Only the start times, mostly
+        distinct, are formatted once per run of equal ones: that ``float.__repr__`` is most of the
+        time left."""
         c, n = self.cols, len(self.ts)
         if not n:
-            return ""
+            return
         mb = c["mb"].astype(np.int64)
         mb_lo = min(int(mb.min()), 0)
         n_mb = int(mb.max()) - mb_lo + 1
         name_key = c["name"].astype(np.int64) * n_mb + (mb - mb_lo)
         tid_hi = int(self.tid.max()) + 1
         cats = [_text(k) for k in KINDS]
-        pieces = [
-            _each(c["bytes"], lambda v: '{"args":{"bytes":' + _f(v)),
-            _each(c["flops"], lambda v: ',"flops":' + _f(v)),
-            _each_int(c["layer"], lambda v: f',"layer":{v}'),
-            _each_int(mb, lambda v: f',"mb":{v}'),
-            _each_int(c["stage"], lambda v: f',"stage":{v}}},"cat":'),
-            _each_int(c["kind"], lambda v: cats[v] + ',"dur":'),
-            _each(self.dur, _f),
-            _each_int(name_key, lambda k: ',"name":' + _text(self.label(k // n_mb, k % n_mb + mb_lo))
-                      + ',"ph":"X","pid":'),
-            _each_int(self.pid * tid_hi + self.tid, lambda k: f'{k // tid_hi},"tid":{k % tid_hi},"ts":'),
-            _each_run(self.ts),
+        columns = [
+            _each_texts(c["bytes"], lambda v: '{"args":{"bytes":' + _f(v)),
+            _each_texts(c["flops"], lambda v: ',"flops":' + _f(v)),
+            _each_int_texts(c["layer"], lambda v: f',"layer":{v}'),
+            _each_int_texts(mb, lambda v: f',"mb":{v}'),
+            _each_int_texts(c["stage"], lambda v: f',"stage":{v}}},"cat":'),
+            _each_int_texts(c["kind"], lambda v: cats[v] + ',"dur":'),
+            _each_texts(self.dur, _f),
+            _each_int_texts(name_key, lambda k: ',"name":' + _text(self.label(k // n_mb, k % n_mb + mb_lo))
+                            + ',"ph":"X","pid":'),
+            _each_int_texts(self.pid * tid_hi + self.tid, lambda k: f'{k // tid_hi},"tid":{k % tid_hi},"ts":'),
+            _each_run_texts(self.ts),
         ]
-        step = len(pieces) + 1  # the pieces of span i at i * step ..., then "}," (the last: "}")
-        chunks: list[str | None] = [None] * (n * step)
-        for j, piece in enumerate(pieces):
-            chunks[j::step] = piece
-        chunks[len(pieces)::step] = ["},"] * n
-        chunks[-1] = "}"
-        return "".join(chunks)
+        step = len(columns) + 1  # the pieces of span i at i * step ..., then "}," (the last: "}")
+        for a in range(0, n, chunk):
+            b = min(n, a + chunk)
+            pieces: list[str | None] = [None] * ((b - a) * step)
+            for j, col in enumerate(columns):
+                pieces[j::step] = _gathered(col, a, b)
+            pieces[len(columns)::step] = ["},"] * (b - a)
+            if b == n:
+                pieces[-1] = "}"
+            yield "".join(pieces)  # type: ignore[arg-type]  # (every place filled)
 
     def flow_texts(self) -> list[str]:
         out = []
@@ -244,23 +253,27 @@ def write_trace(timeline: Timeline, path: str | os.PathLike, **kw) -> None:
                    kw.pop("gpus_per_node", None))
     if kw:
         raise TypeError(f"write_trace() got unexpected arguments {sorted(kw)}")
+    spans: Iterable[str]
     if not parts.finite:  # NaN or infinity: the encoder's spelling of them
-        spans = ",".join(_dumps(e) for e in parts.span_dicts())
+        spans = [",".join(_dumps(e) for e in parts.span_dicts())]
         flows = [_dumps(e) for e in parts.flow_dicts()]
     else:
-        spans, flows = parts.span_text(), parts.flow_texts()
-    sections = (",".join(_dumps(e) for e in parts.meta), spans, ",".join(flows),
-                ",".join(_dumps(e) for e in parts.steps), ",".join(_counter_texts(counters)))
+        spans, flows = parts.span_texts(CHUNK_EVENTS), parts.flow_texts()
+    sections: tuple[Iterable[str], ...] = (
+        [",".join(_dumps(e) for e in parts.meta)], spans, [",".join(flows)],
+        [",".join(_dumps(e) for e in parts.steps)], [",".join(_counter_texts(counters))])
     head = f'{{"displayTimeUnit":"ms","otherData":{_dumps(parts.other)},"traceEvents":['
-    with atomic_open(path, "wb") as fh:  # each section encoded in one piece: a text file's encoder is slower
+    with atomic_open(path, "wb") as fh:  # each piece encoded at once: a text file's encoder is slower
         fh.write(head.encode())
-        first = True
-        for text in sections:
-            if text:
-                if not first:
-                    fh.write(b",")
-                fh.write(text.encode())
-                first = False
+        wrote = False  # any event written: the next section's first piece follows a comma
+        for section in sections:
+            opened = False
+            for text in section:
+                if text:
+                    if wrote and not opened:
+                        fh.write(b",")
+                    fh.write(text.encode())
+                    opened = wrote = True
         fh.write(b"]}")
 
 

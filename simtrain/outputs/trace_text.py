@@ -17,7 +17,16 @@ _F = '{"bp":"e","cat":"pp","id":%d,"name":"pp","ph":"f","pid":%d,"tid":%d,"ts":%
 _INF = float("inf")
 
 
+#: A column of texts as a table of distinct texts and each row's place in it (``table[index]``).
+Texts = tuple[np.ndarray, np.ndarray]
+
+
 def _each(values: np.ndarray, fmt) -> list[str]:
+    """``fmt`` of every value (:func:`_each_texts`), as a list."""
+    return _gathered(_each_texts(values, fmt))
+
+
+def _each_texts(values: np.ndarray, fmt) -> Texts:
     """``fmt`` of every value, computed once per distinct value (by bit pattern, so that -0.0 and
     0.0 stay apart). A column of few distinct values (judged on an evenly spaced sample) finds them
     by hashing and each value's place by binary search, which beats sorting the whole column;
@@ -28,41 +37,57 @@ def _each(values: np.ndarray, fmt) -> list[str]:
         inverse = np.searchsorted(uniq, bits)
     else:
         uniq, inverse = np.unique(bits, return_inverse=True)
-    return _texts_at([fmt(v) for v in uniq.view(np.float64).tolist()], inverse)
+    return _table([fmt(v) for v in uniq.view(np.float64).tolist()], inverse)
 
 
 def _each_run(values: np.ndarray) -> list[str]:
+    """``float.__repr__`` of every value (:func:`_each_run_texts`), as a list."""
+    return _gathered(_each_run_texts(values))
+
+
+def _each_run_texts(values: np.ndarray) -> Texts:
     """``float.__repr__`` of every value, computed once per run of equal neighbours (spans come in
     start-time order, so equal start times are neighbours; any order gives the same texts)."""
     if not len(values):
-        return []
+        return _table([], np.zeros(0, dtype=np.int64))
     bits = np.ascontiguousarray(values, dtype=np.float64).view(np.int64)
     starts = np.ones(len(bits), dtype=bool)
     starts[1:] = bits[1:] != bits[:-1]
-    return _texts_at(list(map(_f, values[starts].tolist())), np.cumsum(starts) - 1)
+    return _table(list(map(_f, values[starts].tolist())), np.cumsum(starts) - 1)
 
 
-def _texts_at(texts: list[str], index: np.ndarray) -> list[str]:
-    """``[texts[i] for i in index]``, gathered by numpy (an object array) rather than in Python."""
+def _table(texts: list[str], index: np.ndarray) -> Texts:
+    """``texts`` as an object array (gathered by numpy rather than in Python), with ``index``."""
     table = np.empty(len(texts), dtype=object)
     table[:] = texts
-    return table[index.ravel()].tolist()
+    return table, index.ravel()
+
+
+def _gathered(texts: Texts, start: int = 0, stop: int | None = None) -> list[str]:
+    """The texts of rows ``start`` to ``stop`` of a column."""
+    table, index = texts
+    return table[index[start:stop]].tolist()
 
 
 def _each_int(values: np.ndarray, fmt) -> list[str]:
+    """``fmt`` of every (integer) value (:func:`_each_int_texts`), as a list."""
+    return _gathered(_each_int_texts(values, fmt))
+
+
+def _each_int_texts(values: np.ndarray, fmt) -> Texts:
     """``fmt`` of every (integer) value, computed once per distinct value: looked up in a table
     indexed by value when the values span a range not much longer than the array, else sorted."""
     v = values.astype(np.int64)
     lo, hi = int(v.min()), int(v.max())
     if hi - lo > 4 * len(v) + 4096:
         uniq, inverse = np.unique(v, return_inverse=True)
-        return _texts_at([fmt(k) for k in uniq.tolist()], inverse)
+        return _table([fmt(k) for k in uniq.tolist()], inverse)
     present = np.zeros(hi - lo + 1, dtype=bool)
     present[v - lo] = True
     table = np.empty(hi - lo + 1, dtype=object)
     for k in np.flatnonzero(present).tolist():
         table[k] = fmt(k + lo)
-    return table[v - lo].tolist()
+    return table, v - lo
 
 
 def _dumps(obj: Any) -> str:

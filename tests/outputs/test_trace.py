@@ -143,6 +143,19 @@ def test_written_trace_is_the_encoders_json_byte_for_byte(tmp_path, group_by):
     assert [e["name"] for e in trace["traceEvents"] if e["ph"] == "i"] == ["end of step 1"]
 
 
+def test_a_trace_written_a_few_events_at_a_time_has_the_same_bytes(tmp_path, monkeypatch):
+    """The spans go to the file CHUNK_EVENTS at a time; pieces of one, two or three events (the
+    last piece short or full) give the bytes of the encoder's JSON all the same."""
+    from simtrain.outputs import trace
+
+    tl = _awkward_timeline()
+    expected = json.dumps(trace_events(tl), sort_keys=True, separators=(",", ":"))
+    for chunk in (1, 2, 3, len(tl), len(tl) + 5):
+        monkeypatch.setattr(trace, "CHUNK_EVENTS", chunk)
+        write_trace(tl, tmp_path / "t.json")
+        assert (tmp_path / "t.json").read_text(encoding="utf-8") == expected, chunk
+
+
 def test_written_trace_spells_non_finite_numbers_as_the_encoder_does(tmp_path):
     b = TimelineBuilder()
     add_span(b, 0, "compute", "F", "attn.F", 0.0, 1.0, flops=float("nan"), nbytes=float("inf"))
