@@ -19,6 +19,7 @@ MS = 1e-3  # one millisecond in seconds
 US = 1e-6  # one microsecond in seconds
 NS = 1e-9
 US_PER_S = 1e6  # microseconds per second (trace timestamps)
+NS_PER_S = 1e9  # nanoseconds per second (trace timestamps' resolution)
 BYTES_BF16 = 2
 BYTES_FP32 = 4
 

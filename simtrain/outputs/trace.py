@@ -3,7 +3,9 @@
 Each rank is a process and each of its streams a thread (or, with ``group_by="node"``, each node a
 process and each (rank, stream) a thread); each span is a complete ("X") event and each
 point-to-point transfer a flow arrow from its send span to its receive span. Times are in
-microseconds, as the format requires.
+microseconds, as the format requires, to the nanosecond: Perfetto keeps times as whole nanoseconds,
+so a finer digit would be dropped when the trace is read. Starts and ends are each rounded to the
+nearest nanosecond, so a span that holds another on the timeline holds it in the trace.
 
 pids and tids start at 1, not 0: Perfetto treats pid 0 (the Linux idle task) specially. Use
 :func:`rank_pid` / :func:`node_pid` to place extra tracks (:func:`counter_events`) on a process.
@@ -19,11 +21,11 @@ import numpy as np
 from simtrain import __version__
 from simtrain.outputs.counters import Counter, CounterTrack, _counter_texts, _expanded, counter_events
 from simtrain.outputs.files import atomic_open
-from simtrain.outputs.trace_text import (_F, _S, _dumps, _each_int_texts, _each_run_texts, _each_texts, _f,
-                                         _gathered, _text)
+from simtrain.outputs.trace_text import (_F, _S, _dumps, _each_int_texts, _each_texts, _f, _gathered,
+                                         _ns_texts, _text)
 from simtrain.engine.timeline import Timeline
 from simtrain.workload.program import KINDS, STREAMS
-from simtrain.units import GiB, US_PER_S
+from simtrain.units import NS_PER_S, GiB
 
 __all__ = ["GROUP_BY", "LINK_PID_BASE", "CounterTrack", "counter_events", "node_pid", "rank_pid", "run_counters",
            "stream_tid", "trace_events", "write_trace"]
@@ -32,7 +34,6 @@ GROUP_BY = ("rank", "node")
 #: Complete events formatted, joined and written at a time by :func:`write_trace` (about 7 MB of
 #: text): a trace of millions of spans is never held as one text.
 CHUNK_EVENTS = 1 << 15
-_US = US_PER_S
 
 
 def rank_pid(rank: int) -> int:
@@ -97,15 +98,18 @@ class _Parts:
 
         self.names = timeline.names
         self.cols = c
-        # the same IEEE products as ``start * 1e6`` and ``(end - start) * 1e6`` on Python floats
-        self.ts = c["start_s"] * _US
-        self.dur = (c["end_s"] - c["start_s"]) * _US
+        # whole nanoseconds (as floats, which keep NaN and infinity), then microseconds
+        self.ts_ns = np.rint(c["start_s"] * NS_PER_S)
+        end_ns = np.rint(c["end_s"] * NS_PER_S)
+        self.ts = self.ts_ns / 1000
+        self.dur = (end_ns - self.ts_ns) / 1000
         self.finite = bool(np.all(np.isfinite(c["start_s"])) and np.all(np.isfinite(c["end_s"]))
                            and np.all(np.isfinite(c["flops"])) and np.all(np.isfinite(c["bytes"])))
         self.flows, unpaired = _flow_pairs(timeline)
         ends = timeline.step_ends()
+        marks = (np.rint(np.asarray(ends[:-1], dtype=np.float64) * NS_PER_S) / 1000).tolist()
         self.steps = [{"ph": "i", "s": "g", "name": f"end of step {k + 1}", "cat": "step", "pid": 0,
-                       "tid": 0, "ts": t * _US} for k, t in enumerate(ends[:-1] if len(ends) > 1 else [])]
+                       "tid": 0, "ts": t} for k, t in enumerate(marks)]
         self.other = {"generator": "simtrain", "version": __version__, "group_by": group_by,
                       "step_time_s": timeline.end_s, "spans": len(timeline),
                       "ranks": len({k // n_streams for k in pairs}), "flows": len(self.flows),
@@ -143,8 +147,7 @@ class _Parts:
         event is cut into pieces that each depend on one column (or on name and micro-batch, or on
         pid and tid), formatted once per distinct value; a piece of events is then joined in one
         ``str.join``, so no text of the whole trace is ever held. Only the start times, mostly
-        distinct, are formatted once per run of equal ones: that ``float.__repr__`` is most of the
-        time left."""
+        distinct, are spelt by numpy from their whole nanoseconds (:func:`_ns_texts`)."""
         c, n = self.cols, len(self.ts)
         if not n:
             return
@@ -165,7 +168,7 @@ class _Parts:
             _each_int_texts(name_key, lambda k: ',"name":' + _text(self.label(k // n_mb, k % n_mb + mb_lo))
                             + ',"ph":"X","pid":'),
             _each_int_texts(self.pid * tid_hi + self.tid, lambda k: f'{k // tid_hi},"tid":{k % tid_hi},"ts":'),
-            _each_run_texts(self.ts),
+            _ns_texts(self.ts_ns.astype(np.int64)),
         ]
         step = len(columns) + 1  # the pieces of span i at i * step ..., then "}," (the last: "}")
         for a in range(0, n, chunk):

@@ -56,6 +56,44 @@ def _each_run_texts(values: np.ndarray) -> Texts:
     return _table(list(map(_f, values[starts].tolist())), np.cumsum(starts) - 1)
 
 
+#: Integer parts beyond this (microseconds: 11.6 days) are spelt by ``float.__repr__`` itself.
+_NS_TEXT_MAX_US = 10**12
+
+
+def _ns_texts(ns: np.ndarray) -> Texts:
+    """``float.__repr__`` of every ``ns / 1000`` (integer nanoseconds as microseconds), spelt by
+    numpy: the integer part, a point, the 1-3 digits of the fraction without trailing zeros. That
+    is the shortest text naming the double nearest ``ns / 1000``, so ``float.__repr__`` spells it
+    so too, while two texts of whole nanoseconds lie more than a double's spacing apart, which
+    holds below 10**12 us; a larger value (or any negative) goes to ``float.__repr__``."""
+    v = np.ascontiguousarray(ns, dtype=np.int64)
+    if not len(v):
+        return _table([], np.zeros(0, dtype=np.int64))
+    whole, frac = np.divmod(v, 1000)
+    top = int(whole.max())
+    if int(v.min()) < 0 or top >= _NS_TEXT_MAX_US:
+        return _each_run_texts(v / 1000)
+    n_int = len(str(top))
+    fixed = np.empty((len(v), n_int + 4), dtype=np.uint8)  # right-aligned "000123.456"
+    rest = whole.copy()
+    for k in range(n_int - 1, -1, -1):
+        rest, digit = np.divmod(rest, 10)
+        fixed[:, k] = digit + 48
+    fixed[:, n_int] = ord(".")
+    fixed[:, n_int + 1] = frac // 100 + 48
+    fixed[:, n_int + 2] = frac // 10 % 10 + 48
+    fixed[:, n_int + 3] = frac % 10 + 48
+    digits = np.ones(len(v), dtype=np.int64)  # of the integer part
+    for k in range(1, n_int):
+        digits += whole >= 10**k
+    places = 3 - (frac % 10 == 0) - (frac % 100 == 0)  # 1-3: "1.0", "1.5", "1.25", "1.125"
+    cols = np.arange(n_int + 4)
+    out = np.take_along_axis(fixed, np.minimum(cols + (n_int - digits)[:, None], n_int + 3), axis=1)
+    out[cols >= (digits + 1 + places)[:, None]] = 0  # numpy's bytes drop trailing NULs
+    texts = out.view(f"S{n_int + 4}").ravel().astype(f"U{n_int + 4}")
+    return texts, np.arange(len(v))
+
+
 def _table(texts: list[str], index: np.ndarray) -> Texts:
     """``texts`` as an object array (gathered by numpy rather than in Python), with ``index``."""
     table = np.empty(len(texts), dtype=object)

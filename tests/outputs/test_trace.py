@@ -25,8 +25,9 @@ def test_trace_events_complete_events_and_metadata():
     assert len(xs) == len(tl)
     for i, e in enumerate(xs):
         span = tl.span(i)
-        assert e["ts"] == span.start_s * 1e6
-        assert e["dur"] == (span.end_s - span.start_s) * 1e6
+        # microseconds to the nanosecond: start and end each rounded to whole nanoseconds
+        assert e["ts"] == round(span.start_s * 1e9) / 1000
+        assert e["dur"] == (round(span.end_s * 1e9) - round(span.start_s * 1e9)) / 1000
         assert e["cat"] == span.kind
         assert e["name"] == (f"{span.name} mb{span.mb}" if span.mb >= 0 else span.name)
         assert e["pid"] == rank_pid(span.rank)
@@ -139,7 +140,7 @@ def test_written_trace_is_the_encoders_json_byte_for_byte(tmp_path, group_by):
     trace = json.loads(path.read_text(encoding="utf-8"))
     xs = [e for e in trace["traceEvents"] if e["ph"] == "X"]
     assert xs[0]["name"] == 'attn "q" \u00e9\u4e2d mb3' and str(xs[0]["args"]["flops"]) == "-0.0"
-    assert xs[0]["args"]["bytes"] == 1e22 and xs[0]["dur"] == 1e-7 * 1e6
+    assert xs[0]["args"]["bytes"] == 1e22 and xs[0]["dur"] == 0.1
     assert [e["name"] for e in trace["traceEvents"] if e["ph"] == "i"] == ["end of step 1"]
 
 
@@ -154,6 +155,23 @@ def test_a_trace_written_a_few_events_at_a_time_has_the_same_bytes(tmp_path, mon
         monkeypatch.setattr(trace, "CHUNK_EVENTS", chunk)
         write_trace(tl, tmp_path / "t.json")
         assert (tmp_path / "t.json").read_text(encoding="utf-8") == expected, chunk
+
+
+def test_trace_times_are_whole_nanoseconds_and_keep_spans_nested(tmp_path):
+    """Times finer than a nanosecond are rounded, start and end each, so a span inside another on
+    the timeline is inside it in the file too; the text is that of the encoder."""
+    b = TimelineBuilder()
+    add_span(b, 0, "compute", "F", "outer", 1.0000000004, 1.0000000016)
+    add_span(b, 0, "compute", "F", "inner", 1.0000000006, 1.0000000014)
+    tl = b.build()
+    write_trace(tl, tmp_path / "t.json")
+    text = (tmp_path / "t.json").read_text(encoding="utf-8")
+    assert text == json.dumps(trace_events(tl), sort_keys=True, separators=(",", ":"))
+    xs = {e["name"]: e for e in json.loads(text)["traceEvents"] if e["ph"] == "X"}
+    assert (xs["outer"]["ts"], xs["outer"]["dur"]) == (1000000.0, 0.002)
+    assert (xs["inner"]["ts"], xs["inner"]["dur"]) == (1000000.001, 0.0)
+    assert xs["outer"]["ts"] <= xs["inner"]["ts"] <= xs["inner"]["ts"] + xs["inner"]["dur"] \
+        <= xs["outer"]["ts"] + xs["outer"]["dur"]
 
 
 def test_written_trace_spells_non_finite_numbers_as_the_encoder_does(tmp_path):

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from simtrain.outputs.trace_text import _each, _each_int, _each_run
+from hypothesis import given, strategies as st
+
+from simtrain.outputs.trace_text import _each, _each_int, _each_run, _gathered, _ns_texts
 
 
 @pytest.mark.quick
@@ -24,3 +26,16 @@ def test_each_value_formatted_once_in_either_way():
     runs = np.array([0.0, 0.0, -0.0, 1.5, 1.5, 0.0, 1e-7])
     assert _each_run(runs) == ["0.0", "0.0", "-0.0", "1.5", "1.5", "0.0", "1e-07"]
     assert _each_run(np.zeros(0)) == []
+
+
+@pytest.mark.quick
+@given(st.lists(st.integers(0, 10**17), max_size=40))
+def test_whole_nanoseconds_are_spelt_as_the_encoder_spells_microseconds(ns):
+    """numpy's digits of ``ns / 1000`` are ``float.__repr__``'s, for every size (10**15 us and
+    beyond, and negatives, go to ``float.__repr__`` itself)."""
+    import numpy as np
+
+    values = np.array(ns + [0, 1, 10, 100, 1000, 1010, 10**15 - 1], dtype=np.int64)
+    assert _gathered(_ns_texts(values)) == [repr(v / 1000) for v in values.tolist()]
+    assert _gathered(_ns_texts(np.array([-5, 7]))) == ["-0.005", "0.007"]
+    assert _gathered(_ns_texts(np.zeros(0, dtype=np.int64))) == []
