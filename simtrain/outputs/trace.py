@@ -168,15 +168,16 @@ class _Parts:
             _each_int_texts(name_key, lambda k: ',"name":' + _text(self.label(k // n_mb, k % n_mb + mb_lo))
                             + ',"ph":"X","pid":'),
             _each_int_texts(self.pid * tid_hi + self.tid, lambda k: f'{k // tid_hi},"tid":{k % tid_hi},"ts":'),
-            _ns_texts(self.ts_ns.astype(np.int64)),
         ]
-        step = len(columns) + 1  # the pieces of span i at i * step ..., then "}," (the last: "}")
+        ts_ns = self.ts_ns.astype(np.int64)
+        step = len(columns) + 2  # the pieces of span i at i * step ..., its start, then "}," (the last: "}")
         for a in range(0, n, chunk):
             b = min(n, a + chunk)
             pieces: list[str | None] = [None] * ((b - a) * step)
             for j, col in enumerate(columns):
                 pieces[j::step] = _gathered(col, a, b)
-            pieces[len(columns)::step] = ["},"] * (b - a)
+            pieces[len(columns)::step] = _gathered(_ns_texts(ts_ns[a:b]))
+            pieces[len(columns) + 1::step] = ["},"] * (b - a)
             if b == n:
                 pieces[-1] = "}"
             yield "".join(pieces)  # type: ignore[arg-type]  # (every place filled)
