@@ -99,6 +99,7 @@ class _Lowering:
                 if (rank, step) == (prog.ranks[0], 0):
                     _check_budget(self)
         prog.members = {key: n for key, n in prog.members.items() if n > 1}  # absent: one member
+        prog.forget_keys()
         prog.layers_per_chunk = [len(c) for c in self.chunks]
         prog.kernel_sources = dict(em.timer.counts)
         for op_id, key in self.needs:

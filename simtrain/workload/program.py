@@ -349,6 +349,7 @@ class Program:
     layers_per_chunk: list[int] = field(default_factory=list)  # layers of each pipeline chunk, in order
     kernel_sources: dict[str, int] = field(default_factory=dict)  # measured/interpolated/model -> distinct kernels
     _group_ids: dict[tuple[tuple[int, ...], ...], int] = field(default_factory=dict, repr=False)
+    _keys: dict[Key, Key] = field(default_factory=dict, repr=False)  # each key -> the one object held for it
 
     def add(self, op: Op) -> OpRef:
         """Append ``op`` (a record; its ``id`` is ignored) to its rank's stream; the new row."""
@@ -359,6 +360,8 @@ class Program:
                group_set: int = -1, key: Key | None = None, peer: int = -1, peer_stage: int = -1,
                deps: list[int] | None = None, alloc: float = 0.0, free: float = 0.0) -> int:
         """Append an op (fields as :class:`Op` has them) to its rank's stream; its id."""
+        if key is not None:
+            key = self._keys.setdefault(key, key)
         i = self.ops.append(rank, stream, kind, name, stage, layer, mb, duration_s, flops, nbytes, comm, group_set,
                             key, peer, peer_stage, deps if deps is not None else [], alloc, free)
         queue = self.order.get((rank, stream))
@@ -369,6 +372,17 @@ class Program:
         if key is not None:
             self.members[key] = self.members.get(key, 0) + 1
         return i
+
+    def shared_keys(self, keys: list[Key]) -> list[Key]:
+        """``keys`` as the objects the program already holds for them (new ones are kept): the
+        members of a collective on different ranks hold one key object, not one each (an
+        unfolded run has millions of members, and each live tuple is walked by the cycle
+        collector until it untracks it)."""
+        return list(map(self._keys.setdefault, keys, keys))
+
+    def forget_keys(self) -> None:
+        """Drop the table of held keys (the ops keep theirs), once no more ops are coming."""
+        self._keys = {}
 
     def group_set_id(self, groups: tuple[tuple[int, ...], ...]) -> int:
         gid = self._group_ids.get(groups)

@@ -107,7 +107,7 @@ class ActionTemplates:
         for offset, ds in tpl.more:
             table.more[base + offset] = [base + d for d in ds]
         keys: list[Key | None] = [None] * n
-        new: list[Key] = [(k0, k1, k2 + now[stream]) for stream, k0, k1, k2 in tpl.key_parts]
+        new = prog.shared_keys([(k0, k1, k2 + now[stream]) for stream, k0, k1, k2 in tpl.key_parts])
         for offset, key in zip(tpl.key_at, new):
             keys[offset] = key
         members = prog.members  # the template's keys are distinct: counted in one pass

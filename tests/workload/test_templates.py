@@ -59,3 +59,14 @@ def test_first_forward_of_a_step_waits_for_its_gathers_and_is_not_captured(monke
     # one rank, ZeRO-1: micro-batch 0's forward waits for the parameter gathers, so it is emitted
     # without capture; its backward and the next forward are captured, every later action copied
     assert captured == [("B", 0, True), ("F", 1, True)]
+
+
+@pytest.mark.quick
+@pytest.mark.parametrize("templated", [True, False])
+def test_the_members_of_a_collective_hold_one_key_object(monkeypatch, templated):
+    """Copied or emitted, every op of one collective (on every simulated rank) holds the same key
+    object, so an unfolded run keeps one tuple per collective, not one per member."""
+    prog = _program(monkeypatch, templated, gpus=16, tp=2, pp=2, gbs=16, fold=False)
+    keys = [k for k in prog.ops.key if k is not None]
+    assert len({id(k) for k in keys}) == len(set(keys)) < len(keys)
+    assert max(prog.members.values()) > 1
