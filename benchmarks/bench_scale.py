@@ -10,7 +10,10 @@ loop of timeouts is timed first: ``engine/bare`` is the simulator's operations p
 that loop's events per second, a machine-independent measure of the engine's overhead, and
 ``phase/bare`` the same for the engine's phase alone (its runs' operations per second of their own
 time: the event loop, the timeline's columns and the span check; "-" for the search, whose engines
-run in its workers). Not a test: machines are noisy; compare rows of one machine, as ratios.
+run in its workers). As the bare loop's time leaves out SimPy's import, the phase leaves out the
+compiled loop's one-time load (numba's import and its cached machine code, on a process's first
+compiled run), printed as ``load s``; ``cpu s`` and ``wall s`` include it. Not a test: machines
+are noisy; compare rows of one machine, as ratios.
 
 S1  the 70B example of docs/commands.md (64 GPUs, TP8 PP4 DP2, gbs 512, 1F1B) with every output written
 S1-run, S1-2048  the same run without outputs at gbs 512 and at gbs 2,048 (4x the operations): the
@@ -113,10 +116,11 @@ def run_one(name: str, quick: bool, jobs: int) -> dict:
     usage = resource.getrusage(resource.RUSAGE_SELF)
     cpu0 = usage.ru_utime + usage.ru_stime
     engine_s = [0.0]  # seconds inside the engine's runs (this process only: not the search's workers)
+    load_s = [0.0]  # of which the compiled loop's one-time load
     if kind == "search":
         ops = _search(settings, jobs)
     else:
-        with _engine_timed(engine_s):
+        with _engine_timed(engine_s), _load_timed(load_s):
             result = api.simulate(api.resolve(settings))
         ops = result.report["num_events"]
         if kind == "outputs":
@@ -131,8 +135,9 @@ def run_one(name: str, quick: bool, jobs: int) -> dict:
     row = {"scenario": name, "what": what, "wall_s": wall, "cpu_s": cpu, "operations": ops, "ops_per_s": ops / wall,
            "peak_rss_mib": rss, "bare_simpy_per_s": bare, "engine_over_bare": ops / wall / bare}
     if engine_s[0] > 0:  # the engine phase alone: its operations per second over the bare loop's events
-        row["engine_phase_s"] = engine_s[0]
-        row["engine_phase_over_bare"] = ops / engine_s[0] / bare
+        row["engine_load_s"] = load_s[0]
+        row["engine_phase_s"] = engine_s[0] - load_s[0]
+        row["engine_phase_over_bare"] = ops / row["engine_phase_s"] / bare
     if name == "S1":  # after the timed run: tracing allocations slows what it traces
         row["program_bytes_per_op"] = program_bytes_per_op(settings)
     return row
@@ -160,6 +165,33 @@ def _engine_timed(total: list[float]):
         yield
     finally:
         engine.run = run
+
+
+@contextmanager
+def _load_timed(total: list[float]):
+    """Add the seconds the compiled loop's one-time load takes (numba's import and the loading of
+    its cached machine code for the loop's argument types, which the first compiled run would
+    otherwise spend inside its own time) to ``total[0]``; timed at that first run."""
+    import importlib
+
+    simulator = importlib.import_module("simtrain.engine.simulator")
+    run_compiled = simulator._run_compiled
+
+    def loaded_first(run):
+        if "simtrain.engine.priced" not in sys.modules:
+            t0 = time.perf_counter()
+            from numba import types
+
+            from simtrain.engine import compiled
+            compiled.run_loop.compile((types.int32[::1], types.float64[::1], types.int64[::1]))
+            total[0] += time.perf_counter() - t0
+        return run_compiled(run)
+
+    simulator._run_compiled = loaded_first
+    try:
+        yield
+    finally:
+        simulator._run_compiled = run_compiled
 
 
 def program_bytes_per_op(settings: dict) -> float:
@@ -217,7 +249,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     if unknown:
         ap.error(f"--only {unknown[0]}: unknown scenario; valid: {', '.join(SCENARIOS)}")
     head = (f"{'scenario':<12} {'what':<40} {'wall s':>8} {'cpu s':>8} {'operations':>11} {'ops/s':>9} {'peak RSS MiB':>12} "
-            f"{'bare SimPy/s':>12} {'engine/bare':>11} {'phase/bare':>10}")
+            f"{'bare SimPy/s':>12} {'engine/bare':>11} {'load s':>6} {'phase/bare':>10}")
     print(head)
     rows = []
     for name in names:
@@ -231,7 +263,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
         rows.append(r)
         print(f"{name:<12} {r['what']:<40} {r['wall_s']:>8.2f} {r['cpu_s']:>8.2f} {r['operations']:>11,} {r['ops_per_s']:>9,.0f} "
               f"{r['peak_rss_mib']:>12,.0f} {r['bare_simpy_per_s']:>12,.0f} {r['engine_over_bare']:>11.3f} "
-              f"{_phase(r):>10}", flush=True)
+              f"{_load(r):>6} {_phase(r):>10}", flush=True)
     by = {r["scenario"]: r for r in rows if "error" not in r}
     if "S1-run" in by and "S1-2048" in by:
         a, b = (by[k]["cpu_s"] / by[k]["operations"] for k in ("S1-run", "S1-2048"))
@@ -241,6 +273,12 @@ def main(argv: list[str] | None = None) -> list[dict]:
             print(f"{r['scenario']} program: {r['program_bytes_per_op']:.0f} bytes per operation (tracemalloc, the "
                   f"lowered program alone)")
     return rows
+
+
+def _load(row: dict) -> str:
+    """The compiled loop's load, or "-" where the engine ran in other processes."""
+    load = row.get("engine_load_s")
+    return "-" if load is None else f"{load:.2f}"
 
 
 def _phase(row: dict) -> str:

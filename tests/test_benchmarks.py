@@ -30,7 +30,7 @@ def test_quick_scale_benchmark_runs_every_scenario(capsys):
         assert r["engine_over_bare"] == r["ops_per_s"] / r["bare_simpy_per_s"]
         assert f"{r['operations']:,}" in out
         if r["scenario"] != "S4":  # the search's engines run in its workers
-            assert 0 < r["engine_phase_s"] <= r["wall_s"]
+            assert 0 < r["engine_phase_s"] <= r["wall_s"] and 0 <= r["engine_load_s"] < r["wall_s"]
             assert r["engine_phase_over_bare"] == r["operations"] / r["engine_phase_s"] / r["bare_simpy_per_s"]
             assert r["engine_phase_over_bare"] >= r["engine_over_bare"]
     # columns, not an object per op: well under the 400 bytes an op object with its list took
