@@ -185,6 +185,7 @@ TESTED_THROUGH_OTHERS = {
     "units.py": "constants and converters used by every loader, cost and report",
     "network/fixed.py": "the fixed-latency network tests/engine/test_simulator.py runs on",
     "engine/streams.py": "the streams of a run: tests/engine/test_simulator.py",
+    "network/flow_layout.py": "the rows and fields of the flow model's arrays: tests/network/test_flowcore.py",
     "network/links.py": "link statistics: tests/network/test_solver.py and tests/network/test_flow.py",
     "network/interface.py": "the engine's side of it: tests/engine/test_simulator.py drives a network by hand",
     "schedules/ir.py": "actions and schedules, built by every test of tests/schedules/",

@@ -1,10 +1,9 @@
 """The active flows of a :class:`~simtrain.network.solver.FlowModel`, in slots of numpy arrays.
 
-Flows start and end in batches (a transfer's flows at once, the flows done at one instant at once)
-with the same slot assignment and the same float sums as one flow at a time: slots are taken
-smallest free first, in the order the flows are given, and a batch of ends books its bytes link by
-link in slot order (``numpy.add.at`` adds in index order, unbuffered). Paths are interned by the
-model (:class:`PathTable`): one id and one array per distinct path.
+Flows start in batches (a transfer's flows at once) with the same slot assignment as one flow at
+a time: slots are taken smallest free first, in the order the flows are given; the compiled loop
+(:mod:`simtrain.network.flowcore`) ends them. Paths are interned by the model (:class:`PathTable`):
+one id and one array per distinct path, and each path's distinct links in the pools the loop reads.
 """
 
 from __future__ import annotations
@@ -13,6 +12,8 @@ from typing import Iterable, Sequence, cast
 
 import numpy as np
 
+from simtrain.network.flow_layout import (ENDED, ISTATE, LIVE, N_ENDED, N_LIVE, N_STARTED, PIDX, RATE, REM,
+                                          SIZE, STARTED, TIX)
 from simtrain.network.links import Link
 
 #: A transfer's flows as :meth:`PathTable.batch` gives them: every size, the sizes of the flows
@@ -31,6 +32,10 @@ class PathTable:
         self.unique: list[np.ndarray] = []
         self.sets: list[frozenset[int]] = []
         self.sizes: list[int] = []
+        self.pu = np.zeros(256, dtype=np.int64)  # every path's distinct links, end to end
+        self.puo = np.zeros(65, dtype=np.int64)  # where each path's lie in pu (one more than paths)
+        self.pin = np.zeros(65, dtype=np.int64)  # scratch by path id: in a recomputation (0/1)
+        self.prate = np.zeros(65)  # scratch by path id: its rate, B/s
         self._batches: dict[int, tuple[object, Batch]] = {}  # id of a flow tuple -> it, its batch
 
     def batch(self, tid: int, flows: Iterable[tuple[Sequence[Link], float]]) -> Batch:
@@ -64,101 +69,128 @@ class PathTable:
             self.unique.append(np.unique(arr))
             self.sets.append(frozenset(arr.tolist()))
             self.sizes.append(int(arr.size))
+            self._pool(pid, self.unique[-1])
         return pid
+
+    def _pool(self, pid: int, links: np.ndarray) -> None:
+        """Append path ``pid``'s distinct ``links`` to the pools the compiled loop reads."""
+        if pid + 2 > self.puo.size:
+            self.puo = np.concatenate([self.puo, np.zeros(self.puo.size, dtype=np.int64)])
+            self.pin = np.zeros(self.puo.size, dtype=np.int64)
+            self.prate = np.zeros(self.puo.size)
+        at = int(self.puo[pid])
+        while at + links.size > self.pu.size:
+            self.pu = np.concatenate([self.pu, np.zeros(self.pu.size, dtype=np.int64)])
+        self.pu[at:at + links.size] = links
+        self.puo[pid + 1] = at + links.size
 
 
 class FlowTable:
     """The active flows in slots (reused smallest first, grown by doubling): each one's bytes
-    left, rate, size, path (its id and array) and transfer; and the path ids of the flows started
-    and ended since the rates were last computed (:attr:`started`, :attr:`ended`)."""
+    left, rate, size, path and transfer index, as rows of ``sf`` and ``si``
+    (:mod:`simtrain.network.flow_layout`), with the live slots in ascending order and the path ids
+    of the flows started and ended since the rates were last computed (rows of ``chg``); the
+    counts sit in ``ist``, shared with the model."""
 
-    def __init__(self, paths: PathTable) -> None:
+    def __init__(self, paths: PathTable, ist: np.ndarray | None = None) -> None:
         n = 64
         self.path_table = paths
-        self.rem, self.rate, self.size = np.zeros(n), np.zeros(n), np.zeros(n)
-        self.active = np.zeros(n, dtype=bool)
-        self.pidx = np.full(n, -1, dtype=np.int64)
-        self.transfer = np.full(n, -1, dtype=np.int64)
-        self.paths: list[np.ndarray | None] = [None] * n
-        self.started: list[int] = []
-        self.ended: list[int] = []
-        self._live: np.ndarray | None = None  # the active slots, None when they changed
-        self._first_end: float | None = None  # time_to_first_end(), None when it may have changed
+        self.ist = np.zeros(ISTATE, dtype=np.int64) if ist is None else ist
+        self.sf = np.zeros((4, n))
+        self.si = np.zeros((4, n), dtype=np.int64)
+        self.si[PIDX] = -1
+        self.act = np.zeros(n, dtype=bool)
+        self.chg = np.zeros((2, n), dtype=np.int64)
+        self.key = np.zeros(2 * n, dtype=np.int64)  # scratch: a memo key
 
-    def start(self, tid: int, pids: Sequence[int], nbytes: Sequence[float]) -> None:
-        """Flows of transfer ``tid``: ``nbytes[k]`` to carry along path ``pids[k]``, at rate 0
-        until the next rate computation; slots as if started one by one, smallest free first."""
+    rem = property(lambda self: self.sf[REM], doc="Bytes left per slot.")
+    rate = property(lambda self: self.sf[RATE], doc="Rate per slot, B/s.")
+    size = property(lambda self: self.sf[SIZE], doc="Size per slot, bytes.")
+    active = property(lambda self: self.act, doc="Whether a slot holds a flow.")
+    pidx = property(lambda self: self.si[PIDX], doc="Path id per slot (-1: free).")
+    transfer = property(lambda self: self.si[TIX], doc="Transfer index per slot.")
+
+    @property
+    def paths(self) -> "SlotPaths":
+        """Each slot's path (its link indices), None for a free slot."""
+        return SlotPaths(self)
+
+    def start(self, tix: int, pids: Sequence[int], nbytes: Sequence[float]) -> None:
+        """Flows of transfer index ``tix``: ``nbytes[k]`` to carry along path ``pids[k]``, at rate
+        0 until the next rate computation; slots as if started one by one, smallest free first."""
         k = len(pids)
-        free = np.flatnonzero(~self.active)
+        free = np.flatnonzero(~self.act)
         while free.size < k:
             self._grow()
-            free = np.flatnonzero(~self.active)
+            free = np.flatnonzero(~self.act)
         slots = free[:k]
         sizes = np.asarray(nbytes, dtype=float)
-        self.rem[slots] = sizes
-        self.size[slots] = sizes
-        self.rate[slots] = 0.0
-        self.active[slots] = True
-        self.pidx[slots] = pids
-        self.transfer[slots] = tid
-        arrays = self.path_table.arrays
-        paths = self.paths
-        for s, p in zip(slots.tolist(), pids):
-            paths[s] = arrays[p]
-        self.started.extend(pids)
-        self._live = None
-        self._first_end = None
+        self.sf[REM, slots] = sizes
+        self.sf[SIZE, slots] = sizes
+        self.sf[RATE, slots] = 0.0
+        self.act[slots] = True
+        self.si[PIDX, slots] = pids
+        self.si[TIX, slots] = tix
+        ns = int(self.ist[N_STARTED])
+        self._room(ns + k)
+        self.chg[STARTED, ns:ns + k] = pids
+        self.ist[N_STARTED] = ns + k
+        self._relist()
 
     def end(self, slots: np.ndarray) -> np.ndarray:
-        """Free ``slots``; the transfer each one's flow belonged to."""
-        tids: np.ndarray = self.transfer[slots]
-        self.active[slots] = False
-        self.rem[slots] = 0.0
-        self.rate[slots] = 0.0
-        self.ended.extend(self.pidx[slots].tolist())
-        self.pidx[slots] = -1
-        paths = self.paths
-        for s in slots.tolist():
-            paths[s] = None
-        self._live = None
-        self._first_end = None
-        return tids
+        """Free ``slots`` (ascending); the transfer index each one's flow belonged to."""
+        tix: np.ndarray = self.si[TIX, slots].copy()
+        ne = int(self.ist[N_ENDED])
+        self._room(ne + slots.size)
+        self.chg[ENDED, ne:ne + slots.size] = self.si[PIDX, slots]
+        self.ist[N_ENDED] = ne + slots.size
+        self.act[slots] = False
+        self.sf[REM, slots] = 0.0
+        self.sf[RATE, slots] = 0.0
+        self.si[PIDX, slots] = -1
+        self._relist()
+        return tix
 
-    def changed(self) -> bool:
-        """Whether flows started or ended since the rates were last computed."""
-        return bool(self.started or self.ended)
+    def _room(self, changes: int) -> None:
+        """Room for ``changes`` paths started (or ended) before the next recomputation: at most
+        the slots when the model recomputes between, as many as asked when not."""
+        while changes > self.chg.shape[1]:
+            n = self.chg.shape[1]
+            self.chg = np.concatenate([self.chg, np.zeros((2, n), dtype=np.int64)], axis=1)
+            self.key = np.zeros(4 * n, dtype=np.int64)
+
+    def _relist(self) -> None:
+        live = np.flatnonzero(self.act)
+        self.si[LIVE, :live.size] = live
+        self.ist[N_LIVE] = live.size
 
     def _grow(self) -> None:
-        n = self.active.size
-        self.rem, self.rate, self.size = (np.concatenate([a, np.zeros(n)])
-                                          for a in (self.rem, self.rate, self.size))
-        self.active = np.concatenate([self.active, np.zeros(n, dtype=bool)])
-        self.pidx = np.concatenate([self.pidx, np.full(n, -1, dtype=np.int64)])
-        self.transfer = np.concatenate([self.transfer, np.full(n, -1, dtype=np.int64)])
-        self.paths += [None] * n
+        n = self.act.size
+        self.sf = np.concatenate([self.sf, np.zeros((4, n))], axis=1)
+        self.si = np.concatenate([self.si, np.zeros((4, n), dtype=np.int64)], axis=1)
+        self.si[PIDX, n:] = -1
+        self.act = np.concatenate([self.act, np.zeros(n, dtype=bool)])
+        self._room(2 * n)
 
     def live(self) -> np.ndarray:
-        """The active slots, in order (kept until a flow starts or ends)."""
-        if self._live is None:
-            self._live = np.flatnonzero(self.active)
-        return self._live
-
-    def moved(self) -> None:
-        """The flows' bytes left or rates changed."""
-        self._first_end = None
-
-    def time_to_first_end(self) -> float:
-        """Seconds until the first flow delivers its last byte at current rates (inf: never);
-        kept until flows start, end or move (:meth:`moved`)."""
-        if self._first_end is None:
-            live = self.live()
-            live = live[self.rate[live] > 0]
-            self._first_end = float(np.min(self.rem[live] / self.rate[live])) if live.size else np.inf
-        return self._first_end
+        """The active slots, in order."""
+        return self.si[LIVE, :self.ist[N_LIVE]]
 
     def load(self, num_links: int) -> np.ndarray:
         """The summed rate of the active flows on each link, from scratch."""
         load = np.zeros(num_links)
-        for s in np.flatnonzero(self.active):
-            np.add.at(load, cast(np.ndarray, self.paths[s]), self.rate[s])  # an active slot has a path
+        arrays = self.path_table.arrays
+        for s in np.flatnonzero(self.act):
+            np.add.at(load, arrays[self.si[PIDX, s]], self.sf[RATE, s])
         return load
+
+
+class SlotPaths:
+    """The path of each slot of a :class:`FlowTable` (its link indices), None where free."""
+
+    def __init__(self, table: FlowTable) -> None:
+        self.table = table
+
+    def __getitem__(self, slot: int) -> np.ndarray | None:
+        p = int(self.table.si[PIDX, slot])
+        return self.table.path_table.arrays[p] if p >= 0 else None

@@ -11,6 +11,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from simtrain.network.flow_layout import BUSY_S, BYTES, CAP, DELIVERED, HIST_LIMIT, N_HIST, N_HVALS, PEAK, RECORD
 from simtrain.topology.cluster import Cluster
 
 Link = tuple[str, str]  # a directed edge (u, v) of the cluster graph
@@ -20,41 +21,85 @@ class LinkUsage:
     """Traffic statistics of the links ``edges`` (bandwidths ``capacity``, positions ``index``):
     bytes carried, time with traffic (busy) and peak utilisation per link; bytes and flows
     added and delivered overall; with ``record``, :attr:`history`: (time, links, their summed
-    rates) after every rate change, at most :attr:`history_limit` link samples."""
+    rates) after every rate change, at most :attr:`history_limit` link samples.
+
+    The per-link figures are rows of :attr:`ef` (:mod:`simtrain.network.flow_layout`), beside the
+    flow model's summed rates, and the history lies in growable arrays: the flow model's compiled
+    loop (:mod:`simtrain.network.flowcore`) writes both in place."""
 
     def __init__(self, edges: list[Link], index: dict[Link, int], capacity: np.ndarray,
                  record: bool = False) -> None:
-        self.edges, self.index, self.capacity = edges, index, capacity
-        self.bytes = np.zeros(len(edges))
-        self.busy = np.zeros(len(edges))
-        self.peak = np.zeros(len(edges))  # peak utilisation (rate / capacity)
-        self.history: list[tuple[float, np.ndarray, np.ndarray]] | None = [] if record else None
-        self.history_limit = 2_000_000
+        self.edges, self.index = edges, index
+        self.ef = np.zeros((5, len(edges)))
+        self.ef[CAP] = capacity
+        self.us = np.zeros(1)  # bytes delivered
         self.bytes_added = 0.0
-        self.bytes_delivered = 0.0
         self.flows_added = 0
+        self.hst = np.array([0, 0, 2_000_000, int(record)], dtype=np.int64)
+        self.ht = np.zeros(64)  # history: times (s)
+        self.hmeta = np.zeros((2, 64), dtype=np.int64)  # history: offset and count of its links
+        self.hlinks = np.zeros(1024, dtype=np.int64)
+        self.hrates = np.zeros(1024)  # B/s
 
-    def carry(self, link_rate: np.ndarray, dt: float) -> None:
-        """Every link carried ``link_rate`` bytes/s for ``dt`` seconds."""
-        self.bytes += link_rate * dt
-        self.busy[link_rate > 0] += dt
+    capacity = property(lambda self: self.ef[CAP], doc="Each link's achievable bandwidth, B/s.")
+    bytes = property(lambda self: self.ef[BYTES], doc="Bytes each link carried.")
+    busy = property(lambda self: self.ef[BUSY_S], doc="Seconds each link carried traffic.")
+    peak = property(lambda self: self.ef[PEAK], doc="Each link's peak utilisation (rate / capacity).")
 
-    def carry_links(self, links: np.ndarray, rates: np.ndarray, dt: float) -> None:
-        """Links ``links`` (each once) carried ``rates`` > 0 bytes/s for ``dt`` seconds; the others
-        nothing (:meth:`carry` with the zero rates left out: the same sums)."""
-        self.bytes[links] += rates * dt
-        self.busy[links] += dt
+    @property
+    def bytes_delivered(self) -> float:
+        return float(self.us[DELIVERED])
 
-    def raise_peak(self, links: np.ndarray, rates: np.ndarray) -> None:
-        """``links`` now carry ``rates`` bytes/s."""
-        self.peak[links] = np.maximum(self.peak[links], rates / self.capacity[links])
+    @bytes_delivered.setter
+    def bytes_delivered(self, value: float) -> None:
+        self.us[DELIVERED] = value
+
+    @property
+    def history_limit(self) -> int:
+        """Link samples the history may still take."""
+        return int(self.hst[HIST_LIMIT])
+
+    @history_limit.setter
+    def history_limit(self, value: int) -> None:
+        self.hst[HIST_LIMIT] = value
+
+    @property
+    def history(self) -> list[tuple[float, np.ndarray, np.ndarray]] | None:
+        """(time, links, their summed rates) after every rate change, in the order recorded;
+        None when not recording."""
+        if not self.hst[RECORD]:
+            return None
+        n = int(self.hst[N_HIST])
+        return [(float(self.ht[i]), self.hlinks[o:o + c].copy(), self.hrates[o:o + c].copy())
+                for i, (o, c) in enumerate(zip(self.hmeta[0, :n].tolist(), self.hmeta[1, :n].tolist()))]
+
+    def make_room(self, entries: int, values: int) -> None:
+        """Grow the history's arrays to hold ``entries`` more entries of ``values`` more links."""
+        n, at = int(self.hst[N_HIST]), int(self.hst[N_HVALS])
+        if n + entries > self.ht.size:
+            size = max(2 * self.ht.size, n + entries)
+            self.ht = np.concatenate([self.ht, np.zeros(size - self.ht.size)])
+            self.hmeta = np.concatenate([self.hmeta, np.zeros((2, size - self.hmeta.shape[1]), dtype=np.int64)], axis=1)
+        if at + values > self.hlinks.size:
+            size = max(2 * self.hlinks.size, at + values)
+            self.hlinks = np.concatenate([self.hlinks, np.zeros(size - self.hlinks.size, dtype=np.int64)])
+            self.hrates = np.concatenate([self.hrates, np.zeros(size - self.hrates.size)])
 
     def remember(self, t: float, links: np.ndarray, rates: np.ndarray) -> None:
         """From ``t`` on ``links`` carry ``rates`` (kept when recording, within the limit)."""
-        if self.history is None or self.history_limit <= 0:
+        if not self.hst[RECORD] or self.hst[HIST_LIMIT] <= 0:
             return
-        self.history_limit -= links.size
-        self.history.append((t, links, rates))
+        self.hst[HIST_LIMIT] -= links.size
+        self._append(t, links, rates)
+
+    def _append(self, t: float, links: np.ndarray, rates: np.ndarray) -> None:
+        self.make_room(1, links.size)
+        n, at = int(self.hst[N_HIST]), int(self.hst[N_HVALS])
+        self.ht[n] = t
+        self.hmeta[0, n], self.hmeta[1, n] = at, links.size
+        self.hlinks[at:at + links.size] = links
+        self.hrates[at:at + links.size] = rates
+        self.hst[N_HIST], self.hst[N_HVALS] = n + 1, at + links.size
 
     def add_isolated(self, start_s: float, path: np.ndarray, nbytes: float) -> None:
         """A flow of ``nbytes`` that ran alone on the links ``path`` from ``start_s``, at the
@@ -66,12 +111,12 @@ class LinkUsage:
         self.busy[path] += busy
         self.peak[path] = np.maximum(self.peak[path], rate / self.capacity[path])
         self.bytes_added += nbytes
-        self.bytes_delivered += nbytes
+        self.us[DELIVERED] += nbytes
         self.flows_added += 1
-        if self.history is not None and self.history_limit > 0:
-            self.history_limit -= 2 * path.size
-            self.history.append((start_s, path, np.full(path.size, rate)))
-            self.history.append((start_s + busy, path, np.zeros(path.size)))
+        if self.hst[RECORD] and self.hst[HIST_LIMIT] > 0:
+            self.hst[HIST_LIMIT] -= 2 * path.size
+            self._append(start_s, path, np.full(path.size, rate))
+            self._append(start_s + busy, path, np.zeros(path.size))
 
     def stats(self) -> dict[Link, dict[str, float]]:
         """Per directed link that carried traffic: bytes, busy_s (time with rate > 0) and
@@ -84,11 +129,12 @@ class LinkUsage:
         """(time, bytes/s) steps of each link's load from :attr:`history`, in time order (empty
         lists when not recorded)."""
         out: dict[Link, list[tuple[float, float]]] = {link: [] for link in links}
-        if not self.history or not links:
+        n, at = int(self.hst[N_HIST]), int(self.hst[N_HVALS])
+        if not self.hst[RECORD] or n == 0 or not links:
             return out
-        times = np.repeat([t for t, _, _ in self.history], [ls.size for _, ls, _ in self.history])
-        idx = np.concatenate([ls for _, ls, _ in self.history])
-        rates = np.concatenate([r for _, _, r in self.history])
+        times = np.repeat(self.ht[:n], self.hmeta[1, :n])
+        idx = self.hlinks[:at]
+        rates = self.hrates[:at]
         for link in links:
             sel = np.flatnonzero(idx == self.index[link])
             order = np.argsort(times[sel], kind="stable")  # isolated flows are booked out of order

@@ -6,8 +6,9 @@ over components), or on every active flow once that component holds more than ha
 flow-link pairs (:func:`component`). Both the set and the rates it gets are functions of the
 active flows' paths (a multiset), the links then carrying traffic and the paths started and
 ended since the last recomputation. :class:`Reshares` numbers each distinct (multiset, busy links)
-state once and keeps, per state and change, the resulting state, the component and its rates, so
-a collective that recurs (the same all-to-all every layer) repeats its recomputations by lookup.
+state once; :class:`~simtrain.network.reshare_memo.ReshareMemo` keeps, per state and change, the
+resulting state, the component and its rates, so a collective that recurs (the same all-to-all
+every layer) repeats its recomputations by lookup.
 The rates themselves come from progressive filling (:mod:`simtrain.network.maxmin`).
 """
 
@@ -18,6 +19,7 @@ from typing import Iterable
 
 import numpy as np
 
+from simtrain.network.flow_layout import HITS
 from simtrain.network.flowtable import FlowTable
 from simtrain.network.maxmin import MaxMinMemo
 
@@ -99,20 +101,26 @@ class Reshare:
 
 
 class Reshares:
-    """Recomputations memoised by (state, paths started, paths ended); see the module docstring.
-    ``limit`` bounds the numbers the memo holds (it is cleared when full; 0: no memo)."""
+    """Recomputations from scratch (:meth:`compute`) and the numbering of the states they lead to
+    (:meth:`node`); the memo of them by (state, paths started, paths ended) is
+    :class:`~simtrain.network.reshare_memo.ReshareMemo`, which ``limit`` bounds (the numbers it and
+    the state numbering hold: both are cleared when full; 0: no memo). :attr:`hits` counts the
+    recomputations applied from the memo without being computed again."""
 
-    def __init__(self, max_min: MaxMinMemo, paths: list[frozenset[int]], limit: int = 4_000_000) -> None:
+    def __init__(self, max_min: MaxMinMemo, paths: list[frozenset[int]], ist: np.ndarray,
+                 limit: int = 4_000_000) -> None:
         self.max_min = max_min
         self.limit = limit
         self.link_paths = LinkPaths(paths)
+        self.ist = ist
         self._nodes: dict[tuple[bytes, bytes, bytes], int] = {}
-        self._memo: dict[tuple[int, tuple[int, ...], tuple[int, ...]], Reshare] = {}
-        self._held = 0
+        self.held = 0
         self._next_node = 0
-        self._in_share = np.zeros(0, dtype=bool)  # scratch, by path id: the paths of a recompute
-        self._share_rate = np.zeros(0)  # scratch, by path id: their rates
-        self.hits = self.misses = 0
+        self.misses = 0
+
+    @property
+    def hits(self) -> int:
+        return int(self.ist[HITS]) - self.misses
 
     def node(self, counts: np.ndarray, busy: np.ndarray) -> int:
         """The number of the state: the active flows' paths with their multiplicities, ``busy``."""
@@ -123,42 +131,13 @@ class Reshares:
         if n is None:  # never a number handed out before, even after the memo was cleared
             n = self._nodes[key] = self._next_node
             self._next_node += 1
-            self._held += 2 * nz.size + busy.size
+            self.held += 2 * nz.size + busy.size
         return n
 
-    def get(self, node: int, flows: FlowTable, busy: np.ndarray) -> Reshare:
-        """The recomputation after the changes recorded in ``flows`` from state ``node``."""
-        key = (node, tuple(sorted(flows.started)), tuple(sorted(flows.ended)))
-        hit = self._memo.get(key)
-        if hit is not None:
-            self.hits += 1
-            return hit
-        self.misses += 1
-        out = self.compute(flows, busy, set(key[1]) | set(key[2]))
-        self._held += out.size + len(key[1]) + len(key[2])
-        if self._held > self.limit:
-            self._memo.clear()
-            self._nodes.clear()  # numbers already handed out are not reused: see node()
-            self._held = 0
-        if self.limit > 0:
-            self._memo[key] = out
-        return out
-
-    def rates(self, share: Reshare, flows: FlowTable) -> tuple[np.ndarray, np.ndarray]:
-        """The slots ``share`` prices (active flows on its paths) and their rates."""
-        n = len(flows.path_table.sizes)
-        if self._share_rate.size < n:
-            self._in_share = np.zeros(2 * n, dtype=bool)
-            self._share_rate = np.zeros(2 * n)
-        live = flows.live()
-        pid = flows.pidx[live]
-        if share.paths is not None:
-            self._in_share[share.paths] = True
-            keep = self._in_share[pid]
-            self._in_share[share.paths] = False
-            live, pid = live[keep], pid[keep]
-        self._share_rate[share.rate_paths] = share.rates
-        return live, self._share_rate[pid]
+    def forget(self) -> None:
+        """Clear the state numbering (numbers already handed out are not reused: see node())."""
+        self._nodes.clear()
+        self.held = 0
 
     def compute(self, flows: FlowTable, busy: np.ndarray, changed: Iterable[int]) -> Reshare:
         """The recomputation from scratch, on the flows of :func:`component`."""
@@ -183,9 +162,9 @@ class Reshares:
         rest = busy[:0] if touched is None else busy[~np.isin(busy, touched)]
         if slots.size == 0:
             return Reshare(self.node(counts, rest), comp, None, None, touched, None, None, rest, hit)
-        rates, used, link_rates = self.max_min.rates([flows.paths[s] for s in slots.tolist()],
-                                                       flows.pidx[slots])
-        rate_paths, first = np.unique(flows.pidx[slots], return_index=True)  # a path's flows share one rate
+        pids = flows.pidx[slots]
+        rates, used, link_rates = self.max_min.rates([table.arrays[p] for p in pids.tolist()], pids)
+        rate_paths, first = np.unique(pids, return_index=True)  # a path's flows share one rate
         new_busy = np.sort(np.concatenate((rest, used[link_rates > 0])))  # disjoint: used lies in touched
         both = touched if touched is not None else np.union1d(hit, used)
         return Reshare(self.node(counts, new_busy), comp, rate_paths, rates[first], touched, used,

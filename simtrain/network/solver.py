@@ -12,14 +12,17 @@ saturates, freeze the flows crossing it, repeat (Bertsekas and Gallager, "Data N
 1992, section 6.5.2; :mod:`simtrain.network.maxmin`). Rates are recomputed whenever a flow
 starts or ends, lazily (once per instant however many flows changed) and only on the connected
 component (flows linked through shared links) that changed, since max-min allocations decompose
-over components; each recompute is vectorised with numpy over the flow-link incidence pairs.
-Link statistics advance only over the links that carry traffic.
+over components; each recompute is vectorised with numpy over the flow-link incidence pairs, and
+kept by what caused it (:mod:`simtrain.network.reshare_memo`): a collective that recurs repeats
+its recomputations by lookup. Link statistics advance only over the links that carry traffic.
+The events themselves run compiled (:mod:`simtrain.network.flowcore`), one floating-point
+operation for each of the definition's.
 
 The caller owns the clock; the model never schedules anything itself::
 
     model.add(now, tid, [(links, nbytes), ...], latency_s)  # any number at the same instant
-    t = model.next_event_s()   # earliest state change: a flow ends (rates change) or a transfer
-                               # completes; None when idle. Any add() may move it earlier.
+    t = model.next_event_s()   # when the first transfer completes if nothing starts before;
+                               # None when idle. Any add() may move it earlier.
     done = model.advance(t)    # transfer ids complete at or before t, by (finish time, id)
 
 ``advance(now)`` processes every internal event up to ``now`` in order, so calling it late is
@@ -29,14 +32,17 @@ links carried is in :attr:`FlowModel.usage` (:class:`~simtrain.network.links.Lin
 
 from __future__ import annotations
 
-import heapq
 from typing import Iterable, Sequence
 
 import numpy as np
 
+from simtrain.network.flow_layout import (
+    CAP, H_T, ISTATE, LRATE, MISS, N_BUSY, N_DONE, N_ENDED, N_HEAP, N_STARTED, NEED_HISTORY, NODE,
+    NOW, O_IX, O_T, RECOMPUTES, STARTED, ENDED, T_ID, T_LAT, T_LEFT)
 from simtrain.network.flowtable import FlowTable, PathTable
 from simtrain.network.links import Link, LinkUsage
 from simtrain.network.maxmin import REL_TOL, MaxMinMemo, max_min_rates  # noqa: F401
+from simtrain.network.reshare_memo import ReshareMemo
 from simtrain.network.sharing import Reshares
 from simtrain.topology.cluster import Cluster
 
@@ -45,34 +51,51 @@ FlowSpec = tuple[Sequence[Link], float]  # (path as directed edges, bytes)
 
 class FlowModel:
     """Transfers of max-min fair flows on ``cluster.graph``; see the module docstring. ``record``
-    keeps the link rates over time (:attr:`LinkUsage.history`) for the trace's counter tracks."""
+    keeps the link rates over time (:attr:`LinkUsage.history`) for the trace's counter tracks.
+    Its events run in :mod:`simtrain.network.flowcore` (compiled, loaded with the model)."""
 
     def __init__(self, cluster: Cluster, record: bool = False) -> None:
+        from simtrain.network import flowcore  # numba: only where flows run
+
+        self._core = flowcore
         g = cluster.graph
         self.edges: list[Link] = sorted(g.edges())
         self.index = {e: i for i, e in enumerate(self.edges)}
         self.capacity = np.array([g.edges[e]["capacity_Bps"] for e in self.edges], dtype=float)
-        self.link_rate = np.zeros(len(self.edges))  # current sum of flow rates per link
         self.usage = LinkUsage(self.edges, self.index, self.capacity, record)
+        self.ist = np.zeros(ISTATE, dtype=np.int64)
         self.paths = PathTable(self.index)
-        self.flows = FlowTable(self.paths)
+        self.flows = FlowTable(self.paths, self.ist)
         self._max_min = MaxMinMemo(self.capacity)
-        self.reshares = Reshares(self._max_min, self.paths.sets)
-        self._transfers: dict[int, list[float]] = {}  # id -> [flows left, latency_s]
-        self._latency: list[tuple[float, int]] = []  # (completion time, id), bytes already done
+        self.reshares = Reshares(self._max_min, self.paths.sets, self.ist)
+        self.memo = ReshareMemo(self.ist, flowcore.key_hash)
+        self.fs = np.zeros(1)  # the clock, s
+        self.busy = np.zeros(len(self.edges), dtype=np.int64)  # the links with a rate > 0, sorted (N_BUSY)
+        self.transfers = Transfers()
         self._pending: list[int] = []  # completed during add(), returned by the next advance()
-        self.finish_s: dict[int, float] = {}
-        self.now = 0.0
-        self.recomputes = 0
-        self._busy = np.zeros(0, dtype=np.int64)  # the links with a rate > 0, sorted
-        self._node = self.reshares.node(np.zeros(0, dtype=np.int64), self._busy)  # the rates' state
+        self.finish_s = self.transfers.finish_s
+        self._scratch: _Scratch | None = None
+        self.ist[NODE] = self.reshares.node(np.zeros(0, dtype=np.int64), self.busy[:0])  # the rates' state
+
+    @property
+    def now(self) -> float:
+        """The model's clock, s."""
+        return float(self.fs[NOW])
+
+    link_rate = property(lambda self: self.usage.ef[LRATE], doc="The summed rate of each link's flows, B/s.")
+    recomputes = property(lambda self: int(self.ist[RECOMPUTES]), doc="Rate recomputations so far.")
+
+    @property
+    def _busy(self) -> np.ndarray:
+        out: np.ndarray = self.busy[:self.ist[N_BUSY]].copy()
+        return out
 
     # ---- public interface -----------------------------------------------------------------
     def add(self, now_s: float, transfer_id: int, flows: Iterable[FlowSpec],
             latency_s: float = 0.0) -> None:
         """Start transfer ``transfer_id`` at ``now_s`` (>= the model's clock): its flows begin now; it
         completes ``latency_s`` after the last byte. Flows with no link or no bytes end at once."""
-        if transfer_id in self._transfers:
+        if transfer_id in self.transfers.index:
             raise ValueError(f"transfer {transfer_id} is already active")
         all_bytes, empty_bytes, pids, nbytes = self.paths.batch(transfer_id, flows)
         self._pending.extend(self._run_until(now_s))
@@ -80,25 +103,37 @@ class FlowModel:
         for b in all_bytes:  # one at a time: the same float sums as flow by flow
             usage.bytes_added += b
         for b in empty_bytes:
-            usage.bytes_delivered += b
+            usage.us[0] += b
         usage.flows_added += len(all_bytes)
         live = len(pids)
+        tix = self.transfers.new(transfer_id, live, float(latency_s))
         if live:
-            self.flows.start(transfer_id, pids, nbytes)
-        self._transfers[transfer_id] = [live, float(latency_s)]
-        if live == 0:
-            self._bytes_done(transfer_id, self.now)
-            self._pending.extend(self._pop_latency(self.now))
+            self.flows.start(tix, pids, nbytes)
+        else:
+            tr = self.transfers
+            self._core.heap_push(tr.ti, tr.tf, self.ist, self.now + float(latency_s), transfer_id, tix)
+            self._core.pop_done(tr.ti, tr.tf, self.ist, self.now)
+            self._pending.extend(tr.collect(self.ist))
 
     def next_event_s(self) -> float | None:
-        """The earliest time the state changes at current rates (a flow ends or a transfer
-        completes); ``self.now`` if completions wait to be collected; None when idle."""
+        """When the first transfer completes if no transfer starts before (found by running the
+        flows ahead on a copy of the state, :func:`~simtrain.network.flowcore.next_done`; the
+        first internal event instead where a recomputation on the way is not yet memoised);
+        ``self.now`` if completions wait to be collected; None when idle."""
         if self._pending:
             return self.now
         self._settle()
-        t = self.now + self.flows.time_to_first_end()
-        if self._latency:
-            t = min(t, self._latency[0][0])
+        flows, paths, usage, memo, tr = self.flows, self.paths, self.usage, self.memo, self.transfers
+        d = self._scratch = _Scratch.fitting(self._scratch, flows.sf.shape[1], tr.ti.shape[1], self.capacity)
+        t = self._core.next_done(
+            flows.sf, flows.si, self.busy, tr.ti, tr.tf, self.fs, self.ist, d.sf, d.si, d.act, d.ef, d.busy,
+            d.chg, flows.key, paths.pu, paths.puo, paths.pin, paths.prate, d.ti, d.tf, memo.tab, memo.ent,
+            memo.keys, memo.ints, memo.flts, usage.ht, usage.hmeta, usage.hlinks, usage.hrates, d.hst, d.fs,
+            d.us, d.ist)
+        if t < 0:  # a recomputation on the way is not memoised yet: the next internal event
+            t = self.now + self._core.first_end(flows.sf, flows.si, self.ist)
+            if self.ist[N_HEAP]:
+                t = min(t, float(tr.tf[H_T, 0]))
         return None if t == np.inf else float(t)
 
     def advance(self, now_s: float) -> list[int]:
@@ -119,7 +154,7 @@ class FlowModel:
 
     @property
     def active_transfers(self) -> int:
-        return len(self._transfers)
+        return len(self.transfers.index)
 
     def check_capacity(self) -> float:
         """Assert that no link carries more than its bandwidth (rates summed from scratch, with
@@ -139,105 +174,124 @@ class FlowModel:
         return self.paths.arrays[self.paths.intern(links)]
 
     # ---- transfers ------------------------------------------------------------------------
-    def _end_flows(self, slots: np.ndarray) -> None:
-        """End the flows in ``slots`` (ascending), booking each one's bytes as if one by one."""
-        flows, usage = self.flows, self.usage
-        # bytes within the done-tolerance still count as carried, so every byte is delivered;
-        # adding 0 changes no count, so only the flows with bytes left add theirs
-        left = np.maximum(flows.rem[slots], 0.0)
-        some = left > 0
-        if some.any():
-            unique = self.paths.unique
-            arrays = [unique[p] for p in flows.pidx[slots[some]].tolist()]
-            np.add.at(usage.bytes, np.concatenate(arrays), np.repeat(left[some], [a.size for a in arrays]))
-        for b in flows.size[slots].tolist():
-            usage.bytes_delivered += b
-        transfers = self._transfers
-        for tid in flows.end(slots).tolist():
-            tr = transfers[tid]
-            tr[0] -= 1
-            if tr[0] == 0:
-                self._bytes_done(tid, self.now)
-
-    def _bytes_done(self, tid: int, t: float) -> None:
-        heapq.heappush(self._latency, (t + self._transfers[tid][1], tid))
-
-    def _pop_latency(self, t: float) -> list[int]:
-        out = []
-        while self._latency and self._latency[0][0] <= t:
-            ft, tid = heapq.heappop(self._latency)
-            del self._transfers[tid]
-            self.finish_s[tid] = ft
-            out.append(tid)
-        return out
-
     # ---- time -----------------------------------------------------------------------------
     def _run_until(self, t: float) -> list[int]:
-        if t < self.now - 1e-12 * max(1.0, abs(self.now)):
-            raise ValueError(f"time goes backwards: {t} < {self.now}")
-        t = max(t, self.now)
-        done: list[int] = []
-        while True:  # every internal event up to t, in order; each ends >= 1 flow or transfer
-            self._settle()
-            te = self.now + self.flows.time_to_first_end()
-            step = min(te, self._latency[0][0] if self._latency else np.inf)
-            if step > t:
+        now = self.now
+        if t < now - 1e-12 * max(1.0, abs(now)):
+            raise ValueError(f"time goes backwards: {t} < {now}")
+        t = max(t, now)
+        core = self._core
+        while True:
+            flows, paths, usage = self.flows, self.paths, self.usage
+            status = core.run_until(
+                t, flows.sf, flows.si, flows.act, usage.ef, self.busy, flows.chg, flows.key, paths.pu, paths.puo,
+                paths.pin, paths.prate, self.transfers.ti, self.transfers.tf, self.memo.tab, self.memo.ent, self.memo.keys,
+                self.memo.ints, self.memo.flts, usage.ht, usage.hmeta, usage.hlinks, usage.hrates, usage.hst,
+                self.fs, usage.us, self.ist)
+            if not self._handled(status):
                 break
-            self._step(step, flows_end=te <= step)
-            done.extend(self._pop_latency(step))
-        self._step(t, flows_end=False)
-        done.extend(self._pop_latency(t))
-        return done
-
-    def _step(self, t: float, flows_end: bool) -> None:
-        """Move every flow to ``t`` at its current rate and end the flows that are done. A step
-        that moves no time and ends no flow by its finish time changes nothing: every flow within
-        the done-tolerance already ended at the step that brought it there."""
-        dt = t - self.now
-        if dt == 0 and not flows_end:
-            return
-        flows = self.flows
-        live = flows.live()
-        if live.size == 0:
-            self.now = t
-            return
-        rate = flows.rate[live]
-        if flows_end:
-            rem = flows.rem[live]
-            if rate.all():  # every rate > 0: finish times as below, without the zero-rate guard
-                finish = self.now + rem / rate
-            else:
-                with np.errstate(divide="ignore"):
-                    finish = np.where(rate > 0, self.now + rem / rate, np.inf)
-        if dt > 0:
-            flows.rem[live] -= rate * dt
-            flows.moved()
-            self.usage.carry_links(self._busy, self.link_rate[self._busy], dt)
-        self.now = t
-        ended = (flows.rem[live] <= REL_TOL * flows.size[live])
-        if flows_end:
-            ended |= finish <= t * (1 + 1e-12)
-        if ended.any():
-            self._end_flows(live[ended])
+        return self.transfers.collect(self.ist)
 
     # ---- rates ----------------------------------------------------------------------------
     def _settle(self) -> None:
-        """Recompute the rates of the component(s) touched since the last recompute
-        (:class:`~simtrain.network.sharing.Reshares`)."""
-        flows, usage = self.flows, self.usage
-        if not flows.changed():
-            return
-        share = self.reshares.get(self._node, flows, self._busy)
-        flows.started, flows.ended = [], []
-        self._node = share.node
-        self.recomputes += 1
-        flows.moved()
-        self.link_rate[self._busy if share.touched is None else share.touched] = 0.0
-        self._busy = share.busy
-        if share.used is not None:
-            slots, rates = self.reshares.rates(share, flows)
-            flows.rate[slots] = rates
-            self.link_rate[share.used] = share.link_rates
-            usage.raise_peak(share.used, self.link_rate[share.used])
-        if usage.history is not None:
-            usage.remember(self.now, share.both, self.link_rate[share.both])
+        """Recompute the rates of the component(s) touched since the last recompute, if any."""
+        while self._handled(self._apply()):
+            pass
+
+    def _apply(self) -> int:
+        flows, paths, usage, memo = self.flows, self.paths, self.usage, self.memo
+        return int(self._core.settle(
+            flows.sf, flows.si, usage.ef, self.busy, flows.chg, flows.key, paths.pin, paths.prate, memo.tab,
+            memo.ent, memo.keys, memo.ints, memo.flts, usage.ht, usage.hmeta, usage.hlinks, usage.hrates,
+            usage.hst, self.fs, self.ist))
+
+    def _handled(self, status: int) -> bool:
+        """Serve the loop's request (a recomputation the memo lacks, room in the history);
+        False when it asked for nothing."""
+        if status == NEED_HISTORY:
+            self.usage.make_room(1, len(self.edges))
+            return True
+        if status != MISS:
+            return False
+        ist, chg = self.ist, self.flows.chg
+        started = np.sort(chg[STARTED, :ist[N_STARTED]])
+        ended = np.sort(chg[ENDED, :ist[N_ENDED]])
+        share = self.reshares.compute(self.flows, self._busy, set(started.tolist()) | set(ended.tolist()))
+        reshares, memo = self.reshares, self.memo
+        reshares.misses += 1
+        reshares.held += share.size + started.size + ended.size
+        if reshares.held > reshares.limit:
+            memo.clear()
+            reshares.forget()
+        memo.insert(int(ist[NODE]), started, ended, share)
+        while self._handled(self._apply()):  # applied now, found where it was just stored
+            pass
+        if reshares.limit <= 0:
+            memo.clear()
+        return True
+
+
+class Transfers:
+    """The active transfers by index (rows of ``ti`` and ``tf``, :mod:`simtrain.network.flow_layout`,
+    beside the latency heap and the completed ones), :attr:`index` by id, and
+    :attr:`finish_s`, each completed transfer's completion time (s)."""
+
+    def __init__(self) -> None:
+        self.ti = np.zeros((5, 64), dtype=np.int64)
+        self.tf = np.zeros((3, 64))
+        self.index: dict[int, int] = {}
+        self._free = list(range(63, -1, -1))  # smallest last
+        self.finish_s: dict[int, float] = {}
+
+    def new(self, tid: int, flows: int, latency_s: float) -> int:
+        """The index of transfer ``tid``, of ``flows`` flows, completing ``latency_s`` after them."""
+        if not self._free:
+            n = self.ti.shape[1]
+            self.ti = np.concatenate([self.ti, np.zeros_like(self.ti)], axis=1)
+            self.tf = np.concatenate([self.tf, np.zeros_like(self.tf)], axis=1)
+            self._free = list(range(2 * n - 1, n - 1, -1))
+        tix = self._free.pop()
+        self.index[tid] = tix
+        self.ti[T_LEFT, tix], self.ti[T_ID, tix], self.tf[T_LAT, tix] = flows, tid, latency_s
+        return tix
+
+    def collect(self, ist: np.ndarray) -> list[int]:
+        """The ids of the transfers the loop completed since the last call, in order; their
+        indices freed, their completion times kept."""
+        n = int(ist[N_DONE])
+        out = []
+        for tix, ft in zip(self.ti[O_IX, :n].tolist(), self.tf[O_T, :n].tolist()):
+            tid = int(self.ti[T_ID, tix])
+            del self.index[tid]
+            self._free.append(tix)
+            self.finish_s[tid] = ft
+            out.append(tid)
+        ist[N_DONE] = 0
+        return out
+
+
+class _Scratch:
+    """A copy of the flow model's state for looking ahead (:func:`simtrain.network.flowcore.next_done`):
+    ``slots`` flow slots, ``transfers`` transfer indices, links of bandwidth ``capacity`` (B/s);
+    its rate history records nothing."""
+
+    def __init__(self, slots: int, transfers: int, capacity: np.ndarray) -> None:
+        self.sf = np.zeros((4, slots))
+        self.si = np.zeros((4, slots), dtype=np.int64)
+        self.act = np.zeros(slots, dtype=bool)
+        self.chg = np.zeros((2, slots), dtype=np.int64)
+        self.ef = np.zeros((5, capacity.size))
+        self.ef[CAP] = capacity
+        self.busy = np.zeros(capacity.size, dtype=np.int64)
+        self.ti = np.zeros((5, transfers), dtype=np.int64)
+        self.tf = np.zeros((3, transfers))
+        self.hst = np.zeros(4, dtype=np.int64)
+        self.fs, self.us = np.zeros(1), np.zeros(1)
+        self.ist = np.zeros(ISTATE, dtype=np.int64)
+
+    @classmethod
+    def fitting(cls, old: "_Scratch | None", slots: int, transfers: int, capacity: np.ndarray) -> "_Scratch":
+        """``old`` where its arrays have the state's shapes, else a new one."""
+        if old is not None and old.sf.shape[1] == slots and old.ti.shape[1] == transfers:
+            return old
+        return cls(slots, transfers, capacity)

@@ -1,0 +1,394 @@
+"""The flow model's event loop, compiled: flows move, end and change rates between transfers.
+
+:class:`~simtrain.network.solver.FlowModel` keeps its state in arrays (:class:`FlowArrays`) and
+runs every internal event (a flow delivering its last byte, a transfer's latency running out)
+here, in the order and with the floating-point operations of the model's definition (its module
+docstring): settle the rates (:func:`settle`), find the first end, move every flow to it, end the
+flows that are done, collect completed transfers. A rate recomputation is looked up in the memo
+of recomputations (:mod:`simtrain.network.reshare_memo`) by (state, paths started, paths ended);
+when it is not there the loop returns :data:`MISS` and the model computes it with numpy (progressive
+filling, :mod:`simtrain.network.maxmin`), stores it and calls again. :data:`NEED_HISTORY` asks for
+room in the rate history. Compiled by numba once per installation, without numba's runtime: the
+loop allocates nothing.
+
+Argument groups (each a numpy array, rows named by the constants below): ``sf`` per slot floats,
+``si`` per slot ints, ``act`` the slots' active flags, ``ef`` per link floats, ``busy`` the links
+with traffic, ``chg`` the paths started and ended since the last recomputation, ``key`` scratch
+for a memo key, ``pu``/``puo`` each path's distinct links, ``pin``/``prate`` scratch by path,
+``ti``/``tf`` per transfer (and the latency heap, and the completed transfers handed back),
+``m*`` the memo, ``h*`` the rate history (``hst`` its counts), ``fs`` the clock, ``us`` the bytes
+delivered, ``ist`` the other counts (:mod:`simtrain.network.flow_layout` names every row and field).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar, cast
+
+import numpy as np
+from numba import njit
+from numba.core.options import DefaultOptions
+
+from simtrain.network.flow_layout import (
+    BUSY_S, BYTES, CAP, DELIVERED, E_BOTH, E_BUSY, E_KEY, E_LRATES, E_NBOTH, E_NBUSY, E_NE, E_NEXT, E_NODE, E_NPATHS,
+    E_NRP, E_NS, E_NTOUCHED, E_NUSED, E_PATHS, E_RATES, E_RP, E_TOUCHED, E_USED, ENDED, ENDS, FIN, H_ID, H_IX, H_T,
+    HIST_LIMIT, HITS, LIVE, LRATE, MASK, MISS, N_BUSY, N_DONE, N_ENDED, N_HEAP, N_HIST, N_HVALS, N_LIVE, N_STARTED,
+    NEED_HISTORY, NODE, NOW, O_IX, O_T, OK, PEAK, PIDX, RATE, RECOMPUTES, RECORD, REM, SIZE, STARTED, T_ID, T_LAT,
+    T_LEFT, TIX)
+from simtrain.network.maxmin import REL_TOL
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+#: numba's options: cached; without its runtime where this numba has the option
+OPTIONS: dict[str, bool] = {"cache": True, **({"_nrt": False} if hasattr(DefaultOptions, "_nrt") else {})}
+
+
+def _compiled(fn: _F) -> _F:
+    return cast(_F, njit(**OPTIONS)(fn))  # type: ignore[call-overload]  # (_nrt: not in the stubs)
+
+
+_HASH_MUL = 1_000_003
+_HASH_MASK = (1 << 62) - 1
+
+
+@_compiled
+def _sort(a: np.ndarray, n: int) -> None:
+    """Heapsort ``a[:n]`` in place (ascending)."""
+    for start in range(n // 2 - 1, -1, -1):
+        _sift(a, start, n)
+    for end in range(n - 1, 0, -1):
+        a[0], a[end] = a[end], a[0]
+        _sift(a, 0, end)
+
+
+@_compiled
+def _sift(a: np.ndarray, root: int, n: int) -> None:
+    while True:
+        child = 2 * root + 1
+        if child >= n:
+            return
+        if child + 1 < n and a[child + 1] > a[child]:
+            child += 1
+        if a[root] >= a[child]:
+            return
+        a[root], a[child] = a[child], a[root]
+        root = child
+
+
+@_compiled
+def key_hash(node: int, key: np.ndarray, ns: int, ne: int) -> int:
+    """The memo's hash of (state, sorted started paths ``key[:ns]``, sorted ended ``key[ns:ns+ne]``)."""
+    h = (node * _HASH_MUL + ns) & _HASH_MASK
+    h = (h * _HASH_MUL + ne) & _HASH_MASK
+    for i in range(ns + ne):
+        h = (h * _HASH_MUL + key[i] + 1) & _HASH_MASK
+    return int(h)
+
+
+@_compiled
+def _lookup(mtab: np.ndarray, ment: np.ndarray, mkey: np.ndarray, node: int, key: np.ndarray,
+            ns: int, ne: int, mask: int) -> int:
+    """The memo entry of the key, or -1."""
+    pos = key_hash(node, key, ns, ne) & mask
+    while True:
+        e = mtab[pos]
+        if e < 0:
+            return -1
+        if ment[e, E_NODE] == node and ment[e, E_NS] == ns and ment[e, E_NE] == ne:
+            off = ment[e, E_KEY]
+            same = True
+            for i in range(ns + ne):
+                if mkey[off + i] != key[i]:
+                    same = False
+                    break
+            if same:
+                return int(e)
+        pos = (pos + 1) & mask
+
+
+@_compiled
+def settle(sf: np.ndarray, si: np.ndarray, ef: np.ndarray, busy: np.ndarray, chg: np.ndarray,
+           key: np.ndarray, pin: np.ndarray, prate: np.ndarray, mtab: np.ndarray, ment: np.ndarray,
+           mkey: np.ndarray, mint: np.ndarray, mflt: np.ndarray, ht: np.ndarray, hmeta: np.ndarray,
+           hlinks: np.ndarray, hrates: np.ndarray, hst: np.ndarray, fs: np.ndarray, ist: np.ndarray) -> int:
+    """Apply the recomputation the changes since the last one call for (nothing without changes):
+    the rates of the flows it covers, the links' summed rates and peaks, the busy links, the
+    state; one history entry when recording. :data:`MISS` when the memo does not hold it."""
+    ns, ne = ist[N_STARTED], ist[N_ENDED]
+    if ns == 0 and ne == 0:
+        return OK
+    for i in range(ns):
+        key[i] = chg[STARTED, i]
+    for i in range(ne):
+        key[ns + i] = chg[ENDED, i]
+    _sort(key, ns)
+    _sort(key[ns:], ne)
+    e = _lookup(mtab, ment, mkey, ist[NODE], key, ns, ne, ist[MASK])
+    if e < 0:
+        return MISS
+    nboth = ment[e, E_NBOTH]
+    record = hst[RECORD] == 1 and hst[HIST_LIMIT] > 0
+    if record and (hst[N_HIST] >= ht.size or hst[N_HVALS] + nboth > hlinks.size):
+        return NEED_HISTORY
+    ist[HITS] += 1
+    ist[N_STARTED] = 0
+    ist[N_ENDED] = 0
+    ist[NODE] = ment[e, E_NEXT]
+    ist[RECOMPUTES] += 1
+    lrate = ef[LRATE]
+    if ment[e, E_NTOUCHED] < 0:
+        for j in range(ist[N_BUSY]):
+            lrate[busy[j]] = 0.0
+    else:
+        off = ment[e, E_TOUCHED]
+        for j in range(ment[e, E_NTOUCHED]):
+            lrate[mint[off + j]] = 0.0
+    off = ment[e, E_BUSY]
+    nb = ment[e, E_NBUSY]
+    for j in range(nb):
+        busy[j] = mint[off + j]
+    ist[N_BUSY] = nb
+    nused = ment[e, E_NUSED]
+    if nused >= 0:
+        roff, foff = ment[e, E_RP], ment[e, E_RATES]
+        for j in range(ment[e, E_NRP]):
+            prate[mint[roff + j]] = mflt[foff + j]
+        npaths = ment[e, E_NPATHS]
+        poff = ment[e, E_PATHS]
+        for j in range(npaths):
+            pin[mint[poff + j]] = 1
+        rate = sf[RATE]
+        for i in range(ist[N_LIVE]):
+            s = si[LIVE, i]
+            p = si[PIDX, s]
+            if npaths < 0 or pin[p] == 1:
+                rate[s] = prate[p]
+        for j in range(npaths):
+            pin[mint[poff + j]] = 0
+        uoff, loff = ment[e, E_USED], ment[e, E_LRATES]
+        for j in range(nused):
+            u = mint[uoff + j]
+            lrate[u] = mflt[loff + j]
+            ef[PEAK, u] = max(ef[PEAK, u], lrate[u] / ef[CAP, u])
+    if record:
+        n, at = hst[N_HIST], hst[N_HVALS]
+        ht[n] = fs[NOW]
+        hmeta[0, n] = at
+        hmeta[1, n] = nboth
+        boff = ment[e, E_BOTH]
+        for j in range(nboth):
+            link = mint[boff + j]
+            hlinks[at + j] = link
+            hrates[at + j] = lrate[link]
+        hst[N_HIST] = n + 1
+        hst[N_HVALS] = at + nboth
+        hst[HIST_LIMIT] -= nboth
+    return OK
+
+
+@_compiled
+def first_end(sf: np.ndarray, si: np.ndarray, ist: np.ndarray) -> float:
+    """Seconds until the first flow delivers its last byte at current rates (inf: never)."""
+    best = np.inf
+    for i in range(ist[N_LIVE]):
+        s = si[LIVE, i]
+        r = sf[RATE, s]
+        if r > 0:
+            v = sf[REM, s] / r
+            if v < best:
+                best = v
+    return best
+
+
+@_compiled
+def heap_push(ti: np.ndarray, tf: np.ndarray, ist: np.ndarray, t: float, tid: int, tix: int) -> None:
+    """Queue transfer ``tid`` (index ``tix``) to complete at ``t``; the heap orders by (time, id)."""
+    i = ist[N_HEAP]
+    ist[N_HEAP] = i + 1
+    while i > 0:
+        parent = (i - 1) // 2
+        pt, pid = tf[H_T, parent], ti[H_ID, parent]
+        if pt < t or (pt == t and pid < tid):
+            break
+        tf[H_T, i], ti[H_ID, i], ti[H_IX, i] = pt, pid, ti[H_IX, parent]
+        i = parent
+    tf[H_T, i], ti[H_ID, i], ti[H_IX, i] = t, tid, tix
+
+
+@_compiled
+def pop_done(ti: np.ndarray, tf: np.ndarray, ist: np.ndarray, t: float) -> None:
+    """Move the transfers due by ``t`` from the heap to the done rows, in (time, id) order."""
+    while ist[N_HEAP] > 0 and tf[H_T, 0] <= t:
+        d = ist[N_DONE]
+        ti[O_IX, d], tf[O_T, d] = ti[H_IX, 0], tf[H_T, 0]
+        ist[N_DONE] = d + 1
+        n = ist[N_HEAP] - 1
+        ist[N_HEAP] = n
+        lt, lid, lix = tf[H_T, n], ti[H_ID, n], ti[H_IX, n]
+        i = 0
+        while True:
+            child = 2 * i + 1
+            if child >= n:
+                break
+            if child + 1 < n and (tf[H_T, child + 1] < tf[H_T, child] or (
+                    tf[H_T, child + 1] == tf[H_T, child] and ti[H_ID, child + 1] < ti[H_ID, child])):
+                child += 1
+            ct, cid = tf[H_T, child], ti[H_ID, child]
+            if lt < ct or (lt == ct and lid < cid):
+                break
+            tf[H_T, i], ti[H_ID, i], ti[H_IX, i] = ct, cid, ti[H_IX, child]
+            i = child
+        if n > 0:
+            tf[H_T, i], ti[H_ID, i], ti[H_IX, i] = lt, lid, lix
+
+
+@_compiled
+def _end_flows(k: int, sf: np.ndarray, si: np.ndarray, act: np.ndarray, ef: np.ndarray, chg: np.ndarray,
+               pu: np.ndarray, puo: np.ndarray, ti: np.ndarray, tf: np.ndarray, fs: np.ndarray,
+               us: np.ndarray, ist: np.ndarray) -> None:
+    """End the ``k`` flows in ``si[ENDS]`` (ascending): their bytes left (within the done
+    tolerance) booked on their links, their sizes delivered, their slots freed; a transfer whose
+    last flow this was waits out its latency."""
+    ends = si[ENDS]
+    for i in range(k):
+        s = ends[i]
+        left = sf[REM, s]
+        if left > 0:
+            p = si[PIDX, s]
+            for j in range(puo[p], puo[p + 1]):
+                ef[BYTES, pu[j]] += left
+    for i in range(k):
+        us[DELIVERED] += sf[SIZE, ends[i]]
+    ne = ist[N_ENDED]
+    for i in range(k):
+        s = ends[i]
+        act[s] = False
+        sf[REM, s] = 0.0
+        sf[RATE, s] = 0.0
+        chg[ENDED, ne + i] = si[PIDX, s]
+        si[PIDX, s] = -1
+    ist[N_ENDED] = ne + k
+    now = fs[NOW]
+    for i in range(k):
+        tix = si[TIX, ends[i]]
+        ti[T_LEFT, tix] -= 1
+        if ti[T_LEFT, tix] == 0:
+            heap_push(ti, tf, ist, now + tf[T_LAT, tix], ti[T_ID, tix], tix)
+    w, j = 0, 0
+    for i in range(ist[N_LIVE]):
+        s = si[LIVE, i]
+        if j < k and ends[j] == s:
+            j += 1
+        else:
+            si[LIVE, w] = s
+            w += 1
+    ist[N_LIVE] = w
+
+
+@_compiled
+def step(t: float, flows_end: bool, sf: np.ndarray, si: np.ndarray, act: np.ndarray, ef: np.ndarray,
+         busy: np.ndarray, chg: np.ndarray, pu: np.ndarray, puo: np.ndarray, ti: np.ndarray, tf: np.ndarray,
+         fs: np.ndarray, us: np.ndarray, ist: np.ndarray) -> None:
+    """Move every flow to ``t`` at its rate and end those done (``flows_end``: also those whose
+    finish time at these rates is ``t``). A step that moves no time and ends no flow by its finish
+    time changes nothing."""
+    now = fs[NOW]
+    dt = t - now
+    if dt == 0 and not flows_end:
+        return
+    n = ist[N_LIVE]
+    if n == 0:
+        fs[NOW] = t
+        return
+    live, rem, rate = si[LIVE], sf[REM], sf[RATE]
+    if flows_end:
+        for i in range(n):
+            s = live[i]
+            sf[FIN, i] = now + rem[s] / rate[s] if rate[s] > 0 else np.inf
+    if dt > 0:
+        for i in range(n):
+            s = live[i]
+            rem[s] -= rate[s] * dt
+        for j in range(ist[N_BUSY]):
+            b = busy[j]
+            ef[BYTES, b] += ef[LRATE, b] * dt
+            ef[BUSY_S, b] += dt
+    fs[NOW] = t
+    due = t * (1 + 1e-12)
+    k = 0
+    for i in range(n):
+        s = live[i]
+        if rem[s] <= REL_TOL * sf[SIZE, s] or (flows_end and sf[FIN, i] <= due):
+            si[ENDS, k] = s
+            k += 1
+    if k:
+        _end_flows(k, sf, si, act, ef, chg, pu, puo, ti, tf, fs, us, ist)
+
+
+@_compiled
+def run_until(t: float, sf: np.ndarray, si: np.ndarray, act: np.ndarray, ef: np.ndarray, busy: np.ndarray,
+              chg: np.ndarray, key: np.ndarray, pu: np.ndarray, puo: np.ndarray, pin: np.ndarray,
+              prate: np.ndarray, ti: np.ndarray, tf: np.ndarray, mtab: np.ndarray, ment: np.ndarray,
+              mkey: np.ndarray, mint: np.ndarray, mflt: np.ndarray, ht: np.ndarray, hmeta: np.ndarray,
+              hlinks: np.ndarray, hrates: np.ndarray, hst: np.ndarray, fs: np.ndarray, us: np.ndarray,
+              ist: np.ndarray) -> int:
+    """Every internal event up to ``t`` (>= the clock) in order, then the move to ``t``; the
+    transfers completed are added to the done rows. Returns :data:`OK`, or the status of a
+    recomputation that needs the caller (the state is then as at that recomputation: call again)."""
+    while True:
+        status = settle(sf, si, ef, busy, chg, key, pin, prate, mtab, ment, mkey, mint, mflt, ht, hmeta,
+                        hlinks, hrates, hst, fs, ist)
+        if status != OK:
+            return status
+        te = fs[NOW] + first_end(sf, si, ist)
+        lt = tf[H_T, 0] if ist[N_HEAP] > 0 else np.inf
+        at = te if te <= lt else lt
+        if at > t:
+            break
+        step(at, te <= at, sf, si, act, ef, busy, chg, pu, puo, ti, tf, fs, us, ist)
+        pop_done(ti, tf, ist, at)
+    step(t, False, sf, si, act, ef, busy, chg, pu, puo, ti, tf, fs, us, ist)
+    pop_done(ti, tf, ist, t)
+    return OK
+
+
+@_compiled
+def next_done(sf: np.ndarray, si: np.ndarray, busy: np.ndarray, ti: np.ndarray, tf: np.ndarray, fs: np.ndarray,
+              ist: np.ndarray, dsf: np.ndarray, dsi: np.ndarray, dact: np.ndarray, def_: np.ndarray, dbusy: np.ndarray,
+              dchg: np.ndarray, key: np.ndarray, pu: np.ndarray, puo: np.ndarray, pin: np.ndarray, prate: np.ndarray,
+              dti: np.ndarray, dtf: np.ndarray, mtab: np.ndarray, ment: np.ndarray, mkey: np.ndarray,
+              mint: np.ndarray, mflt: np.ndarray, ht: np.ndarray, hmeta: np.ndarray, hlinks: np.ndarray,
+              hrates: np.ndarray, dhst: np.ndarray, dfs: np.ndarray, dus: np.ndarray, dist: np.ndarray) -> float:
+    """When the first transfer completes if nothing starts before (inf: never), found by running
+    the loop on a copy of the state (the ``d*`` arrays: the flows, transfers and counts are
+    copied, the link statistics are scratch; ``dhst`` records nothing); -1 when a recomputation
+    on the way is not in the memo. The state itself does not change; it must be settled (no
+    paths started or ended since the last recomputation)."""
+    for j in range(ist.size):
+        dist[j] = ist[j]
+    dist[N_DONE] = 0
+    dfs[NOW] = fs[NOW]
+    for i in range(ist[N_LIVE]):
+        s = si[LIVE, i]
+        dsi[LIVE, i] = s
+        dsi[PIDX, s], dsi[TIX, s] = si[PIDX, s], si[TIX, s]
+        dsf[REM, s], dsf[RATE, s], dsf[SIZE, s] = sf[REM, s], sf[RATE, s], sf[SIZE, s]
+    for j in range(ti.shape[1]):
+        dti[T_LEFT, j], dti[T_ID, j], dtf[T_LAT, j] = ti[T_LEFT, j], ti[T_ID, j], tf[T_LAT, j]
+    for j in range(ist[N_HEAP]):
+        dti[H_ID, j], dti[H_IX, j], dtf[H_T, j] = ti[H_ID, j], ti[H_IX, j], tf[H_T, j]
+    for j in range(ist[N_BUSY]):
+        dbusy[j] = busy[j]
+    while True:
+        status = settle(dsf, dsi, def_, dbusy, dchg, key, pin, prate, mtab, ment, mkey, mint, mflt, ht, hmeta,
+                        hlinks, hrates, dhst, dfs, dist)
+        if status != OK:
+            return -1.0
+        te = dfs[NOW] + first_end(dsf, dsi, dist)
+        lt = dtf[H_T, 0] if dist[N_HEAP] > 0 else np.inf
+        at = te if te <= lt else lt
+        if at == np.inf:
+            return np.inf
+        step(at, te <= at, dsf, dsi, dact, def_, dbusy, dchg, pu, puo, dti, dtf, dfs, dus, dist)
+        pop_done(dti, dtf, dist, at)
+        if dist[N_DONE] > 0:
+            return at
