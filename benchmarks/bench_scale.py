@@ -12,7 +12,8 @@ that loop's events per second, a machine-independent measure of the engine's ove
 time: the event loop, the timeline's columns and the span check; "-" for the search, whose engines
 run in its workers). As the bare loop's time leaves out SimPy's import, the phase leaves out the
 compiled loop's one-time load (numba's import and its cached machine code, on a process's first
-compiled run), printed as ``load s``; ``cpu s`` and ``wall s`` include it. Not a test: machines
+compiled run); ``load s`` prints it with the flow model's (its compiled loop's load, at the first
+flow model); ``cpu s`` and ``wall s`` include both. Not a test: machines
 are noisy; compare rows of one machine, as ratios.
 
 S1  the 70B example of docs/commands.md (64 GPUs, TP8 PP4 DP2, gbs 512, 1F1B) with every output written
@@ -117,10 +118,11 @@ def run_one(name: str, quick: bool, jobs: int) -> dict:
     cpu0 = usage.ru_utime + usage.ru_stime
     engine_s = [0.0]  # seconds inside the engine's runs (this process only: not the search's workers)
     load_s = [0.0]  # of which the compiled loop's one-time load
+    flow_load_s = [0.0]  # the flow model's compiled loop's one-time load (at the network's construction)
     if kind == "search":
         ops = _search(settings, jobs)
     else:
-        with _engine_timed(engine_s), _load_timed(load_s):
+        with _engine_timed(engine_s), _load_timed(load_s), _flow_load_timed(flow_load_s):
             result = api.simulate(api.resolve(settings))
         ops = result.report["num_events"]
         if kind == "outputs":
@@ -138,6 +140,8 @@ def run_one(name: str, quick: bool, jobs: int) -> dict:
         row["engine_load_s"] = load_s[0]
         row["engine_phase_s"] = engine_s[0] - load_s[0]
         row["engine_phase_over_bare"] = ops / row["engine_phase_s"] / bare
+    if flow_load_s[0] > 0:
+        row["flow_load_s"] = flow_load_s[0]
     if name == "S1":  # after the timed run: tracing allocations slows what it traces
         row["program_bytes_per_op"] = program_bytes_per_op(settings)
     return row
@@ -192,6 +196,47 @@ def _load_timed(total: list[float]):
         yield
     finally:
         simulator._run_compiled = run_compiled
+
+
+@contextmanager
+def _flow_load_timed(total: list[float]):
+    """Add the seconds the flow model's compiled loop takes to load (numba's import and its
+    cached machine code, which the first flow model would otherwise spend inside its first
+    events) to ``total[0]``: timed at the first flow model, by running a one-node model first."""
+    from simtrain.network import solver
+
+    init = solver.FlowModel.__init__
+    loaded = []
+
+    def first_loads(self, cluster, record=False):
+        if not loaded:
+            loaded.append(True)
+            t0 = time.perf_counter()
+            _warm_flow_model()
+            total[0] += time.perf_counter() - t0
+        init(self, cluster, record)
+
+    first_loads.__wrapped__ = init  # type: ignore[attr-defined]
+    solver.FlowModel.__init__ = first_loads
+    try:
+        yield
+    finally:
+        solver.FlowModel.__init__ = init
+
+
+def _warm_flow_model() -> None:
+    """Two transfers on one node's NVSwitch, through every call the model makes into its loop."""
+    from simtrain.network import solver
+    from simtrain.topology.cluster import build_topology
+
+    node = build_topology({"gpu": "h100-sxm", "nodes": 1, "node": {"gpus": 2}}, "node")
+    model = solver.FlowModel.__new__(solver.FlowModel)
+    solver.FlowModel.__init__.__wrapped__(model, node, True)  # type: ignore[attr-defined]
+    links = [("gpu0", "node0/nvswitch"), ("node0/nvswitch", "gpu1")]
+    model.add(0.0, 0, [(links, 1e6)])
+    model.add(0.0, 1, [], 1e-6)
+    while (t := model.next_event_s()) is not None:
+        model.advance(t)
 
 
 def program_bytes_per_op(settings: dict) -> float:
@@ -268,6 +313,11 @@ def main(argv: list[str] | None = None) -> list[dict]:
     if "S1-run" in by and "S1-2048" in by:
         a, b = (by[k]["cpu_s"] / by[k]["operations"] for k in ("S1-run", "S1-2048"))
         print(f"per-op cost at gbs 2,048 over gbs 512 (S1-2048 over S1-run, CPU s per operation): {b / a:.2f}")
+    if "S6" in by and "S6-analytic" in by:
+        flow, analytic = by["S6"], by["S6-analytic"]
+        fl = flow.get("flow_load_s", 0.0)
+        print(f"S6 flow over its analytic run (CPU s): {flow['cpu_s'] / analytic['cpu_s']:.1f}, or "
+              f"{(flow['cpu_s'] - fl) / analytic['cpu_s']:.1f} without the flow loop's load ({fl:.2f} s)")
     for r in rows:
         if "program_bytes_per_op" in r:
             print(f"{r['scenario']} program: {r['program_bytes_per_op']:.0f} bytes per operation (tracemalloc, the "
@@ -276,9 +326,10 @@ def main(argv: list[str] | None = None) -> list[dict]:
 
 
 def _load(row: dict) -> str:
-    """The compiled loop's load, or "-" where the engine ran in other processes."""
+    """The compiled loops' load (the engine's and the flow model's), or "-" where the engine ran in
+    other processes."""
     load = row.get("engine_load_s")
-    return "-" if load is None else f"{load:.2f}"
+    return "-" if load is None else f"{load + row.get('flow_load_s', 0.0):.2f}"
 
 
 def _phase(row: dict) -> str:

@@ -42,7 +42,7 @@ _F = TypeVar("_F", bound=Callable[..., Any])
 OPTIONS: dict[str, bool] = {"cache": True, **({"_nrt": False} if hasattr(DefaultOptions, "_nrt") else {})}
 
 
-def _compiled(fn: _F) -> _F:
+def compiled(fn: _F) -> _F:
     return cast(_F, njit(**OPTIONS)(fn))  # type: ignore[call-overload]  # (_nrt: not in the stubs)
 
 
@@ -50,7 +50,7 @@ _HASH_MUL = 1_000_003
 _HASH_MASK = (1 << 62) - 1
 
 
-@_compiled
+@compiled
 def _sort(a: np.ndarray, n: int) -> None:
     """Heapsort ``a[:n]`` in place (ascending)."""
     for start in range(n // 2 - 1, -1, -1):
@@ -60,7 +60,7 @@ def _sort(a: np.ndarray, n: int) -> None:
         _sift(a, 0, end)
 
 
-@_compiled
+@compiled
 def _sift(a: np.ndarray, root: int, n: int) -> None:
     while True:
         child = 2 * root + 1
@@ -74,7 +74,7 @@ def _sift(a: np.ndarray, root: int, n: int) -> None:
         root = child
 
 
-@_compiled
+@compiled
 def key_hash(node: int, key: np.ndarray, ns: int, ne: int) -> int:
     """The memo's hash of (state, sorted started paths ``key[:ns]``, sorted ended ``key[ns:ns+ne]``)."""
     h = (node * _HASH_MUL + ns) & _HASH_MASK
@@ -84,7 +84,7 @@ def key_hash(node: int, key: np.ndarray, ns: int, ne: int) -> int:
     return int(h)
 
 
-@_compiled
+@compiled
 def _lookup(mtab: np.ndarray, ment: np.ndarray, mkey: np.ndarray, node: int, key: np.ndarray,
             ns: int, ne: int, mask: int) -> int:
     """The memo entry of the key, or -1."""
@@ -105,7 +105,7 @@ def _lookup(mtab: np.ndarray, ment: np.ndarray, mkey: np.ndarray, node: int, key
         pos = (pos + 1) & mask
 
 
-@_compiled
+@compiled
 def settle(sf: np.ndarray, si: np.ndarray, ef: np.ndarray, busy: np.ndarray, chg: np.ndarray,
            key: np.ndarray, pin: np.ndarray, prate: np.ndarray, mtab: np.ndarray, ment: np.ndarray,
            mkey: np.ndarray, mint: np.ndarray, mflt: np.ndarray, ht: np.ndarray, hmeta: np.ndarray,
@@ -185,21 +185,27 @@ def settle(sf: np.ndarray, si: np.ndarray, ef: np.ndarray, busy: np.ndarray, chg
     return OK
 
 
-@_compiled
+@compiled
 def first_end(sf: np.ndarray, si: np.ndarray, ist: np.ndarray) -> float:
-    """Seconds until the first flow delivers its last byte at current rates (inf: never)."""
+    """Seconds until the first flow delivers its last byte at current rates (inf: never); each
+    live flow's own (bytes left over rate, inf at rate 0) is left in ``sf[FIN]`` by its position
+    among the live slots, for :func:`step`."""
     best = np.inf
+    fin = sf[FIN]
     for i in range(ist[N_LIVE]):
         s = si[LIVE, i]
         r = sf[RATE, s]
         if r > 0:
             v = sf[REM, s] / r
+            fin[i] = v
             if v < best:
                 best = v
+        else:
+            fin[i] = np.inf
     return best
 
 
-@_compiled
+@compiled
 def heap_push(ti: np.ndarray, tf: np.ndarray, ist: np.ndarray, t: float, tid: int, tix: int) -> None:
     """Queue transfer ``tid`` (index ``tix``) to complete at ``t``; the heap orders by (time, id)."""
     i = ist[N_HEAP]
@@ -214,7 +220,7 @@ def heap_push(ti: np.ndarray, tf: np.ndarray, ist: np.ndarray, t: float, tid: in
     tf[H_T, i], ti[H_ID, i], ti[H_IX, i] = t, tid, tix
 
 
-@_compiled
+@compiled
 def pop_done(ti: np.ndarray, tf: np.ndarray, ist: np.ndarray, t: float) -> None:
     """Move the transfers due by ``t`` from the heap to the done rows, in (time, id) order."""
     while ist[N_HEAP] > 0 and tf[H_T, 0] <= t:
@@ -241,7 +247,7 @@ def pop_done(ti: np.ndarray, tf: np.ndarray, ist: np.ndarray, t: float) -> None:
             tf[H_T, i], ti[H_ID, i], ti[H_IX, i] = lt, lid, lix
 
 
-@_compiled
+@compiled
 def _end_flows(k: int, sf: np.ndarray, si: np.ndarray, act: np.ndarray, ef: np.ndarray, chg: np.ndarray,
                pu: np.ndarray, puo: np.ndarray, ti: np.ndarray, tf: np.ndarray, fs: np.ndarray,
                us: np.ndarray, ist: np.ndarray) -> None:
@@ -284,13 +290,13 @@ def _end_flows(k: int, sf: np.ndarray, si: np.ndarray, act: np.ndarray, ef: np.n
     ist[N_LIVE] = w
 
 
-@_compiled
+@compiled
 def step(t: float, flows_end: bool, sf: np.ndarray, si: np.ndarray, act: np.ndarray, ef: np.ndarray,
          busy: np.ndarray, chg: np.ndarray, pu: np.ndarray, puo: np.ndarray, ti: np.ndarray, tf: np.ndarray,
          fs: np.ndarray, us: np.ndarray, ist: np.ndarray) -> None:
     """Move every flow to ``t`` at its rate and end those done (``flows_end``: also those whose
-    finish time at these rates is ``t``). A step that moves no time and ends no flow by its finish
-    time changes nothing."""
+    finish time at these rates is ``t``; :func:`first_end` must have run on this state just
+    before). A step that moves no time and ends no flow by its finish time changes nothing."""
     now = fs[NOW]
     dt = t - now
     if dt == 0 and not flows_end:
@@ -302,12 +308,8 @@ def step(t: float, flows_end: bool, sf: np.ndarray, si: np.ndarray, act: np.ndar
     live, rem, rate = si[LIVE], sf[REM], sf[RATE]
     if flows_end:
         for i in range(n):
-            s = live[i]
-            sf[FIN, i] = now + rem[s] / rate[s] if rate[s] > 0 else np.inf
+            sf[FIN, i] = now + sf[FIN, i]
     if dt > 0:
-        for i in range(n):
-            s = live[i]
-            rem[s] -= rate[s] * dt
         for j in range(ist[N_BUSY]):
             b = busy[j]
             ef[BYTES, b] += ef[LRATE, b] * dt
@@ -317,6 +319,8 @@ def step(t: float, flows_end: bool, sf: np.ndarray, si: np.ndarray, act: np.ndar
     k = 0
     for i in range(n):
         s = live[i]
+        if dt > 0:
+            rem[s] -= rate[s] * dt
         if rem[s] <= REL_TOL * sf[SIZE, s] or (flows_end and sf[FIN, i] <= due):
             si[ENDS, k] = s
             k += 1
@@ -324,7 +328,7 @@ def step(t: float, flows_end: bool, sf: np.ndarray, si: np.ndarray, act: np.ndar
         _end_flows(k, sf, si, act, ef, chg, pu, puo, ti, tf, fs, us, ist)
 
 
-@_compiled
+@compiled
 def run_until(t: float, sf: np.ndarray, si: np.ndarray, act: np.ndarray, ef: np.ndarray, busy: np.ndarray,
               chg: np.ndarray, key: np.ndarray, pu: np.ndarray, puo: np.ndarray, pin: np.ndarray,
               prate: np.ndarray, ti: np.ndarray, tf: np.ndarray, mtab: np.ndarray, ment: np.ndarray,
@@ -351,44 +355,33 @@ def run_until(t: float, sf: np.ndarray, si: np.ndarray, act: np.ndarray, ef: np.
     return OK
 
 
-@_compiled
-def next_done(sf: np.ndarray, si: np.ndarray, busy: np.ndarray, ti: np.ndarray, tf: np.ndarray, fs: np.ndarray,
-              ist: np.ndarray, dsf: np.ndarray, dsi: np.ndarray, dact: np.ndarray, def_: np.ndarray, dbusy: np.ndarray,
-              dchg: np.ndarray, key: np.ndarray, pu: np.ndarray, puo: np.ndarray, pin: np.ndarray, prate: np.ndarray,
-              dti: np.ndarray, dtf: np.ndarray, mtab: np.ndarray, ment: np.ndarray, mkey: np.ndarray,
-              mint: np.ndarray, mflt: np.ndarray, ht: np.ndarray, hmeta: np.ndarray, hlinks: np.ndarray,
-              hrates: np.ndarray, dhst: np.ndarray, dfs: np.ndarray, dus: np.ndarray, dist: np.ndarray) -> float:
-    """When the first transfer completes if nothing starts before (inf: never), found by running
-    the loop on a copy of the state (the ``d*`` arrays: the flows, transfers and counts are
-    copied, the link statistics are scratch; ``dhst`` records nothing); -1 when a recomputation
-    on the way is not in the memo. The state itself does not change; it must be settled (no
-    paths started or ended since the last recomputation)."""
-    for j in range(ist.size):
-        dist[j] = ist[j]
-    dist[N_DONE] = 0
-    dfs[NOW] = fs[NOW]
-    for i in range(ist[N_LIVE]):
-        s = si[LIVE, i]
-        dsi[LIVE, i] = s
-        dsi[PIDX, s], dsi[TIX, s] = si[PIDX, s], si[TIX, s]
-        dsf[REM, s], dsf[RATE, s], dsf[SIZE, s] = sf[REM, s], sf[RATE, s], sf[SIZE, s]
-    for j in range(ti.shape[1]):
-        dti[T_LEFT, j], dti[T_ID, j], dtf[T_LAT, j] = ti[T_LEFT, j], ti[T_ID, j], tf[T_LAT, j]
-    for j in range(ist[N_HEAP]):
-        dti[H_ID, j], dti[H_IX, j], dtf[H_T, j] = ti[H_ID, j], ti[H_IX, j], tf[H_T, j]
-    for j in range(ist[N_BUSY]):
-        dbusy[j] = busy[j]
-    while True:
-        status = settle(dsf, dsi, def_, dbusy, dchg, key, pin, prate, mtab, ment, mkey, mint, mflt, ht, hmeta,
-                        hlinks, hrates, dhst, dfs, dist)
-        if status != OK:
-            return -1.0
-        te = dfs[NOW] + first_end(dsf, dsi, dist)
-        lt = dtf[H_T, 0] if dist[N_HEAP] > 0 else np.inf
-        at = te if te <= lt else lt
-        if at == np.inf:
-            return np.inf
-        step(at, te <= at, dsf, dsi, dact, def_, dbusy, dchg, pu, puo, dti, dtf, dfs, dus, dist)
-        pop_done(dti, dtf, dist, at)
-        if dist[N_DONE] > 0:
-            return at
+@compiled
+def place(pids: np.ndarray, sizes: np.ndarray, tix: int, sf: np.ndarray, si: np.ndarray, act: np.ndarray,
+          chg: np.ndarray, ist: np.ndarray) -> None:
+    """Start flows of transfer index ``tix``: ``sizes[k]`` bytes along path ``pids[k]``, at rate 0,
+    each in the smallest free slot in turn (there must be room), kept in the live slots' order;
+    their paths count as started."""
+    k = pids.size
+    n = ist[N_LIVE]
+    ns = ist[N_STARTED]
+    live, ends = si[LIVE], si[ENDS]  # ends: scratch, the new slots (ascending)
+    slot = 0
+    for f in range(k):
+        while act[slot]:
+            slot += 1
+        act[slot] = True
+        sf[REM, slot], sf[SIZE, slot], sf[RATE, slot] = sizes[f], sizes[f], 0.0
+        si[PIDX, slot], si[TIX, slot] = pids[f], tix
+        chg[STARTED, ns + f] = pids[f]
+        ends[f] = slot
+    i, j, w = n - 1, k - 1, n + k - 1
+    while j >= 0:  # merge the new slots into the live ones, from the back
+        if i >= 0 and live[i] > ends[j]:
+            live[w] = live[i]
+            i -= 1
+        else:
+            live[w] = ends[j]
+            j -= 1
+        w -= 1
+    ist[N_LIVE] = n + k
+    ist[N_STARTED] = ns + k

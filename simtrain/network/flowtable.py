@@ -13,7 +13,7 @@ from typing import Iterable, Sequence, cast
 import numpy as np
 
 from simtrain.network.flow_layout import (ENDED, ISTATE, LIVE, N_ENDED, N_LIVE, N_STARTED, PIDX, RATE, REM,
-                                          SIZE, STARTED, TIX)
+                                          SIZE, TIX)
 from simtrain.network.links import Link
 
 #: A transfer's flows as :meth:`PathTable.batch` gives them: every size, the sizes of the flows
@@ -118,24 +118,14 @@ class FlowTable:
     def start(self, tix: int, pids: Sequence[int], nbytes: Sequence[float]) -> None:
         """Flows of transfer index ``tix``: ``nbytes[k]`` to carry along path ``pids[k]``, at rate
         0 until the next rate computation; slots as if started one by one, smallest free first."""
+        from simtrain.network.flowcore import place  # compiled: loaded with the flow model
+
         k = len(pids)
-        free = np.flatnonzero(~self.act)
-        while free.size < k:
+        while self.act.size - int(self.ist[N_LIVE]) < k:
             self._grow()
-            free = np.flatnonzero(~self.act)
-        slots = free[:k]
-        sizes = np.asarray(nbytes, dtype=float)
-        self.sf[REM, slots] = sizes
-        self.sf[SIZE, slots] = sizes
-        self.sf[RATE, slots] = 0.0
-        self.act[slots] = True
-        self.si[PIDX, slots] = pids
-        self.si[TIX, slots] = tix
-        ns = int(self.ist[N_STARTED])
-        self._room(ns + k)
-        self.chg[STARTED, ns:ns + k] = pids
-        self.ist[N_STARTED] = ns + k
-        self._relist()
+        self._room(int(self.ist[N_STARTED]) + k)
+        place(np.asarray(pids, dtype=np.int64), np.asarray(nbytes, dtype=float), tix, self.sf, self.si, self.act,
+              self.chg, self.ist)
 
     def end(self, slots: np.ndarray) -> np.ndarray:
         """Free ``slots`` (ascending); the transfer index each one's flow belonged to."""

@@ -55,9 +55,9 @@ class FlowModel:
     Its events run in :mod:`simtrain.network.flowcore` (compiled, loaded with the model)."""
 
     def __init__(self, cluster: Cluster, record: bool = False) -> None:
-        from simtrain.network import flowcore  # numba: only where flows run
+        from simtrain.network import flowahead, flowcore  # numba: only where flows run
 
-        self._core = flowcore
+        self._core, self._ahead = flowcore, flowahead
         g = cluster.graph
         self.edges: list[Link] = sorted(g.edges())
         self.index = {e: i for i, e in enumerate(self.edges)}
@@ -117,7 +117,7 @@ class FlowModel:
 
     def next_event_s(self) -> float | None:
         """When the first transfer completes if no transfer starts before (found by running the
-        flows ahead on a copy of the state, :func:`~simtrain.network.flowcore.next_done`; the
+        flows ahead on a copy of the state, :func:`~simtrain.network.flowahead.next_done`; the
         first internal event instead where a recomputation on the way is not yet memoised);
         ``self.now`` if completions wait to be collected; None when idle."""
         if self._pending:
@@ -125,7 +125,7 @@ class FlowModel:
         self._settle()
         flows, paths, usage, memo, tr = self.flows, self.paths, self.usage, self.memo, self.transfers
         d = self._scratch = _Scratch.fitting(self._scratch, flows.sf.shape[1], tr.ti.shape[1], self.capacity)
-        t = self._core.next_done(
+        t = self._ahead.next_done(
             flows.sf, flows.si, self.busy, tr.ti, tr.tf, self.fs, self.ist, d.sf, d.si, d.act, d.ef, d.busy,
             d.chg, flows.key, paths.pu, paths.puo, paths.pin, paths.prate, d.ti, d.tf, memo.tab, memo.ent,
             memo.keys, memo.ints, memo.flts, usage.ht, usage.hmeta, usage.hlinks, usage.hrates, d.hst, d.fs,
@@ -271,7 +271,7 @@ class Transfers:
 
 
 class _Scratch:
-    """A copy of the flow model's state for looking ahead (:func:`simtrain.network.flowcore.next_done`):
+    """A copy of the flow model's state for looking ahead (:func:`simtrain.network.flowahead.next_done`):
     ``slots`` flow slots, ``transfers`` transfer indices, links of bandwidth ``capacity`` (B/s);
     its rate history records nothing."""
 
