@@ -15,6 +15,17 @@ from simtrain.network.flow_layout import BUSY_S, BYTES, CAP, DELIVERED, HIST_LIM
 from simtrain.topology.cluster import Cluster
 
 Link = tuple[str, str]  # a directed edge (u, v) of the cluster graph
+#: Link samples a recorded history keeps at most (:attr:`LinkUsage.history_limit`'s default)
+HISTORY_SAMPLES = 2_000_000
+
+
+def _widened(a: np.ndarray, used: int, size: int) -> np.ndarray:
+    """``a`` with ``size`` columns (zeros beyond) and its first ``used`` copied: only those are
+    written, so a large history grows at the cost of its data (concatenating the zeros wrote them
+    all, 15 times slower at a million values)."""
+    out = np.zeros(a.shape[:-1] + (size,), dtype=a.dtype)
+    out[..., :used] = a[..., :used]
+    return out
 
 
 class LinkUsage:
@@ -35,11 +46,14 @@ class LinkUsage:
         self.us = np.zeros(1)  # bytes delivered
         self.bytes_added = 0.0
         self.flows_added = 0
-        self.hst = np.array([0, 0, 2_000_000, int(record)], dtype=np.int64)
+        self.hst = np.array([0, 0, HISTORY_SAMPLES, int(record)], dtype=np.int64)
+        # room for the whole history when recording: zeros the system hands out untouched, so
+        # only the samples written take memory, and the arrays are not copied as they fill
+        values = HISTORY_SAMPLES + 1024 if record else 1024
         self.ht = np.zeros(64)  # history: times (s)
         self.hmeta = np.zeros((2, 64), dtype=np.int64)  # history: offset and count of its links
-        self.hlinks = np.zeros(1024, dtype=np.int64)
-        self.hrates = np.zeros(1024)  # B/s
+        self.hlinks = np.zeros(values, dtype=np.int64)
+        self.hrates = np.zeros(values)  # B/s
 
     capacity = property(lambda self: self.ef[CAP], doc="Each link's achievable bandwidth, B/s.")
     bytes = property(lambda self: self.ef[BYTES], doc="Bytes each link carried.")
@@ -78,12 +92,10 @@ class LinkUsage:
         n, at = int(self.hst[N_HIST]), int(self.hst[N_HVALS])
         if n + entries > self.ht.size:
             size = max(2 * self.ht.size, n + entries)
-            self.ht = np.concatenate([self.ht, np.zeros(size - self.ht.size)])
-            self.hmeta = np.concatenate([self.hmeta, np.zeros((2, size - self.hmeta.shape[1]), dtype=np.int64)], axis=1)
+            self.ht, self.hmeta = _widened(self.ht, n, size), _widened(self.hmeta, n, size)
         if at + values > self.hlinks.size:
             size = max(2 * self.hlinks.size, at + values)
-            self.hlinks = np.concatenate([self.hlinks, np.zeros(size - self.hlinks.size, dtype=np.int64)])
-            self.hrates = np.concatenate([self.hrates, np.zeros(size - self.hrates.size)])
+            self.hlinks, self.hrates = _widened(self.hlinks, at, size), _widened(self.hrates, at, size)
 
     def remember(self, t: float, links: np.ndarray, rates: np.ndarray) -> None:
         """From ``t`` on ``links`` carry ``rates`` (kept when recording, within the limit)."""

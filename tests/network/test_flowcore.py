@@ -13,7 +13,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from simtrain.network import flowcore
-from simtrain.network.flow_layout import H_T, ISTATE, N_DONE, N_HEAP, O_IX, O_T, T_ID
+from simtrain.network.flow_layout import H_T, ISTATE, N_DONE, N_HEAP, O_IX, O_T, RECORD, T_ID
+from simtrain.network.links import HISTORY_SAMPLES, LinkUsage
 from simtrain.network.maxmin import max_min_rates
 from simtrain.network.solver import FlowModel
 from simtrain.topology.cluster import load_topology
@@ -162,3 +163,22 @@ def test_the_history_is_kept_in_order_within_its_limit():
     assert model.usage.history_limit <= 0
     times = [t for t, _, _ in history]
     assert times == sorted(times)
+
+
+def test_the_history_keeps_its_samples_as_its_arrays_grow():
+    edges = [(f"a{i}", f"b{i}") for i in range(8)]
+    usage = LinkUsage(edges, {e: i for i, e in enumerate(edges)}, np.full(8, 1e9))
+    assert usage.hlinks.size < 4096  # not recording: no room set aside
+    rng = np.random.default_rng(3)
+    written = []
+    for k in range(700):  # 700 entries of up to 8 links: past the first arrays' 64 entries and 1,024 values
+        links = np.sort(rng.choice(8, size=int(rng.integers(1, 9)), replace=False)).astype(np.int64)
+        rates = rng.random(links.size)
+        usage._append(k * 1e-3, links, rates)
+        written.append((k * 1e-3, links, rates))
+    usage.hst[RECORD] = 1  # read it back as a recorded history
+    got = usage.history
+    assert got is not None and len(got) == len(written)
+    assert all(t == u and np.array_equal(a, b) and np.array_equal(r, s) for (t, a, r), (u, b, s) in zip(got, written))
+    recording = LinkUsage(edges, {e: i for i, e in enumerate(edges)}, np.full(8, 1e9), record=True)
+    assert recording.hlinks.size > HISTORY_SAMPLES == recording.history_limit  # room for the whole history
