@@ -91,6 +91,7 @@ class FlowNetwork:
     def link_report(self, step_s: float) -> tuple[dict[str, Any], LinkSeries]:
         """The links the flows used, and in ``utilisation_by_link`` also those of the groups a
         folded op stands for without running them (:meth:`_represented_bytes`)."""
+        self.model.settle_ahead()
         return link_report(self.cluster, self.model.usage, step_s, self._represented_bytes())
 
     def _represented_bytes(self) -> dict[Link, float]:

@@ -1,10 +1,19 @@
-"""The flow model's look-ahead, compiled: when the first transfer would complete if nothing started.
+"""The flow model's look-ahead, compiled: what its state held before it ran ahead, kept and put back.
 
-:meth:`simtrain.network.solver.FlowModel.next_event_s` asks it so the engine wakes only at a
-completion, not at every internal event of the flows (a flow ending, a rate changing). It runs
-the event loop of :mod:`simtrain.network.flowcore` on a copy of the state, with the same
-floating-point operations, so the time it returns is the time the loop itself reaches. Argument
-groups as in :mod:`simtrain.network.flowcore`; the ``d*`` arrays are the copy.
+:meth:`simtrain.network.solver.FlowModel.next_event_s` runs the event loop of
+:mod:`simtrain.network.flowcore` ahead, on the state itself, to the first transfer completion, so
+the engine wakes only there, not at every internal event of the flows (a flow ending, a rate
+changing). Most of the time the engine then advances to that very time and the work is done; where a
+transfer starts before it, the state is put back (:func:`restore`) as :func:`save` kept it and the
+model runs to the new start instead. The loop only ever changes, while no flow starts: the live
+flows' slots and their transfers, the latency heap, the busy links, the links of the live flows'
+paths, the counts, the clock and the bytes delivered; the rate history only grows past its counts.
+Those are what is kept. Argument groups as in :mod:`simtrain.network.flowcore`; the ``k*`` arrays
+hold what is kept: ``ksf`` bytes left, rate and size and ``ksi`` the live slots, path and transfer,
+by position among the live slots; ``kt`` the transfers' flows left (by live position) and the
+heap's ids and indices, ``kh`` the heap's times; ``kbusy`` the busy links; ``klk`` the links kept
+and ``kef`` their rate, bytes, busy time and peak; ``kist``, ``khst`` the counts; ``kfs`` the clock
+and the bytes delivered.
 """
 
 from __future__ import annotations
@@ -12,48 +21,73 @@ from __future__ import annotations
 import numpy as np
 
 from simtrain.network.flow_layout import (
-    H_ID, H_IX, H_T, LIVE, N_BUSY, N_DONE, N_HEAP, N_LIVE, NOW, OK, PIDX, RATE, REM, SIZE, T_ID, T_LAT, T_LEFT, TIX)
-from simtrain.network.flowcore import compiled, first_end, pop_done, settle, step
+    BUSY_S, BYTES, DELIVERED, H_ID, H_IX, H_T, LIVE, LRATE, N_BUSY, N_HEAP, N_LIVE, NOW, PEAK, PIDX, RATE, REM,
+    SIZE, T_LEFT, TIX)
+from simtrain.network.flowcore import compiled
+
+#: Rows of ``kef``, per link kept: the rows of ``ef`` the loop changes.
+KEPT_ROWS = (LRATE, BYTES, BUSY_S, PEAK)
 
 
 @compiled
-def next_done(sf: np.ndarray, si: np.ndarray, busy: np.ndarray, ti: np.ndarray, tf: np.ndarray, fs: np.ndarray,
-              ist: np.ndarray, dsf: np.ndarray, dsi: np.ndarray, dact: np.ndarray, def_: np.ndarray, dbusy: np.ndarray,
-              dchg: np.ndarray, key: np.ndarray, pu: np.ndarray, puo: np.ndarray, pin: np.ndarray, prate: np.ndarray,
-              dti: np.ndarray, dtf: np.ndarray, mtab: np.ndarray, ment: np.ndarray, mkey: np.ndarray,
-              mint: np.ndarray, mflt: np.ndarray, ht: np.ndarray, hmeta: np.ndarray, hlinks: np.ndarray,
-              hrates: np.ndarray, dhst: np.ndarray, dfs: np.ndarray, dus: np.ndarray, dist: np.ndarray) -> float:
-    """When the first transfer completes if nothing starts before (inf: never), found by running
-    the loop on a copy of the state (the ``d*`` arrays: the flows, transfers and counts are
-    copied, the link statistics are scratch; ``dhst`` records nothing); -1 when a recomputation
-    on the way is not in the memo. The state itself does not change; it must be settled (no
-    paths started or ended since the last recomputation)."""
+def save(sf: np.ndarray, si: np.ndarray, ef: np.ndarray, busy: np.ndarray, pin: np.ndarray, pu: np.ndarray,
+         puo: np.ndarray, ti: np.ndarray, tf: np.ndarray, fs: np.ndarray, us: np.ndarray, ist: np.ndarray,
+         hst: np.ndarray, ksf: np.ndarray, ksi: np.ndarray, kt: np.ndarray, kh: np.ndarray, kbusy: np.ndarray,
+         klk: np.ndarray, kef: np.ndarray, kist: np.ndarray, khst: np.ndarray, kfs: np.ndarray) -> int:
+    """Keep what the loop may change of a settled state while no flow starts (``pin``, scratch by
+    path, is all zeros before and after); the number of links kept."""
     for j in range(ist.size):
-        dist[j] = ist[j]
-    dist[N_DONE] = 0
-    dfs[NOW] = fs[NOW]
+        kist[j] = ist[j]
+    for j in range(hst.size):
+        khst[j] = hst[j]
+    kfs[0], kfs[1] = fs[NOW], us[DELIVERED]
+    nlk = 0
     for i in range(ist[N_LIVE]):
         s = si[LIVE, i]
-        dsi[LIVE, i] = s
-        dsi[PIDX, s], dsi[TIX, s] = si[PIDX, s], si[TIX, s]
-        dsf[REM, s], dsf[RATE, s], dsf[SIZE, s] = sf[REM, s], sf[RATE, s], sf[SIZE, s]
-    for j in range(ti.shape[1]):
-        dti[T_LEFT, j], dti[T_ID, j], dtf[T_LAT, j] = ti[T_LEFT, j], ti[T_ID, j], tf[T_LAT, j]
+        p = si[PIDX, s]
+        ksi[0, i], ksi[1, i], ksi[2, i] = s, p, si[TIX, s]
+        ksf[0, i], ksf[1, i], ksf[2, i] = sf[REM, s], sf[RATE, s], sf[SIZE, s]
+        kt[0, i] = ti[T_LEFT, si[TIX, s]]
+        if pin[p] == 0:  # each distinct path's links once
+            pin[p] = 1
+            for j in range(puo[p], puo[p + 1]):
+                u = pu[j]
+                klk[nlk] = u
+                for r in range(4):
+                    kef[r, nlk] = ef[KEPT_ROWS[r], u]
+                nlk += 1
+    for i in range(ist[N_LIVE]):
+        pin[si[PIDX, si[LIVE, i]]] = 0
     for j in range(ist[N_HEAP]):
-        dti[H_ID, j], dti[H_IX, j], dtf[H_T, j] = ti[H_ID, j], ti[H_IX, j], tf[H_T, j]
+        kt[1, j], kt[2, j], kh[j] = ti[H_ID, j], ti[H_IX, j], tf[H_T, j]
     for j in range(ist[N_BUSY]):
-        dbusy[j] = busy[j]
-    while True:
-        status = settle(dsf, dsi, def_, dbusy, dchg, key, pin, prate, mtab, ment, mkey, mint, mflt, ht, hmeta,
-                        hlinks, hrates, dhst, dfs, dist)
-        if status != OK:
-            return -1.0
-        te = dfs[NOW] + first_end(dsf, dsi, dist)
-        lt = dtf[H_T, 0] if dist[N_HEAP] > 0 else np.inf
-        at = te if te <= lt else lt
-        if at == np.inf:
-            return np.inf
-        step(at, te <= at, dsf, dsi, dact, def_, dbusy, dchg, pu, puo, dti, dtf, dfs, dus, dist)
-        pop_done(dti, dtf, dist, at)
-        if dist[N_DONE] > 0:
-            return at
+        kbusy[j] = busy[j]
+    return nlk
+
+
+@compiled
+def restore(sf: np.ndarray, si: np.ndarray, act: np.ndarray, ef: np.ndarray, busy: np.ndarray, ti: np.ndarray,
+            tf: np.ndarray, fs: np.ndarray, us: np.ndarray, ist: np.ndarray, hst: np.ndarray, ksf: np.ndarray,
+            ksi: np.ndarray, kt: np.ndarray, kh: np.ndarray, kbusy: np.ndarray, klk: np.ndarray, kef: np.ndarray,
+            nlk: int, kist: np.ndarray, khst: np.ndarray, kfs: np.ndarray) -> None:
+    """Put back what :func:`save` kept (``nlk`` links): the state as it was then (a rate history
+    recorded since is dropped with its counts)."""
+    for j in range(ist.size):
+        ist[j] = kist[j]
+    for j in range(hst.size):
+        hst[j] = khst[j]
+    fs[NOW], us[DELIVERED] = kfs[0], kfs[1]
+    for i in range(ist[N_LIVE]):
+        s = ksi[0, i]
+        si[LIVE, i], si[PIDX, s], si[TIX, s] = s, ksi[1, i], ksi[2, i]
+        sf[REM, s], sf[RATE, s], sf[SIZE, s] = ksf[0, i], ksf[1, i], ksf[2, i]
+        act[s] = True
+        ti[T_LEFT, ksi[2, i]] = kt[0, i]
+    for j in range(nlk):
+        u = klk[j]
+        for r in range(4):
+            ef[KEPT_ROWS[r], u] = kef[r, j]
+    for j in range(ist[N_HEAP]):
+        ti[H_ID, j], ti[H_IX, j], tf[H_T, j] = kt[1, j], kt[2, j], kh[j]
+    for j in range(ist[N_BUSY]):
+        busy[j] = kbusy[j]

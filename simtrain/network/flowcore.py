@@ -329,15 +329,17 @@ def step(t: float, flows_end: bool, sf: np.ndarray, si: np.ndarray, act: np.ndar
 
 
 @compiled
-def run_until(t: float, sf: np.ndarray, si: np.ndarray, act: np.ndarray, ef: np.ndarray, busy: np.ndarray,
+def run_until(t: float, first_done: bool, sf: np.ndarray, si: np.ndarray, act: np.ndarray, ef: np.ndarray, busy: np.ndarray,
               chg: np.ndarray, key: np.ndarray, pu: np.ndarray, puo: np.ndarray, pin: np.ndarray,
               prate: np.ndarray, ti: np.ndarray, tf: np.ndarray, mtab: np.ndarray, ment: np.ndarray,
               mkey: np.ndarray, mint: np.ndarray, mflt: np.ndarray, ht: np.ndarray, hmeta: np.ndarray,
               hlinks: np.ndarray, hrates: np.ndarray, hst: np.ndarray, fs: np.ndarray, us: np.ndarray,
               ist: np.ndarray) -> int:
     """Every internal event up to ``t`` (>= the clock) in order, then the move to ``t``; the
-    transfers completed are added to the done rows. Returns :data:`OK`, or the status of a
-    recomputation that needs the caller (the state is then as at that recomputation: call again)."""
+    transfers completed are added to the done rows. With ``first_done``, stop instead at the first
+    event that completes a transfer (``t`` may then be inf; the clock stays where it is when no
+    transfer ever completes). Returns :data:`OK`, or the status of a recomputation that needs the
+    caller (the state is then as at that recomputation: call again)."""
     while True:
         status = settle(sf, si, ef, busy, chg, key, pin, prate, mtab, ment, mkey, mint, mflt, ht, hmeta,
                         hlinks, hrates, hst, fs, ist)
@@ -348,8 +350,12 @@ def run_until(t: float, sf: np.ndarray, si: np.ndarray, act: np.ndarray, ef: np.
         at = te if te <= lt else lt
         if at > t:
             break
+        if at == np.inf:  # (t is inf): nothing ever completes
+            return OK
         step(at, te <= at, sf, si, act, ef, busy, chg, pu, puo, ti, tf, fs, us, ist)
         pop_done(ti, tf, ist, at)
+        if first_done and ist[N_DONE] > 0:
+            return OK
     step(t, False, sf, si, act, ef, busy, chg, pu, puo, ti, tf, fs, us, ist)
     pop_done(ti, tf, ist, t)
     return OK

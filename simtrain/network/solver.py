@@ -32,12 +32,12 @@ links carried is in :attr:`FlowModel.usage` (:class:`~simtrain.network.links.Lin
 
 from __future__ import annotations
 
-from typing import Iterable, Sequence
+from typing import Iterable, NamedTuple, Sequence
 
 import numpy as np
 
 from simtrain.network.flow_layout import (
-    CAP, H_T, ISTATE, LRATE, MISS, N_BUSY, N_DONE, N_ENDED, N_HEAP, N_STARTED, NEED_HISTORY, NODE,
+    H_T, ISTATE, LRATE, MISS, N_BUSY, N_DONE, N_ENDED, N_HEAP, N_LIVE, N_STARTED, NEED_HISTORY, NODE, OK,
     NOW, O_IX, O_T, RECOMPUTES, STARTED, ENDED, T_ID, T_LAT, T_LEFT)
 from simtrain.network.flowtable import FlowTable, PathTable
 from simtrain.network.links import Link, LinkUsage
@@ -57,7 +57,7 @@ class FlowModel:
     def __init__(self, cluster: Cluster, record: bool = False) -> None:
         from simtrain.network import flowahead, flowcore  # numba: only where flows run
 
-        self._core, self._ahead = flowcore, flowahead
+        self._core, self._look = flowcore, flowahead
         g = cluster.graph
         self.edges: list[Link] = sorted(g.edges())
         self.index = {e: i for i, e in enumerate(self.edges)}
@@ -74,21 +74,17 @@ class FlowModel:
         self.transfers = Transfers()
         self._pending: list[int] = []  # completed during add(), returned by the next advance()
         self.finish_s = self.transfers.finish_s
-        self._scratch: _Scratch | None = None
+        self._kept: _Kept | None = None  # the state kept before running ahead
+        self._ahead: _Ahead | None = None  # where the state ran ahead to
         self.ist[NODE] = self.reshares.node(np.zeros(0, dtype=np.int64), self.busy[:0])  # the rates' state
 
     @property
     def now(self) -> float:
-        """The model's clock, s."""
-        return float(self.fs[NOW])
+        """The model's clock, s (where it ran ahead, the time it ran ahead from)."""
+        return self._ahead.start if self._ahead is not None else float(self.fs[NOW])
 
     link_rate = property(lambda self: self.usage.ef[LRATE], doc="The summed rate of each link's flows, B/s.")
     recomputes = property(lambda self: int(self.ist[RECOMPUTES]), doc="Rate recomputations so far.")
-
-    @property
-    def _busy(self) -> np.ndarray:
-        out: np.ndarray = self.busy[:self.ist[N_BUSY]].copy()
-        return out
 
     # ---- public interface -----------------------------------------------------------------
     def add(self, now_s: float, transfer_id: int, flows: Iterable[FlowSpec],
@@ -116,30 +112,44 @@ class FlowModel:
             self._pending.extend(tr.collect(self.ist))
 
     def next_event_s(self) -> float | None:
-        """When the first transfer completes if no transfer starts before (found by running the
-        flows ahead on a copy of the state, :func:`~simtrain.network.flowahead.next_done`; the
-        first internal event instead where a recomputation on the way is not yet memoised);
-        ``self.now`` if completions wait to be collected; None when idle."""
+        """When the first transfer completes if no transfer starts before; ``self.now`` if
+        completions wait to be collected; None when idle. The model runs ahead to find it, on its
+        state (kept first, :mod:`~simtrain.network.flowahead`): an :meth:`advance` to that time
+        finds the work done, an :meth:`add` before it puts the state back. Where a recomputation
+        on the way is not yet memoised, the first internal event instead."""
         if self._pending:
             return self.now
+        if self._ahead is not None:
+            return self._ahead.at
         self._settle()
-        flows, paths, usage, memo, tr = self.flows, self.paths, self.usage, self.memo, self.transfers
-        d = self._scratch = _Scratch.fitting(self._scratch, flows.sf.shape[1], tr.ti.shape[1], self.capacity)
-        t = self._ahead.next_done(
-            flows.sf, flows.si, self.busy, tr.ti, tr.tf, self.fs, self.ist, d.sf, d.si, d.act, d.ef, d.busy,
-            d.chg, flows.key, paths.pu, paths.puo, paths.pin, paths.prate, d.ti, d.tf, memo.tab, memo.ent,
-            memo.keys, memo.ints, memo.flts, usage.ht, usage.hmeta, usage.hlinks, usage.hrates, d.hst, d.fs,
-            d.us, d.ist)
-        if t < 0:  # a recomputation on the way is not memoised yet: the next internal event
-            t = self.now + self._core.first_end(flows.sf, flows.si, self.ist)
-            if self.ist[N_HEAP]:
-                t = min(t, float(tr.tf[H_T, 0]))
+        ist = self.ist
+        if ist[N_LIVE] == 0 and ist[N_HEAP] == 0:
+            return None
+        self._kept = _Kept.fitting(self._kept, self)
+        self._kept.save(self)
+        start = float(self.fs[NOW])
+        status = self._run(np.inf, True)
+        if status == OK and ist[N_DONE] > 0:
+            self._ahead = _Ahead(start, float(self.fs[NOW]))
+            return self._ahead.at
+        self._restore()
+        if status != MISS:  # no transfer ever completes
+            return None
+        t = self.now + self._core.first_end(self.flows.sf, self.flows.si, ist)  # the next internal event
+        if ist[N_HEAP]:
+            t = min(t, float(self.transfers.tf[H_T, 0]))
         return None if t == np.inf else float(t)
 
     def advance(self, now_s: float) -> list[int]:
         """Run to ``now_s``; the ids of transfers complete by then, ordered by (finish time, id)."""
         done, self._pending = self._pending + self._run_until(now_s), []
         return done
+
+    def settle_ahead(self) -> None:
+        """Put back a state the model ran ahead to (:meth:`next_event_s`), so that its flows and
+        link statistics are those of :attr:`now`."""
+        if self._ahead is not None:
+            self._restore()
 
     def account_isolated(self, start_s: float, flows: Sequence[FlowSpec]) -> None:
         """Book flows that ran alone on their links from ``start_s``, timed without the model
@@ -150,6 +160,7 @@ class FlowModel:
 
     @property
     def active_flows(self) -> int:
+        self.settle_ahead()
         return int(self.flows.active.sum())
 
     @property
@@ -157,17 +168,8 @@ class FlowModel:
         return len(self.transfers.index)
 
     def check_capacity(self) -> float:
-        """Assert that no link carries more than its bandwidth (rates summed from scratch, with
-        ``REL_TOL`` slack) and that the cached per-link rates agree; the max utilisation."""
-        self._settle()
-        load = self.flows.load(self.capacity.size)
-        worst = int(np.argmax(load / self.capacity)) if load.size else 0
-        if load.size and load[worst] > self.capacity[worst] * (1 + REL_TOL):
-            raise AssertionError(f"link {self.edges[worst]} carries {load[worst]:.6g} B/s > "
-                                 f"bandwidth {self.capacity[worst]:.6g} B/s")
-        if not np.allclose(load, self.link_rate, rtol=1e-9, atol=1e-6):
-            raise AssertionError("cached per-link rates disagree with the flows' rates")
-        return float(load[worst] / self.capacity[worst]) if load.size else 0.0
+        """:func:`check_capacity` of this model."""
+        return check_capacity(self)
 
     def _path(self, links: Sequence[Link]) -> np.ndarray:
         """The link indices of a path (interned: one array per distinct path)."""
@@ -176,21 +178,36 @@ class FlowModel:
     # ---- transfers ------------------------------------------------------------------------
     # ---- time -----------------------------------------------------------------------------
     def _run_until(self, t: float) -> list[int]:
+        if self._ahead is not None and t < float(self.fs[NOW]):  # back from ahead: to before that completion
+            self._restore()
+        self._ahead = None
         now = self.now
         if t < now - 1e-12 * max(1.0, abs(now)):
             raise ValueError(f"time goes backwards: {t} < {now}")
         t = max(t, now)
-        core = self._core
+        while self._handled(self._run(t, False)):
+            pass
+        return self.transfers.collect(self.ist)
+
+    def _run(self, t: float, first_done: bool) -> int:
+        """The compiled loop to ``t`` (to the first completion with ``first_done``), history room
+        made as it asks; its status (a recomputation not in the memo: :data:`MISS`)."""
         while True:
             flows, paths, usage = self.flows, self.paths, self.usage
-            status = core.run_until(
-                t, flows.sf, flows.si, flows.act, usage.ef, self.busy, flows.chg, flows.key, paths.pu, paths.puo,
-                paths.pin, paths.prate, self.transfers.ti, self.transfers.tf, self.memo.tab, self.memo.ent, self.memo.keys,
-                self.memo.ints, self.memo.flts, usage.ht, usage.hmeta, usage.hlinks, usage.hrates, usage.hst,
-                self.fs, usage.us, self.ist)
-            if not self._handled(status):
-                break
-        return self.transfers.collect(self.ist)
+            status = int(self._core.run_until(
+                t, first_done, flows.sf, flows.si, flows.act, usage.ef, self.busy, flows.chg, flows.key, paths.pu,
+                paths.puo, paths.pin, paths.prate, self.transfers.ti, self.transfers.tf, self.memo.tab, self.memo.ent,
+                self.memo.keys, self.memo.ints, self.memo.flts, usage.ht, usage.hmeta, usage.hlinks, usage.hrates,
+                usage.hst, self.fs, usage.us, self.ist))
+            if status != NEED_HISTORY:
+                return status
+            self.usage.make_room(1, len(self.edges))
+
+    def _restore(self) -> None:
+        """The state as :meth:`next_event_s` kept it before running ahead."""
+        assert self._kept is not None
+        self._kept.restore(self)
+        self._ahead = None
 
     # ---- rates ----------------------------------------------------------------------------
     def _settle(self) -> None:
@@ -216,7 +233,7 @@ class FlowModel:
         ist, chg = self.ist, self.flows.chg
         started = np.sort(chg[STARTED, :ist[N_STARTED]])
         ended = np.sort(chg[ENDED, :ist[N_ENDED]])
-        share = self.reshares.compute(self.flows, self._busy, set(started.tolist()) | set(ended.tolist()))
+        share = self.reshares.compute(self.flows, self.busy[:ist[N_BUSY]].copy(), set(started.tolist()) | set(ended.tolist()))
         reshares, memo = self.reshares, self.memo
         reshares.misses += 1
         reshares.held += share.size + started.size + ended.size
@@ -229,6 +246,21 @@ class FlowModel:
         if reshares.limit <= 0:
             memo.clear()
         return True
+
+
+def check_capacity(model: FlowModel) -> float:
+    """Assert that no link of ``model`` carries more than its bandwidth (rates summed from scratch, with
+    ``REL_TOL`` slack) and that the cached per-link rates agree; the max utilisation."""
+    model.settle_ahead()
+    model._settle()
+    load = model.flows.load(model.capacity.size)
+    worst = int(np.argmax(load / model.capacity)) if load.size else 0
+    if load.size and load[worst] > model.capacity[worst] * (1 + REL_TOL):
+        raise AssertionError(f"link {model.edges[worst]} carries {load[worst]:.6g} B/s > "
+                             f"bandwidth {model.capacity[worst]:.6g} B/s")
+    if not np.allclose(load, model.link_rate, rtol=1e-9, atol=1e-6):
+        raise AssertionError("cached per-link rates disagree with the flows' rates")
+    return float(load[worst] / model.capacity[worst]) if load.size else 0.0
 
 
 class Transfers:
@@ -270,28 +302,49 @@ class Transfers:
         return out
 
 
-class _Scratch:
-    """A copy of the flow model's state for looking ahead (:func:`simtrain.network.flowahead.next_done`):
-    ``slots`` flow slots, ``transfers`` transfer indices, links of bandwidth ``capacity`` (B/s);
-    its rate history records nothing."""
+class _Ahead(NamedTuple):
+    """Where :meth:`FlowModel.next_event_s` ran the state ahead: from ``start`` to the first
+    completion, at ``at`` (s)."""
 
-    def __init__(self, slots: int, transfers: int, capacity: np.ndarray) -> None:
-        self.sf = np.zeros((4, slots))
-        self.si = np.zeros((4, slots), dtype=np.int64)
-        self.act = np.zeros(slots, dtype=bool)
-        self.chg = np.zeros((2, slots), dtype=np.int64)
-        self.ef = np.zeros((5, capacity.size))
-        self.ef[CAP] = capacity
-        self.busy = np.zeros(capacity.size, dtype=np.int64)
-        self.ti = np.zeros((5, transfers), dtype=np.int64)
-        self.tf = np.zeros((3, transfers))
-        self.hst = np.zeros(4, dtype=np.int64)
-        self.fs, self.us = np.zeros(1), np.zeros(1)
+    start: float
+    at: float
+
+
+class _Kept:
+    """What :func:`simtrain.network.flowahead.save` keeps of a flow model's state of ``slots`` flow
+    slots, ``transfers`` transfer indices, ``links`` links and ``pooled`` links in its paths' pool
+    (rows as that module names them); ``links`` kept after a save."""
+
+    def __init__(self, slots: int, transfers: int, links: int, pooled: int) -> None:
+        self.sf = np.zeros((3, slots))
+        self.si = np.zeros((3, slots), dtype=np.int64)
+        self.t = np.zeros((3, max(slots, transfers)), dtype=np.int64)
+        self.h = np.zeros(transfers)
+        self.busy = np.zeros(links, dtype=np.int64)
+        self.lk = np.zeros(pooled, dtype=np.int64)
+        self.ef = np.zeros((4, pooled))
         self.ist = np.zeros(ISTATE, dtype=np.int64)
+        self.hst = np.zeros(4, dtype=np.int64)
+        self.fs = np.zeros(2)
+        self.links = 0
+        self.shape = (slots, transfers, links, pooled)
 
     @classmethod
-    def fitting(cls, old: "_Scratch | None", slots: int, transfers: int, capacity: np.ndarray) -> "_Scratch":
-        """``old`` where its arrays have the state's shapes, else a new one."""
-        if old is not None and old.sf.shape[1] == slots and old.ti.shape[1] == transfers:
-            return old
-        return cls(slots, transfers, capacity)
+    def fitting(cls, old: "_Kept | None", model: FlowModel) -> "_Kept":
+        """``old`` where its arrays fit ``model``'s state, else a new one."""
+        shape = (model.flows.sf.shape[1], model.transfers.ti.shape[1], model.busy.size, model.paths.pu.size)
+        return old if old is not None and old.shape == shape else cls(*shape)
+
+    def save(self, m: FlowModel) -> None:
+        """Keep what running ahead may change of ``m``'s (settled) state."""
+        flows, paths, usage, tr = m.flows, m.paths, m.usage, m.transfers
+        self.links = m._look.save(flows.sf, flows.si, usage.ef, m.busy, paths.pin, paths.pu, paths.puo, tr.ti, tr.tf,
+                                  m.fs, usage.us, m.ist, usage.hst, self.sf, self.si, self.t, self.h, self.busy,
+                                  self.lk, self.ef, self.ist, self.hst, self.fs)
+
+    def restore(self, m: FlowModel) -> None:
+        """Put ``m``'s state back as :meth:`save` kept it."""
+        flows, usage, tr = m.flows, m.usage, m.transfers
+        m._look.restore(flows.sf, flows.si, flows.act, usage.ef, m.busy, tr.ti, tr.tf, m.fs, usage.us, m.ist,
+                        usage.hst, self.sf, self.si, self.t, self.h, self.busy, self.lk, self.ef, self.links, self.ist,
+                        self.hst, self.fs)

@@ -1,5 +1,6 @@
-"""The flow model's look-ahead (``FlowModel.next_event_s``): the first completion, bit for bit,
-with the state left as it was."""
+"""The flow model's look-ahead (``FlowModel.next_event_s``): the first completion, bit for bit; a
+model that looks ahead, and is sent back by transfers that start before, ends in the very state of
+one that never looks ahead."""
 
 from __future__ import annotations
 
@@ -19,12 +20,21 @@ from .test_flowcore import _transfers
 pytestmark = pytest.mark.quick
 
 
+def _state(model: FlowModel) -> tuple:
+    """Everything a run's results read: completions, link statistics and history, counts."""
+    usage = model.usage
+    history = [(t, a.tolist(), r.tolist()) for t, a, r in usage.history or []]
+    live = model.flows.live()
+    return (dict(model.finish_s), usage.ef.tobytes(), usage.bytes_delivered, history, model.recomputes, model.now,
+            model.flows.rem[live].tobytes(), model.flows.rate[live].tobytes(), sorted(model.transfers.index))
+
+
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.integers(0, 10 ** 6))
 def test_next_event_is_the_first_completion_if_nothing_starts_before(seed):
-    """The look-ahead leaves the state as it was and gives, bit for bit, the finish time the model
-    reaches when it runs on without new transfers (or, where a recomputation on the way is not
-    yet memoised, an internal event before it: advancing there and asking again gets there)."""
+    """The look-ahead gives, bit for bit, the finish time the model reaches when it runs on without
+    new transfers (or, where a recomputation on the way is not yet memoised, an internal event
+    before it: advancing there and asking again gets there)."""
     cluster = load_topology("h100-ib")
     router = Router(cluster)
     rng = random.Random(seed)
@@ -34,13 +44,71 @@ def test_next_event_is_the_first_completion_if_nothing_starts_before(seed):
         model.add(start, tid, specs, latency)
     model.advance(model.now)  # collect what completed at once
     while model.active_transfers:
-        before = (model.flows.rem.copy(), model.flows.rate.copy(), model.now)
-        active = set(model.transfers.index)
+        now = model.now
         t = model.next_event_s()
-        assert np.array_equal(model.flows.rem, before[0]) and np.array_equal(model.flows.rate, before[1])
-        assert model.now == before[2] and t is not None
-        first = min(model.finish_s.get(tid, np.inf) for tid in active)
+        assert model.now == now and t is not None and t >= now
+        assert model.next_event_s() == t  # asked again: the same answer
         done = model.advance(t)
         if done:
-            assert t == min(model.finish_s[tid] for tid in done) and first == np.inf
+            assert t == min(model.finish_s[tid] for tid in done)
     assert model.next_event_s() is None
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(0, 10 ** 6), st.booleans())
+def test_looking_ahead_changes_nothing_a_run_reads(seed, record):
+    """Two models take the same transfers; one asks for the next event before every step and
+    moves to it, or to a time before it (where a transfer starts first, or the caller is early),
+    the other never asks: the same completions, link statistics, history and counts, bit for bit."""
+    cluster = load_topology("h100-ib")
+    router = Router(cluster)
+    rng = random.Random(seed)
+    transfers = _transfers(rng, router, list(range(0, 64, 3)), rng.randint(1, 20))
+    ahead, plain = FlowModel(cluster, record=record), FlowModel(cluster, record=record)
+    for start, tid, specs, latency in transfers:
+        while True:  # the engine's loop: wake at the next event, or at the next start if it comes first
+            t = ahead.next_event_s()
+            if t is None or t > start:
+                break
+            early = t if rng.random() < 0.7 else ahead.now + (t - ahead.now) * rng.random()
+            ahead.advance(early)
+            plain.advance(early)
+        if rng.random() < 0.5:
+            ahead.next_event_s()  # ahead beyond the start: put back by the add
+        for model in (ahead, plain):
+            model.advance(start)
+            model.add(start, tid, specs, latency)
+    while (t := ahead.next_event_s()) is not None:
+        ahead.advance(t)
+        plain.advance(t)
+    plain.advance(plain.now)
+    assert plain.next_event_s() is None
+    plain.settle_ahead()
+    assert _state(ahead) == _state(plain)
+    assert ahead.active_flows == 0 and ahead.active_transfers == 0
+
+
+def test_settle_ahead_puts_the_state_back():
+    cluster = load_topology("h100-ib")
+    router = Router(cluster)
+    model = FlowModel(cluster, record=True)
+    for start, tid, specs, latency in _transfers(random.Random(4), router, list(range(0, 64, 3)), 12):
+        model.advance(start)
+        model.add(start, tid, specs, latency)
+    model.advance(model.now)
+    for _ in range(100):  # to a call that runs ahead (where a recomputation on the way is new, it does not)
+        model.next_event_s()  # settles the rates
+        model.settle_ahead()
+        before = _state(model), model.flows.sf.tobytes(), model.ist.tobytes(), model.busy.tobytes()
+        t = model.next_event_s()
+        assert t is not None
+        if float(model.fs[0]) == t > model.now:
+            break
+        model.advance(t)
+    else:
+        raise AssertionError("the model never ran ahead")
+    model.settle_ahead()
+    assert _state(model) == before[0]
+    assert model.ist.tobytes() == before[2] and model.busy.tobytes() == before[3]
+    live = model.flows.live()
+    assert np.array_equal(model.flows.sf[:3, live], np.frombuffer(before[1]).reshape(4, -1)[:3, live])

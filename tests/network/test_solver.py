@@ -112,7 +112,8 @@ def test_incremental_rates_equal_a_full_recompute():
         t += rng.uniform(0, 2e-4)
         model.advance(t)
         if tid % 25 == 0:
-            model.next_event_s()
+            model.next_event_s()  # settles the rates (and runs ahead: put back to read the state at t)
+            model.settle_ahead()
             slots = np.flatnonzero(model.flows.active)
             paths = [model.flows.paths[s] for s in slots]
             pf = np.repeat(np.arange(slots.size), [p.size for p in paths])
