@@ -9,7 +9,7 @@ program's ops once, after the run.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from itertools import chain
 from typing import Any
 
@@ -276,14 +276,15 @@ def check_spans(prog: Program, rows: Spans, starts: Spans, ends: Spans) -> None:
     idx = np.asarray(rows, dtype=np.int64)
     own = idx >= 0
     start, end = np.zeros(n), np.zeros(n)
-    start[idx[own]] = np.asarray(starts, dtype=np.float64)[own]
-    end[idx[own]] = np.asarray(ends, dtype=np.float64)[own]
+    mine = idx[own]
+    start[mine] = np.asarray(starts, dtype=np.float64)[own]
+    end[mine] = np.asarray(ends, dtype=np.float64)[own]
     tol = 1e-12 * max(1.0, float(end.max(initial=0.0)))
-    src, dst = _dependency_pairs(ops)
-    bad = np.nonzero(start[src] + tol < end[dst])[0]
-    if len(bad):
-        i, d = int(src[bad[0]]), int(dst[bad[0]])
-        raise AssertionError(f"dependency violated: {ops[i].label()} started before {ops[d].label()} ended")
+    for src, dst in _dependency_pairs(ops):
+        bad = np.flatnonzero(start[src] + tol < end[dst])
+        if len(bad):
+            i, d = int(src[bad[0]]), int(dst[bad[0]])
+            raise AssertionError(f"dependency violated: {ops[i].label()} started before {ops[d].label()} ended")
     for op_ids in prog.order.values():
         s, e = start[op_ids], end[op_ids]
         if len(op_ids) > 1 and np.any(s[1:] + tol < e[:-1]):
@@ -298,15 +299,17 @@ def check_spans(prog: Program, rows: Spans, starts: Spans, ends: Spans) -> None:
             raise AssertionError("a pp_recv stream ran two transfers at once")
 
 
-def _dependency_pairs(ops: OpTable) -> tuple[np.ndarray, np.ndarray]:
-    """Every (op, dependency) pair of ``ops`` as two id arrays."""
-    ids = np.arange(len(ops))
-    d0, d1 = ops.column("dep0"), ops.column("dep1")
+def _dependency_pairs(ops: OpTable) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """Every (op, dependency) pair of ``ops``, as pairs of id arrays: the first dependencies, the
+    second ones, those beyond two (each array made as it is checked: an unfolded run has
+    millions)."""
+    for column in ("dep0", "dep1"):
+        deps = ops.column(column)
+        src = np.flatnonzero(deps >= 0)
+        yield src, deps[src]
     more = sorted(ops.more.items())
-    extra_src = np.fromiter(chain.from_iterable([i] * len(ds) for i, ds in more), dtype=np.int64)
-    extra_dst = np.fromiter(chain.from_iterable(ds for _, ds in more), dtype=np.int64)
-    return (np.concatenate([ids[d0 >= 0], ids[d1 >= 0], extra_src]),
-            np.concatenate([d0[d0 >= 0], d1[d1 >= 0], extra_dst]).astype(np.int64))
+    yield (np.fromiter(chain.from_iterable([i] * len(ds) for i, ds in more), dtype=np.int64),
+           np.fromiter(chain.from_iterable(ds for _, ds in more), dtype=np.int64))
 
 
 def rank_columns(tl: Timeline, names: Iterable[str] | None = None) -> dict[int, dict[str, np.ndarray]]:

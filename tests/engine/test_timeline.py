@@ -168,3 +168,19 @@ def test_span_order_is_start_then_rank_then_stream_then_the_order_given():
     start = rng.integers(0, 20, n) * 0.5  # many ties
     rank, stream = rng.integers(0, 300, n).astype(np.int32), rng.integers(0, 7, n).astype(np.int32)
     assert np.array_equal(span_order(start, rank, stream), np.lexsort((np.arange(n), stream, rank, start)))
+
+
+@pytest.mark.quick
+@pytest.mark.parametrize("deps", [[0], [1, 0], [1, 2, 0]])  # the first, the second, a third dependency
+def test_check_spans_finds_an_op_that_started_before_its_dependency_ended(deps):
+    from simtrain.engine.timeline import check_spans
+    from simtrain.workload.program import KIND, STREAM, Program
+
+    prog = Program()
+    for i, stream in enumerate(("compute", "tp", "cp")):  # ops 0, 1 and 2, each on a stream of its own
+        prog.append(0, STREAM[stream], KIND["F"], f"op{i}", 0, i, 0, duration_s=1.0)
+    prog.append(0, STREAM["ep"], KIND["F"], "late", 0, 3, 0, duration_s=1.0, deps=deps)
+    rows, starts, ends = [0, 1, 2, 3], [0.0, 0.0, 0.0, 1.0], [1.0, 1.0, 1.0, 2.0]
+    check_spans(prog, rows, starts, ends)  # every dependency ended first
+    with pytest.raises(AssertionError, match="dependency violated: .*late.* started before .*op0.* ended"):
+        check_spans(prog, rows, starts, [1.5, 1.0, 1.0, 2.0])  # op 0 ends after op 3 started
