@@ -52,6 +52,10 @@ def _compiled(fn: _F) -> _F:
     return cast(_F, njit(**OPTIONS)(fn))  # type: ignore[call-overload]  # (_nrt: not in the stubs)
 
 
+#: Compile a function as the loop's are (for the code that lays the loop's arrays out).
+kernel = _compiled
+
+
 
 @_compiled
 def _less(I: np.ndarray, F: np.ndarray, o: np.ndarray, a: int, b: int) -> bool:

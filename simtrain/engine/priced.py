@@ -16,6 +16,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from simtrain.engine import compiled, loop_layout
+from simtrain.engine.loop_layout import ARG, CLS, COMPUTE, DEP0, DEP1, NEED, WHEAD, WTAIL
 from simtrain.network.interface import NetworkModel
 from simtrain.workload.program import MORE, STREAM, OpRef, Program
 
@@ -113,8 +114,7 @@ def run_priced(program: Program, price: np.ndarray, cls: np.ndarray, max_events:
     key_off = np.zeros(len(members) + 1, dtype=np.int64)
     np.cumsum(counts, out=key_off[1:])
     # dependencies as positions; beyond two, the list's index in DEP1 and the lists as one array
-    d0, d1 = table.column("dep0")[ops], table.column("dep1")[ops]
-    listed = np.flatnonzero(d0 == MORE)
+    listed = np.flatnonzero(table.column("dep0")[ops] == MORE)
     lists = [table.more[i] for i in ops[listed].tolist()]
     more_ptr = np.zeros(len(lists) + 1, np.int64)
     np.cumsum([len(x) for x in lists], out=more_ptr[1:])
@@ -135,17 +135,12 @@ def run_priced(program: Program, price: np.ndarray, cls: np.ndarray, max_events:
     for name in ("hpos", "wnext", "qhead", "qtail", "qnext"):
         iv[name][:] = -1
     rec = iv["op"].reshape(n, L.W)  # each op's record, by position
-    rec[:, L.DEP0] = np.where(d0 >= 0, pos_of[d0], d0)
-    rec[:, L.DEP1] = np.where(d1 >= 0, pos_of[d1], d1)
+    _fill(rec, fv["cost"], ops, pos_of, table.column("dep0"), table.column("dep1"), cls, table.column("duration_s"),
+          price)
     rec[listed, L.DEP1] = np.arange(len(lists))
-    rec[:, L.CLS] = c
-    rec[:, L.ARG] = -1
     rec[p2p, L.ARG] = dense[len(keys):]
     rec[coll[need > 1], L.ARG] = kid[need > 1]
-    rec[:, L.WHEAD] = rec[:, L.WTAIL] = -1
-    rec[:, L.NEED] = 1
     rec[coll, L.NEED] = need
-    np.copyto(fv["cost"], np.where(c == L.COMPUTE, table.column("duration_s")[ops], price[ops]))  # duration, or price
     fv["sslow"][:], fv["interference"][:], fv["factor"][:] = 1.0, comm_interference, 1.0 + comm_interference
     o[L.K_cap], o[L.K_nstreams] = S + 1, S
     compiled.run_loop(I, F, o)
@@ -159,6 +154,23 @@ def run_priced(program: Program, price: np.ndarray, cls: np.ndarray, max_events:
             slow[r] += float(fv["slowdown"][j])
     return Recorded(iv["rows"][:k].astype(np.int64), fv["starts"][:k].copy(), fv["ends"][:k].copy(),
                     int(reg[L.R_EXEC]), finished, int(reg[L.R_STATUS]), int(reg[L.R_OP]), slow)
+
+
+@compiled.kernel
+def _fill(rec: np.ndarray, cost: np.ndarray, ops: np.ndarray, pos_of: np.ndarray, dep0: np.ndarray, dep1: np.ndarray,
+          cls: np.ndarray, duration: np.ndarray, price: np.ndarray) -> None:
+    """Each op's record by position (``ops`` gives its id): dependencies as positions (the codes
+    below zero kept), class, no argument, no waiting streams, one member; its cost, a compute op's
+    duration or a communication op's price (s)."""
+    for j in range(ops.size):
+        i = ops[j]
+        a, b = dep0[i], dep1[i]
+        rec[j, DEP0] = pos_of[a] if a >= 0 else a
+        rec[j, DEP1] = pos_of[b] if b >= 0 else b
+        rec[j, CLS] = cls[i]
+        rec[j, ARG] = rec[j, WHEAD] = rec[j, WTAIL] = -1
+        rec[j, NEED] = 1
+        cost[j] = duration[i] if cls[i] == COMPUTE else price[i]
 
 
 def _alloc(sizes: dict[str, int], dtype: type, o: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
