@@ -114,8 +114,11 @@ class Timeline:
     def from_sorted(cls, out: dict[str, np.ndarray], names: list[str]) -> "Timeline":
         """The timeline of columns already in :func:`span_order`, int32 and float64 as
         :meth:`from_columns` makes them: the names renumbered by first appearance."""
-        used, first = np.unique(out["name"], return_index=True)
-        by_first = used[np.argsort(first, kind="stable")]
+        name = out["name"]
+        first = np.full(len(names), len(name), dtype=np.int64)  # each code's first span (none: past the end)
+        np.minimum.at(first, name, np.arange(len(name)))  # (np.unique sorts every span: 20 times slower)
+        used = np.flatnonzero(first < len(name))
+        by_first = used[np.argsort(first[used], kind="stable")]
         code = np.zeros(len(names), dtype=np.int32)
         code[by_first] = np.arange(len(by_first), dtype=np.int32)
         out["name"] = code[out["name"]]
