@@ -48,23 +48,19 @@ _F = TypeVar("_F", bound=Callable[..., Any])
 OPTIONS: dict[str, bool] = {"cache": True, **({"_nrt": False} if hasattr(DefaultOptions, "_nrt") else {})}
 
 
-def _compiled(fn: _F) -> _F:
+def kernel(fn: _F) -> _F:
+    """``fn`` compiled as the loop's functions are (:data:`OPTIONS`)."""
     return cast(_F, njit(**OPTIONS)(fn))  # type: ignore[call-overload]  # (_nrt: not in the stubs)
 
 
-#: Compile a function as the loop's are (for the code that lays the loop's arrays out).
-kernel = _compiled
-
-
-
-@_compiled
+@kernel
 def _less(I: np.ndarray, F: np.ndarray, o: np.ndarray, a: int, b: int) -> bool:
     """Stream ``a``'s queued end comes before ``b``'s: earlier, or as early and queued first."""
     ta, tb = F[o[K_ht] + a], F[o[K_ht] + b]
     return bool(ta < tb or (ta == tb and I[o[K_hs] + a] < I[o[K_hs] + b]))
 
 
-@_compiled
+@kernel
 def _sift_up(I: np.ndarray, F: np.ndarray, o: np.ndarray, k: int) -> None:
     s = I[o[K_heap] + k]
     while k > 0:
@@ -80,7 +76,7 @@ def _sift_up(I: np.ndarray, F: np.ndarray, o: np.ndarray, k: int) -> None:
     I[o[K_hpos] + s] = k
 
 
-@_compiled
+@kernel
 def _sift_down(I: np.ndarray, F: np.ndarray, o: np.ndarray, k: int, size: int) -> None:
     s = I[o[K_heap] + k]
     while True:
@@ -100,7 +96,7 @@ def _sift_down(I: np.ndarray, F: np.ndarray, o: np.ndarray, k: int, size: int) -
     I[o[K_hpos] + s] = k
 
 
-@_compiled
+@kernel
 def _queue(I: np.ndarray, F: np.ndarray, o: np.ndarray, s: int, t: float, kind: int, arg: int) -> None:
     """Queue (or re-queue) stream ``s``'s end at ``t``, numbered after every event queued so far."""
     F[o[K_ht] + s] = t
@@ -120,7 +116,7 @@ def _queue(I: np.ndarray, F: np.ndarray, o: np.ndarray, s: int, t: float, kind: 
         _sift_down(I, F, o, I[o[K_hpos] + s], I[o[K_reg] + R_SIZE])
 
 
-@_compiled
+@kernel
 def _pop(I: np.ndarray, F: np.ndarray, o: np.ndarray) -> int:
     s = I[o[K_heap] + 0]
     I[o[K_reg] + R_SIZE] -= 1
@@ -133,7 +129,7 @@ def _pop(I: np.ndarray, F: np.ndarray, o: np.ndarray) -> int:
     return int(s)
 
 
-@_compiled
+@kernel
 def _replan(I: np.ndarray, F: np.ndarray, o: np.ndarray, s: int, now: float) -> None:
     """As :meth:`Stream.replan`: the running compute op re-plans its end at the rank's new speed."""
     if F[o[K_send] + s] == now:
@@ -146,7 +142,7 @@ def _replan(I: np.ndarray, F: np.ndarray, o: np.ndarray, s: int, now: float) -> 
     _queue(I, F, o, s, F[o[K_send] + s], EV_COMPUTE, 0)
 
 
-@_compiled
+@kernel
 def _running(I: np.ndarray, F: np.ndarray, o: np.ndarray, rank: int, delta: int, now: float) -> None:
     if F[o[K_interference]] <= 0:
         return
@@ -156,7 +152,7 @@ def _running(I: np.ndarray, F: np.ndarray, o: np.ndarray, rank: int, delta: int,
         _replan(I, F, o, c, now)
 
 
-@_compiled
+@kernel
 def _record(I: np.ndarray, F: np.ndarray, o: np.ndarray, row: int, start: float, now: float) -> None:
     k = I[o[K_reg] + R_REC]
     I[o[K_rows] + k] = row
@@ -165,14 +161,14 @@ def _record(I: np.ndarray, F: np.ndarray, o: np.ndarray, row: int, start: float,
     I[o[K_reg] + R_REC] = k + 1
 
 
-@_compiled
+@kernel
 def _push(I: np.ndarray, o: np.ndarray, s: int) -> None:
     """Queue stream ``s`` to resume within the current resumption, after those queued before."""
     I[o[K_rq] + (I[o[K_reg] + R_HEAD] + I[o[K_reg] + R_COUNT]) % o[K_cap]] = s
     I[o[K_reg] + R_COUNT] += 1
 
 
-@_compiled
+@kernel
 def _finish(I: np.ndarray, F: np.ndarray, o: np.ndarray, i: int, start: float, now: float) -> int:
     """Op ``i`` ends: record it and hand on its waiters, to the ready queue inside a resumption,
     else into ``scratch`` (their count returned) for the caller to resume one after another."""
@@ -199,7 +195,7 @@ def _finish(I: np.ndarray, F: np.ndarray, o: np.ndarray, i: int, start: float, n
     return n
 
 
-@_compiled
+@kernel
 def _start_p2p(I: np.ndarray, F: np.ndarray, o: np.ndarray, s: int, op: int, now: float) -> bool:
     """Stream ``s`` starts transfer ``op``; True where it takes no time (its end is the caller's)."""
     I[o[K_sop] + s] = op
@@ -212,7 +208,7 @@ def _start_p2p(I: np.ndarray, F: np.ndarray, o: np.ndarray, s: int, op: int, now
     return True
 
 
-@_compiled
+@kernel
 def _transfer_over(I: np.ndarray, F: np.ndarray, o: np.ndarray, s: int, now: float) -> int:
     """As :meth:`_Run.p2p_end` before the sender's op ends; the receiver's rank index."""
     op = I[o[K_sop] + s]
@@ -223,7 +219,7 @@ def _transfer_over(I: np.ndarray, F: np.ndarray, o: np.ndarray, s: int, now: flo
     return int(p)
 
 
-@_compiled
+@kernel
 def _ended(I: np.ndarray, F: np.ndarray, o: np.ndarray, s: int, now: float) -> None:
     """In a resumption: stream ``s``'s op, priced at nothing, ends as it starts; its waiters and then
     ``s`` resume after those queued before (as the SimPy engine's ``comm_done`` does there)."""
@@ -232,7 +228,7 @@ def _ended(I: np.ndarray, F: np.ndarray, o: np.ndarray, s: int, now: float) -> N
     _push(I, o, s)
 
 
-@_compiled
+@kernel
 def _arrive(I: np.ndarray, F: np.ndarray, o: np.ndarray, s: int, op: int, now: float) -> None:
     """As :meth:`_Run.arrive`: the last member starts the collective on every member."""
     nd = I[o[K_op] + W * op + NEED]
@@ -271,7 +267,7 @@ def _arrive(I: np.ndarray, F: np.ndarray, o: np.ndarray, s: int, op: int, now: f
         _ended(I, F, o, m, now)
 
 
-@_compiled
+@kernel
 def _next(I: np.ndarray, F: np.ndarray, o: np.ndarray, s: int, now: float) -> None:
     """As :meth:`Stream.next`: start ops until one has to wait."""
     length = I[o[K_ptr] + s + 1] - I[o[K_ptr] + s]
@@ -338,7 +334,7 @@ def _next(I: np.ndarray, F: np.ndarray, o: np.ndarray, s: int, now: float) -> No
             return
 
 
-@_compiled
+@kernel
 def _cascade(I: np.ndarray, F: np.ndarray, o: np.ndarray, s: int, now: float) -> None:
     """As :meth:`_Run.resume` outside a resumption: ``s`` and then every stream it readied."""
     cap = o[K_cap]
@@ -352,7 +348,7 @@ def _cascade(I: np.ndarray, F: np.ndarray, o: np.ndarray, s: int, now: float) ->
     I[o[K_reg] + R_RESUMING] = 0
 
 
-@_compiled
+@kernel
 def _comm_done(I: np.ndarray, F: np.ndarray, o: np.ndarray, s: int, now: float) -> None:
     I[o[K_spos] + s] += 1
     n = _finish(I, F, o, I[o[K_sop] + s], F[o[K_sstart] + s], now)
@@ -361,7 +357,7 @@ def _comm_done(I: np.ndarray, F: np.ndarray, o: np.ndarray, s: int, now: float) 
     _cascade(I, F, o, s, now)
 
 
-@_compiled
+@kernel
 def run_loop(I: np.ndarray, F: np.ndarray, o: np.ndarray) -> None:
     """Run every stream to its end; the status (:data:`OK` or the error) is ``I[o[K_reg] + R_STATUS]``."""
     nstreams = o[K_nstreams]

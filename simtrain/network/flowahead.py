@@ -11,9 +11,9 @@ paths, the counts, the clock and the bytes delivered; the rate history only grow
 Those are what is kept. Argument groups as in :mod:`simtrain.network.flowcore`; the ``k*`` arrays
 hold what is kept: ``ksf`` bytes left, rate and size and ``ksi`` the live slots, path and transfer,
 by position among the live slots; ``kt`` the transfers' flows left (by live position) and the
-heap's ids and indices, ``kh`` the heap's times; ``kbusy`` the busy links; ``klk`` the links kept
-and ``kef`` their rate, bytes, busy time and peak; ``kist``, ``khst`` the counts; ``kfs`` the clock
-and the bytes delivered.
+heap's ids and indices, ``kh`` the heap's times; ``kbusy`` the busy links and ``kef`` their rate,
+bytes, busy time and peak; ``kist``, ``khst`` the counts; ``kfs`` the clock and the bytes
+delivered.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 
 from simtrain.network.flow_layout import (
-    BUSY_S, BYTES, DELIVERED, H_ID, H_IX, H_T, LIVE, LRATE, N_BUSY, N_HEAP, N_LIVE, NOW, PEAK, PIDX, RATE, REM,
+    BUSY_S, BYTES, DELIVERED, H_ID, H_IX, H_T, LIVE, LRATE, MASK, N_BUSY, N_HEAP, N_LIVE, NOW, PEAK, PIDX, RATE, REM,
     SIZE, T_LEFT, TIX)
 from simtrain.network.flowcore import compiled
 
@@ -30,50 +30,42 @@ KEPT_ROWS = (LRATE, BYTES, BUSY_S, PEAK)
 
 
 @compiled
-def save(sf: np.ndarray, si: np.ndarray, ef: np.ndarray, busy: np.ndarray, pin: np.ndarray, pu: np.ndarray,
-         puo: np.ndarray, ti: np.ndarray, tf: np.ndarray, fs: np.ndarray, us: np.ndarray, ist: np.ndarray,
-         hst: np.ndarray, ksf: np.ndarray, ksi: np.ndarray, kt: np.ndarray, kh: np.ndarray, kbusy: np.ndarray,
-         klk: np.ndarray, kef: np.ndarray, kist: np.ndarray, khst: np.ndarray, kfs: np.ndarray) -> int:
-    """Keep what the loop may change of a settled state while no flow starts (``pin``, scratch by
-    path, is all zeros before and after); the number of links kept."""
+def save(sf: np.ndarray, si: np.ndarray, ef: np.ndarray, busy: np.ndarray, ti: np.ndarray, tf: np.ndarray,
+         fs: np.ndarray, us: np.ndarray, ist: np.ndarray, hst: np.ndarray, ksf: np.ndarray, ksi: np.ndarray,
+         kt: np.ndarray, kh: np.ndarray, kbusy: np.ndarray, kef: np.ndarray, kist: np.ndarray, khst: np.ndarray,
+         kfs: np.ndarray) -> None:
+    """Keep what the loop may change of a settled state while no flow starts. The links it may
+    change are those of the live flows' paths, which are the busy links: every live flow has a
+    rate once the rates are settled, and a link is busy while a flow crosses it."""
     for j in range(ist.size):
         kist[j] = ist[j]
     for j in range(hst.size):
         khst[j] = hst[j]
     kfs[0], kfs[1] = fs[NOW], us[DELIVERED]
-    nlk = 0
     for i in range(ist[N_LIVE]):
         s = si[LIVE, i]
-        p = si[PIDX, s]
-        ksi[0, i], ksi[1, i], ksi[2, i] = s, p, si[TIX, s]
+        ksi[0, i], ksi[1, i], ksi[2, i] = s, si[PIDX, s], si[TIX, s]
         ksf[0, i], ksf[1, i], ksf[2, i] = sf[REM, s], sf[RATE, s], sf[SIZE, s]
         kt[0, i] = ti[T_LEFT, si[TIX, s]]
-        if pin[p] == 0:  # each distinct path's links once
-            pin[p] = 1
-            for j in range(puo[p], puo[p + 1]):
-                u = pu[j]
-                klk[nlk] = u
-                for r in range(4):
-                    kef[r, nlk] = ef[KEPT_ROWS[r], u]
-                nlk += 1
-    for i in range(ist[N_LIVE]):
-        pin[si[PIDX, si[LIVE, i]]] = 0
     for j in range(ist[N_HEAP]):
         kt[1, j], kt[2, j], kh[j] = ti[H_ID, j], ti[H_IX, j], tf[H_T, j]
     for j in range(ist[N_BUSY]):
-        kbusy[j] = busy[j]
-    return nlk
+        u = busy[j]
+        kbusy[j] = u
+        for r in range(4):
+            kef[r, j] = ef[KEPT_ROWS[r], u]
 
 
 @compiled
 def restore(sf: np.ndarray, si: np.ndarray, act: np.ndarray, ef: np.ndarray, busy: np.ndarray, ti: np.ndarray,
             tf: np.ndarray, fs: np.ndarray, us: np.ndarray, ist: np.ndarray, hst: np.ndarray, ksf: np.ndarray,
-            ksi: np.ndarray, kt: np.ndarray, kh: np.ndarray, kbusy: np.ndarray, klk: np.ndarray, kef: np.ndarray,
-            nlk: int, kist: np.ndarray, khst: np.ndarray, kfs: np.ndarray) -> None:
-    """Put back what :func:`save` kept (``nlk`` links): the state as it was then (a rate history
-    recorded since is dropped with its counts)."""
+            ksi: np.ndarray, kt: np.ndarray, kh: np.ndarray, kbusy: np.ndarray, kef: np.ndarray, kist: np.ndarray,
+            khst: np.ndarray, kfs: np.ndarray) -> None:
+    """Put back what :func:`save` kept: the state as it was then (a rate history recorded since is
+    dropped with its counts; the memo's table size, ``ist[MASK]``, is the memo's own)."""
     for j in range(ist.size):
-        ist[j] = kist[j]
+        if j != MASK:
+            ist[j] = kist[j]
     for j in range(hst.size):
         hst[j] = khst[j]
     fs[NOW], us[DELIVERED] = kfs[0], kfs[1]
@@ -83,11 +75,10 @@ def restore(sf: np.ndarray, si: np.ndarray, act: np.ndarray, ef: np.ndarray, bus
         sf[REM, s], sf[RATE, s], sf[SIZE, s] = ksf[0, i], ksf[1, i], ksf[2, i]
         act[s] = True
         ti[T_LEFT, ksi[2, i]] = kt[0, i]
-    for j in range(nlk):
-        u = klk[j]
-        for r in range(4):
-            ef[KEPT_ROWS[r], u] = kef[r, j]
     for j in range(ist[N_HEAP]):
         ti[H_ID, j], ti[H_IX, j], tf[H_T, j] = kt[1, j], kt[2, j], kh[j]
     for j in range(ist[N_BUSY]):
-        busy[j] = kbusy[j]
+        u = kbusy[j]
+        busy[j] = u
+        for r in range(4):
+            ef[KEPT_ROWS[r], u] = kef[r, j]

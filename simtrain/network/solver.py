@@ -37,8 +37,8 @@ from typing import Iterable, NamedTuple, Sequence
 import numpy as np
 
 from simtrain.network.flow_layout import (
-    H_T, ISTATE, LRATE, MISS, N_BUSY, N_DONE, N_ENDED, N_HEAP, N_LIVE, N_STARTED, NEED_HISTORY, NODE, OK,
-    NOW, O_IX, O_T, RECOMPUTES, STARTED, ENDED, T_ID, T_LAT, T_LEFT)
+    ENDED, H_T, ISTATE, LRATE, MISS, N_BUSY, N_DONE, N_ENDED, N_HEAP, N_LIVE, N_STARTED, NEED_HISTORY, NODE, NOW, OK,
+    O_IX, O_T, RECOMPUTES, STARTED, T_ID, T_LAT, T_LEFT)
 from simtrain.network.flowtable import FlowTable, PathTable
 from simtrain.network.links import Link, LinkUsage
 from simtrain.network.maxmin import REL_TOL, MaxMinMemo, max_min_rates  # noqa: F401
@@ -135,7 +135,9 @@ class FlowModel:
         self._restore()
         if status != MISS:  # no transfer ever completes
             return None
-        t = self.now + self._core.first_end(self.flows.sf, self.flows.si, ist)  # the next internal event
+        # a recomputation on the way is not memoised: the next internal event (computing it ahead
+        # would be lost work where a transfer starts before)
+        t = self.now + self._core.first_end(self.flows.sf, self.flows.si, ist)
         if ist[N_HEAP]:
             t = min(t, float(self.transfers.tf[H_T, 0]))
         return None if t == np.inf else float(t)
@@ -312,39 +314,34 @@ class _Ahead(NamedTuple):
 
 class _Kept:
     """What :func:`simtrain.network.flowahead.save` keeps of a flow model's state of ``slots`` flow
-    slots, ``transfers`` transfer indices, ``links`` links and ``pooled`` links in its paths' pool
-    (rows as that module names them); ``links`` kept after a save."""
+    slots, ``transfers`` transfer indices and ``links`` links (rows as that module names them)."""
 
-    def __init__(self, slots: int, transfers: int, links: int, pooled: int) -> None:
+    def __init__(self, slots: int, transfers: int, links: int) -> None:
         self.sf = np.zeros((3, slots))
         self.si = np.zeros((3, slots), dtype=np.int64)
         self.t = np.zeros((3, max(slots, transfers)), dtype=np.int64)
         self.h = np.zeros(transfers)
         self.busy = np.zeros(links, dtype=np.int64)
-        self.lk = np.zeros(pooled, dtype=np.int64)
-        self.ef = np.zeros((4, pooled))
+        self.ef = np.zeros((4, links))
         self.ist = np.zeros(ISTATE, dtype=np.int64)
         self.hst = np.zeros(4, dtype=np.int64)
         self.fs = np.zeros(2)
-        self.links = 0
-        self.shape = (slots, transfers, links, pooled)
+        self.shape = (slots, transfers, links)
 
     @classmethod
     def fitting(cls, old: "_Kept | None", model: FlowModel) -> "_Kept":
         """``old`` where its arrays fit ``model``'s state, else a new one."""
-        shape = (model.flows.sf.shape[1], model.transfers.ti.shape[1], model.busy.size, model.paths.pu.size)
+        shape = (model.flows.sf.shape[1], model.transfers.ti.shape[1], model.busy.size)
         return old if old is not None and old.shape == shape else cls(*shape)
 
     def save(self, m: FlowModel) -> None:
         """Keep what running ahead may change of ``m``'s (settled) state."""
-        flows, paths, usage, tr = m.flows, m.paths, m.usage, m.transfers
-        self.links = m._look.save(flows.sf, flows.si, usage.ef, m.busy, paths.pin, paths.pu, paths.puo, tr.ti, tr.tf,
-                                  m.fs, usage.us, m.ist, usage.hst, self.sf, self.si, self.t, self.h, self.busy,
-                                  self.lk, self.ef, self.ist, self.hst, self.fs)
+        flows, usage, tr = m.flows, m.usage, m.transfers
+        m._look.save(flows.sf, flows.si, usage.ef, m.busy, tr.ti, tr.tf, m.fs, usage.us, m.ist, usage.hst, self.sf,
+                     self.si, self.t, self.h, self.busy, self.ef, self.ist, self.hst, self.fs)
 
     def restore(self, m: FlowModel) -> None:
         """Put ``m``'s state back as :meth:`save` kept it."""
         flows, usage, tr = m.flows, m.usage, m.transfers
         m._look.restore(flows.sf, flows.si, flows.act, usage.ef, m.busy, tr.ti, tr.tf, m.fs, usage.us, m.ist,
-                        usage.hst, self.sf, self.si, self.t, self.h, self.busy, self.lk, self.ef, self.links, self.ist,
-                        self.hst, self.fs)
+                        usage.hst, self.sf, self.si, self.t, self.h, self.busy, self.ef, self.ist, self.hst, self.fs)
