@@ -235,7 +235,8 @@ class FlowModel:
         ist, chg = self.ist, self.flows.chg
         started = np.sort(chg[STARTED, :ist[N_STARTED]])
         ended = np.sort(chg[ENDED, :ist[N_ENDED]])
-        share = self.reshares.compute(self.flows, self.busy[:ist[N_BUSY]].copy(), set(started.tolist()) | set(ended.tolist()))
+        busy = self.busy[:ist[N_BUSY]].copy()
+        share = self.reshares.compute(self.flows, busy, set(started.tolist()) | set(ended.tolist()))
         reshares, memo = self.reshares, self.memo
         reshares.misses += 1
         reshares.held += share.size + started.size + ended.size
