@@ -43,13 +43,14 @@ from simtrain.workload.moe_routing import ep_loads
 from simtrain.workload.options import WorkloadOptions
 from simtrain.workload.overlap import Reorder, Shape, interleave
 from simtrain.workload.program import STREAM, OpRef, Program
+from simtrain.workload.replicas import RankReplicas, SendKey
 from simtrain.workload.stages import split_layers
 from simtrain.workload.templates import ActionTemplates
 
 
-#: A PP transfer: (pipeline group, step, sending stage, micro-batch, "act" or "grad"); a receiver
-#: may name a stage that is None, which no send has.
-_SendKey = tuple[int, int, int | None, int, str]
+#: A PP transfer (:data:`simtrain.workload.replicas.SendKey`); a receiver may name a stage that is
+#: None, which no send has.
+_SendKey = SendKey
 
 
 class _Lowering:
@@ -76,9 +77,13 @@ class _Lowering:
         # without sequence parallelism each TP rank sends its slice; the receiver all-gathers them
         self.gather_received = par.tp > 1 and not par.sequence_parallel and opts.tp_comm
         self.needs: list[tuple[int, _SendKey]] = []  # (op id, send key)
+        self.send_log: list[_SendKey] = []  # the keys of self.sends, in the order of the sends
         self.templates = ActionTemplates(self.em, self.dp)
         self.interleaved: dict[Shape, Reorder] = {}  # overlapped pairs' reorders by shape
         self.work: dict[int, int] = {}  # pipeline rank -> layer passes of its step (_work)
+        # unfolded, every GPU computing alike, routing even: the ranks of a pipeline position copy the first
+        alike = not opts.fold and not opts.speeds and not opts.gpus and not self.by_ep
+        self.replicas = RankReplicas(self, bool(moe_layers) and par.ep > 1) if alike else None
 
     def build(self) -> Program:
         """Every simulated rank's program: its actions in schedule order, then its gradient reductions,
@@ -91,13 +96,21 @@ class _Lowering:
                 prog.rank_weight[rank] = len(stands_for)
                 if self.opts.fold and (self.by_ep or touched):
                     em.stand_for(rank, stands_for)
+        replicas = self.replicas
         for rank in prog.ranks:
+            if replicas is not None and replicas.copy(rank):
+                continue
+            start, needs_from, sends_from = len(prog.ops), len(self.needs), len(self.send_log)
             optimizer = None
             for step in range(self.opts.steps):
                 self.step = step
                 optimizer = self._step(rank, optimizer)
                 if (rank, step) == (prog.ranks[0], 0):
                     _check_budget(self)
+            if replicas is not None:
+                replicas.offer(rank, start, needs_from, sends_from)
+        if replicas is not None:
+            replicas.flush()
         prog.members = {key: n for key, n in prog.members.items() if n > 1}  # absent: one member
         prog.forget_keys()
         prog.layers_per_chunk = [len(c) for c in self.chunks]
@@ -127,21 +140,9 @@ class _Lowering:
         prog.static_bytes[rank], updated = dp.static_of_rank(rank)
         if not self.opts.optimizer:
             return None
-        norm = self._grad_norm(rank, reductions) if self.opts.optimizer_sync == "grad-norm" else None
+        norm = _grad_norm(self, rank, reductions) if self.opts.optimizer_sync == "grad-norm" else None
         return em.emit(rank, "compute", "opt", "optimizer", -1, -1, -1, [*reductions, norm],
                        costs.optimizer_cost(updated, 1, em.shape.grad_bytes)).id
-
-    def _grad_norm(self, rank: int, reductions: list[int]) -> int:
-        """The global gradient norm before the optimizer step: each rank's sum of squares (one
-        fp32), after its reductions and its last compute op, all-reduced over every GPU, as
-        Megatron-LM's gradient clipping does (``clip_grad_norm_fp32``,
-        ``megatron/core/optimizer/clip_grads.py``); every optimizer waits for the slowest rank."""
-        world = (tuple(range(self.mesh.world)),)
-        computed: Sequence[int] = self.prog.order.get((rank, STREAM["compute"]), [])
-        after = [*reductions, computed[-1]] if computed else reductions
-        return self.em.emit(rank, "dp", "dp", "dp.grad_norm", -1, -1, -1, after, nbytes=4.0,
-                            comm="all_reduce", group_set=self.prog.group_set_id(world),
-                            key=("grad_norm", self.step)).id
 
     def _action(self, rank: int, action: Action) -> None:
         """Lower one action. An overlapped F&B pair (DualPipe) starts when the inputs of both of
@@ -158,7 +159,7 @@ class _Lowering:
         mid = len(self.prog.ops)
         self._plain_action(rank, backward, previous_send)
         _, next_stage = self.sched.stage_neighbours(action.b_stage)
-        self._needs_from(start, (next_stage, action.b_mb, "grad") if next_stage is not None else None, rank)
+        _needs_from(self, start, (next_stage, action.b_mb, "grad") if next_stage is not None else None, rank)
         interleave(self.prog, rank, start, mid, len(self.prog.ops), self.interleaved)
         sends: Sequence[int] = self.prog.order.get((rank, STREAM["pp_send"]), [])
         if sends and sends[-1] >= start:  # the pair's send that leaves last
@@ -181,15 +182,15 @@ class _Lowering:
         if a.kind == "F":
             if next_stage is not None:
                 self._send(rank, a.stage, next_stage, a.mb, "act", last)
-            self._needs_from(start, (prev_stage, a.mb, "act") if prev_stage is not None else None, rank)
+            _needs_from(self, start, (prev_stage, a.mb, "act") if prev_stage is not None else None, rank)
         elif a.kind in ("B", "I"):
             if prev_stage is not None and (last is not None or not layers):
                 self._send(rank, a.stage, prev_stage, a.mb, "grad", last)
             received = ((next_stage, a.mb, "grad") if next_stage is not None else
                         (prev_stage, a.mb, "act") if len(self.prog.ops) > start and last is None else None)
-            self._needs_from(start, received, rank)
+            _needs_from(self, start, received, rank)
         elif not layers and next_stage is not None:  # W of an empty first chunk: its I emitted nothing
-            self._needs_from(start, (next_stage, a.mb, "grad"), rank)
+            _needs_from(self, start, (next_stage, a.mb, "grad"), rank)
         first = _first_non_dp(self.prog, start)
         if self.blocking_p2p and first is not None and previous_send is not None:
             self.prog.ops.add_dep(first, previous_send)
@@ -230,28 +231,49 @@ class _Lowering:
         em = self.em
         return em.compute(rank, kind, f"{name}.{kind}", a.stage, -1, a.mb, em.cost(cost_fn, kind), last, **kw)
 
-    def _needs_from(self, first_op: int, key: tuple[int | None, int, str] | None, rank: int) -> None:
-        """The action's first compute or TP op waits for the transfer ``key`` (none at the chain's
-        ends) within ``rank``'s pipeline group; parameter gathers before it do not."""
-        first = _first_non_dp(self.prog, first_op) if key is not None else None
-        if first is not None and key is not None:  # (first is None without a key)
-            self.needs.append((first, (_pipeline(self.mesh, rank), self.step, *key)))
-
     def _send(self, rank: int, stage: int, to_stage: int, mb: int, what: str, after: int | None) -> None:
         """The PP transfer of ``what`` (act or grad) of micro-batch ``mb`` from schedule stage
         ``stage`` to ``to_stage``, after op ``after`` (none: the pass emitted no op)."""
         src_pp = self.sched.stage_to_rank[stage]
         dst_pp = self.sched.stage_to_rank[to_stage]
         peer = self.mesh.group_of("pp", rank)[dst_pp]
+        pairs = self.pairs_of(rank, src_pp, dst_pp)
+        nbytes = costs.pp_activation_bytes(self.model, self.em.shape)
+        op = self.em.emit(rank, "pp_send", "pp", f"pp.send.{what}", stage, -1, mb, [after], nbytes=nbytes,
+                          comm="p2p", group_set=self.prog.group_set_id(pairs), peer=peer, peer_stage=to_stage)
+        key = (_pipeline(self.mesh, rank), self.step, stage, mb, what)
+        self.sends[key] = op.id
+        self.send_log.append(key)
+        self.last_send[rank] = op.id
+
+    def pairs_of(self, rank: int, src_pp: int, dst_pp: int) -> tuple[tuple[int, int], ...]:
+        """The (sender, receiver) GPU pairs of ``rank``'s transfer from pipeline rank ``src_pp`` to ``dst_pp``."""
         pairs = self.pairs.get((rank, src_pp, dst_pp))
         if pairs is None:
             pairs = self.pairs[(rank, src_pp, dst_pp)] = tuple(sorted(
                 {(g[src_pp], g[dst_pp]) for g in self.em.slices(rank)}))
-        nbytes = costs.pp_activation_bytes(self.model, self.em.shape)
-        op = self.em.emit(rank, "pp_send", "pp", f"pp.send.{what}", stage, -1, mb, [after], nbytes=nbytes,
-                          comm="p2p", group_set=self.prog.group_set_id(pairs), peer=peer, peer_stage=to_stage)
-        self.sends[(_pipeline(self.mesh, rank), self.step, stage, mb, what)] = op.id
-        self.last_send[rank] = op.id
+        return pairs
+
+
+def _grad_norm(lw: _Lowering, rank: int, reductions: list[int]) -> int:
+    """The global gradient norm before the optimizer step: each rank's sum of squares (one
+    fp32), after its reductions and its last compute op, all-reduced over every GPU, as
+    Megatron-LM's gradient clipping does (``clip_grad_norm_fp32``,
+    ``megatron/core/optimizer/clip_grads.py``); every optimizer waits for the slowest rank."""
+    world = (tuple(range(lw.mesh.world)),)
+    computed: Sequence[int] = lw.prog.order.get((rank, STREAM["compute"]), [])
+    after = [*reductions, computed[-1]] if computed else reductions
+    return lw.em.emit(rank, "dp", "dp", "dp.grad_norm", -1, -1, -1, after, nbytes=4.0,
+                      comm="all_reduce", group_set=lw.prog.group_set_id(world),
+                      key=("grad_norm", lw.step)).id
+
+
+def _needs_from(lw: _Lowering, first_op: int, key: tuple[int | None, int, str] | None, rank: int) -> None:
+    """The action's first compute or TP op waits for the transfer ``key`` (none at the chain's
+    ends) within ``rank``'s pipeline group; parameter gathers before it do not."""
+    first = _first_non_dp(lw.prog, first_op) if key is not None else None
+    if first is not None and key is not None:  # (first is None without a key)
+        lw.needs.append((first, (_pipeline(lw.mesh, rank), lw.step, *key)))
 
 
 def _pipeline(mesh: DeviceMesh, rank: int) -> int:

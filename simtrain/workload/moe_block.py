@@ -30,8 +30,15 @@ from typing import Protocol, cast
 from simtrain import costs
 from simtrain.costs import dispatch
 from simtrain.specs.parallel import ParallelSpec
+from simtrain.topology.mesh import DeviceMesh
 from simtrain.workload.data_parallel import DataParallelOps
 from simtrain.workload.emit import Emitter
+
+
+def ep_ranks_per_node(mesh: DeviceMesh, rank: int) -> int:
+    """Ranks of ``rank``'s EP group on each node the group spans."""
+    group = mesh.group_of("ep", rank)
+    return len(group) // len({mesh.node_of(r) for r in group})
 
 
 class TpCollectives(Protocol):
@@ -137,10 +144,8 @@ class MoeBlock:
         """Bytes of the all-to-all towards the experts (forward dispatch, backward gradient of the
         combine) and of the one back, at ``load`` times the mean tokens, for the dispatcher and
         the nodes ``rank``'s EP group spans (:mod:`simtrain.costs.dispatch`)."""
-        mesh, par = self.em.mesh, self.par
-        group = mesh.group_of("ep", rank)
-        per_node = len(group) // len({mesh.node_of(r) for r in group})
-        rows = dispatch.a2a_rows(self.em.model, par.moe_dispatcher, par.ep, per_node)
+        par = self.par
+        rows = dispatch.a2a_rows(self.em.model, par.moe_dispatcher, par.ep, ep_ranks_per_node(self.em.mesh, rank))
         return cast("tuple[float, float]", tuple(  # towards, then back
             self.em.cost(dispatch.a2a_bytes, rows, dispatch.a2a_value_bytes(par.moe_dispatcher, par.fp8, towards), load)
             for towards in (True, False)))
