@@ -18,7 +18,7 @@ import numpy as np
 from simtrain.engine import compiled, loop_layout
 from simtrain.engine.loop_layout import ARG, CLS, COMPUTE, DEP0, DEP1, NEED, WHEAD, WTAIL
 from simtrain.network.interface import NetworkModel
-from simtrain.workload.program import MORE, STREAM, OpRef, Program
+from simtrain.workload.program import MORE, STREAM, OpRef, Program, first_use_codes
 
 
 class Recorded(NamedTuple):
@@ -38,11 +38,11 @@ def prices(program: Program, network: NetworkModel) -> tuple[np.ndarray, np.ndar
     network is asked once per key, about the key's first op."""
     table = program.ops
     n = len(table)
-    comm = table.comm
-    names = sorted({c for c in set(comm) if c is not None})
-    code: dict[str | None, int] = {None: 0}
+    used, seen = first_use_codes(table.comm, n)
+    names = sorted(str(c) for c in seen if c is not None)
+    code: dict[object, int] = {None: 0}
     code.update((c, k + 1) for k, c in enumerate(names))
-    codes = np.fromiter(map(code.__getitem__, comm), dtype=np.int8, count=n)
+    codes = np.array([code[c] for c in seen], dtype=np.int8)[used] if n else np.zeros(0, np.int8)
     ids = np.flatnonzero(codes)
     cls = np.zeros(n, dtype=np.int8)
     cls[ids] = loop_layout.COLLECTIVE

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from simtrain.workload.program import KINDS, STREAM, STREAMS, OpTable, Program
+from simtrain.workload.program import KINDS, STREAM, STREAMS, OpTable, Program, first_use_codes
 
 _INT_COLUMNS = ("rank", "stream", "kind", "name", "stage", "layer", "mb", "arrow")
 _FLOAT_COLUMNS = ("start_s", "end_s", "flops", "bytes", "alloc_bytes", "free_bytes")
@@ -229,9 +229,8 @@ def program_timeline(ops: OpTable, rows: Spans, starts: Spans, ends: Spans,
     in :func:`span_order` first, so every other column is gathered from the program once,
     already in order."""
     n = len(ops)
-    names = dict.fromkeys(ops.name, 0)  # in order of first use
-    for code, nm in enumerate(names):
-        names[nm] = code
+    name, distinct = first_use_codes(ops.name, n)
+    names = {nm: code for code, nm in enumerate(distinct)}
     idx = np.asarray(rows, dtype=np.int64)
     recv = idx < 0
     op_of = np.where(recv, ~idx, idx)
@@ -247,7 +246,6 @@ def program_timeline(ops: OpTable, rows: Spans, starts: Spans, ends: Spans,
     out: dict[str, np.ndarray] = {"rank": rank[order].astype(np.int32), "stream": stream[order].astype(np.int32)}
     for c in ("kind", "stage", "layer", "mb"):
         out[c] = ops.column(c)[ids].astype(np.int32)
-    name = np.fromiter(map(names.__getitem__, ops.name), dtype=np.int32, count=n)
     out["name"] = name[ids]
     arrow = np.full(n, -1, dtype=np.int32)
     if len(where):
