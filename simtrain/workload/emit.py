@@ -46,6 +46,7 @@ class Emitter:
         self._perturbed: dict[tuple[GpuSpec, float, costs.OpCost], Priced] = {}  # (gpu, speed, cost) -> priced
         self.prog = Program()
         self.pp_groups = mesh.groups("pp")
+        self._pp_group: dict[int, list[int]] = {}  # rank -> its pipeline group
         self._counters: dict[tuple[int, int], int] = {}  # (rank, stream) -> collectives so far
         self._stands_for: dict[int, list[list[int]]] = {}  # rank -> its pipeline groups (EP folding)
         self._group_cache: dict[tuple[str, int, int], tuple[tuple[int, ...], ...]] = {}
@@ -60,6 +61,13 @@ class Emitter:
     def stand_for(self, rank: int, pp_groups: list[list[int]]) -> None:
         """Let simulated ``rank`` stand for the ranks at its pipeline position in ``pp_groups``."""
         self._stands_for[rank] = pp_groups
+
+    def pp_group(self, rank: int) -> list[int]:
+        """``rank``'s pipeline group (do not change it: it is kept for the next call)."""
+        group = self._pp_group.get(rank)
+        if group is None:
+            group = self._pp_group[rank] = self.mesh.group_of("pp", rank)
+        return group
 
     def slices(self, rank: int) -> list[list[int]]:
         """The pipeline groups ``rank``'s program stands for (all of them when folding)."""

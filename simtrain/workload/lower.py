@@ -42,12 +42,13 @@ from simtrain.workload.fold import fold_classes
 from simtrain.workload.moe_routing import ep_loads
 from simtrain.workload.options import WorkloadOptions
 from simtrain.workload.overlap import Reorder, Shape, interleave
-from simtrain.workload.program import STREAM, OpRef, Program
+from simtrain.workload.program import KIND, STREAM, OpRef, Program
 from simtrain.workload.replicas import RankReplicas, SendKey
 from simtrain.workload.stages import split_layers
 from simtrain.workload.templates import ActionTemplates
 
 
+_PP_SEND, _PP = STREAM["pp_send"], KIND["pp"]
 #: A PP transfer (:data:`simtrain.workload.replicas.SendKey`); a receiver may name a stage that is
 #: None, which no send has.
 _SendKey = SendKey
@@ -78,6 +79,8 @@ class _Lowering:
         self.gather_received = par.tp > 1 and not par.sequence_parallel and opts.tp_comm
         self.needs: list[tuple[int, _SendKey]] = []  # (op id, send key)
         self.send_log: list[_SendKey] = []  # the keys of self.sends, in the order of the sends
+        # (rank, stage, stage it sends to) -> (peer, group set, bytes, pipeline group) of its transfers
+        self.send_plans: dict[tuple[int, int, int], tuple[int, int, float, int]] = {}
         self.templates = ActionTemplates(self.em, self.dp)
         self.interleaved: dict[Shape, Reorder] = {}  # overlapped pairs' reorders by shape
         self.work: dict[int, int] = {}  # pipeline rank -> layer passes of its step (_work)
@@ -181,11 +184,11 @@ class _Lowering:
                                    lambda: self._body(rank, a, layers, embed, head, receives))
         if a.kind == "F":
             if next_stage is not None:
-                self._send(rank, a.stage, next_stage, a.mb, "act", last)
+                _send(self, rank, a.stage, next_stage, a.mb, "act", last)
             _needs_from(self, start, (prev_stage, a.mb, "act") if prev_stage is not None else None, rank)
         elif a.kind in ("B", "I"):
             if prev_stage is not None and (last is not None or not layers):
-                self._send(rank, a.stage, prev_stage, a.mb, "grad", last)
+                _send(self, rank, a.stage, prev_stage, a.mb, "grad", last)
             received = ((next_stage, a.mb, "grad") if next_stage is not None else
                         (prev_stage, a.mb, "act") if len(self.prog.ops) > start and last is None else None)
             _needs_from(self, start, received, rank)
@@ -231,21 +234,6 @@ class _Lowering:
         em = self.em
         return em.compute(rank, kind, f"{name}.{kind}", a.stage, -1, a.mb, em.cost(cost_fn, kind), last, **kw)
 
-    def _send(self, rank: int, stage: int, to_stage: int, mb: int, what: str, after: int | None) -> None:
-        """The PP transfer of ``what`` (act or grad) of micro-batch ``mb`` from schedule stage
-        ``stage`` to ``to_stage``, after op ``after`` (none: the pass emitted no op)."""
-        src_pp = self.sched.stage_to_rank[stage]
-        dst_pp = self.sched.stage_to_rank[to_stage]
-        peer = self.mesh.group_of("pp", rank)[dst_pp]
-        pairs = self.pairs_of(rank, src_pp, dst_pp)
-        nbytes = costs.pp_activation_bytes(self.model, self.em.shape)
-        op = self.em.emit(rank, "pp_send", "pp", f"pp.send.{what}", stage, -1, mb, [after], nbytes=nbytes,
-                          comm="p2p", group_set=self.prog.group_set_id(pairs), peer=peer, peer_stage=to_stage)
-        key = (_pipeline(self.mesh, rank), self.step, stage, mb, what)
-        self.sends[key] = op.id
-        self.send_log.append(key)
-        self.last_send[rank] = op.id
-
     def pairs_of(self, rank: int, src_pp: int, dst_pp: int) -> tuple[tuple[int, int], ...]:
         """The (sender, receiver) GPU pairs of ``rank``'s transfer from pipeline rank ``src_pp`` to ``dst_pp``."""
         pairs = self.pairs.get((rank, src_pp, dst_pp))
@@ -253,6 +241,26 @@ class _Lowering:
             pairs = self.pairs[(rank, src_pp, dst_pp)] = tuple(sorted(
                 {(g[src_pp], g[dst_pp]) for g in self.em.slices(rank)}))
         return pairs
+
+
+def _send(lw: _Lowering, rank: int, stage: int, to_stage: int, mb: int, what: str, after: int | None) -> None:
+    """The PP transfer of ``what`` (act or grad) of micro-batch ``mb`` from schedule stage
+    ``stage`` to ``to_stage``, after op ``after`` (none: the pass emitted no op). Its peer, pairs
+    and bytes are found once per (rank, stage, stage it goes to)."""
+    plan = lw.send_plans.get((rank, stage, to_stage))
+    if plan is None:
+        src_pp, dst_pp = lw.sched.stage_to_rank[stage], lw.sched.stage_to_rank[to_stage]
+        group = lw.em.pp_group(rank)
+        plan = lw.send_plans[(rank, stage, to_stage)] = (
+            group[dst_pp], lw.prog.group_set_id(lw.pairs_of(rank, src_pp, dst_pp)),
+            costs.pp_activation_bytes(lw.model, lw.em.shape), group[0])
+    peer, gid, nbytes, pipeline = plan
+    op_id = lw.prog.append(rank, _PP_SEND, _PP, f"pp.send.{what}", stage, -1, mb, nbytes=nbytes, comm="p2p",
+                           group_set=gid, peer=peer, peer_stage=to_stage, deps=[after] if after is not None else [])
+    key = (pipeline, lw.step, stage, mb, what)
+    lw.sends[key] = op_id
+    lw.send_log.append(key)
+    lw.last_send[rank] = op_id
 
 
 def _grad_norm(lw: _Lowering, rank: int, reductions: list[int]) -> int:
@@ -273,12 +281,7 @@ def _needs_from(lw: _Lowering, first_op: int, key: tuple[int | None, int, str] |
     ends) within ``rank``'s pipeline group; parameter gathers before it do not."""
     first = _first_non_dp(lw.prog, first_op) if key is not None else None
     if first is not None and key is not None:  # (first is None without a key)
-        lw.needs.append((first, (_pipeline(lw.mesh, rank), lw.step, *key)))
-
-
-def _pipeline(mesh: DeviceMesh, rank: int) -> int:
-    """The pipeline group of ``rank``, named by its first rank: a transfer stays within one."""
-    return mesh.group_of("pp", rank)[0]
+        lw.needs.append((first, (lw.em.pp_group(rank)[0], lw.step, *key)))
 
 
 def _probed(lw: _Lowering, rank: int) -> Iterator[Action]:

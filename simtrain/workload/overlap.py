@@ -28,8 +28,6 @@ from __future__ import annotations
 
 from array import array
 
-import numpy as np
-
 from simtrain.workload.program import MORE, STREAM, OpTable, Program
 
 _COMPUTE = STREAM["compute"]
@@ -66,14 +64,13 @@ def _shape(ops: OpTable, start: int, mid: int, end: int) -> Shape:
     """Everything :func:`_reorder` reads of the pair ``start..end-1``, with op ids taken relative
     to ``start`` (a dependency outside the pair is -3), so pairs a template emitted on other
     micro-batches compare equal."""
-    def rel(column: array[int]) -> bytes:
-        d = np.frombuffer(column[start:end], dtype=np.int32)
-        out = np.where((d >= start) & (d < end), d - start, np.where(d < 0, d, -3))
-        return out.astype(np.int32).tobytes()
+    def rel(column: array[int]) -> bytes:  # (a pair has tens of ops: Python beats numpy's per-call cost)
+        return array("i", [d - start if start <= d < end else (d if d < 0 else -3)
+                           for d in column[start:end]]).tobytes()
 
-    d0 = np.frombuffer(ops.dep0[start:end], dtype=np.int32)
-    more = tuple((int(k), tuple(d - start if start <= d < end else -3 for d in ops.more[start + int(k)]))
-                 for k in np.flatnonzero(d0 == MORE))
+    d0 = ops.dep0[start:end]
+    more = tuple((k, tuple(d - start if start <= d < end else -3 for d in ops.more[start + k]))
+                 for k, d in enumerate(d0) if d == MORE)
     return mid - start, end - start, ops.stream[start:end].tobytes(), rel(ops.dep0), rel(ops.dep1), more
 
 

@@ -102,8 +102,12 @@ class ActionTemplates:
         for offset in tpl.not_own:
             mbs[offset] = -1
         table.mb.extend(mbs)
-        table.dep0.frombytes((tpl.dep0 + tpl.dep0_rebased * base).tobytes())  # C ints, as the column holds
-        table.dep1.frombytes((tpl.dep1 + tpl.dep1_rebased * base).tobytes())
+        small = n <= _SMALL
+        for column, rel, own in ((table.dep0, tpl.dep0, tpl.dep0_rebased), (table.dep1, tpl.dep1, tpl.dep1_rebased)):
+            if small:  # (numpy's cost per call outweighs a few tens of values)
+                column.extend(array("i", [d + base if r else d for d, r in zip(rel.tolist(), own.tolist())]))
+            else:
+                column.frombytes((rel + own * base).tobytes())  # C ints, as the column holds
         for offset, ds in tpl.more:
             table.more[base + offset] = [base + d for d in ds]
         keys: list[Key | None] = [None] * n
@@ -115,15 +119,19 @@ class ActionTemplates:
         table.key.extend(keys)
         order = prog.order
         for stream, offsets in tpl.streams:
-            ids = (offsets + base).tobytes()
             queue = order.get((rank, stream))
             if queue is None:
                 order[(rank, stream)] = queue = array("i")
-            queue.frombytes(ids)
+            if small:
+                queue.extend(array("i", [k + base for k in offsets.tolist()]))
+            else:
+                queue.frombytes((offsets + base).tobytes())
         self.dp.grads_done([(layer, base + offset) for layer, offset in tpl.grads])
         return None if tpl.last is None else base + tpl.last
 
 
+#: Templates of at most this many ops are rebased in Python, larger ones with numpy.
+_SMALL = 64
 #: The columns a template copies as they are (rank, micro-batch, dependencies and keys are rebased).
 _COPIED = ("stream", "kind", "name", "stage", "layer", "duration_s", "flops", "nbytes", "comm", "group_set", "peer",
            "peer_stage", "alloc", "free")
