@@ -166,6 +166,28 @@ def _produces(a: Action) -> list[tuple[str, int, int]]:
     return out
 
 
+_PLAIN = frozenset("FIBW")
+
+
+def _plain(a: Action, nbrs: Neighbours, c: Costs) -> tuple[tuple[tuple[str, int, int], ...],
+                                                           tuple[tuple[str, int, int], ...], float] | None:
+    """A plain F, I, B or W action's (dependencies, what it produces, duration), as
+    :func:`_deps`, :func:`_produces` and :func:`_duration` give them; None for another kind (an
+    overlapped pair, or an unknown one, whose error those raise)."""
+    kind, s, mb = a.kind, a.stage, a.mb
+    if kind not in _PLAIN:
+        return None
+    prev, nxt = nbrs(s)  # (raises for a stage out of range, before its costs are read)
+    if kind == "F":
+        return ((("F", prev, mb),) if prev is not None else ()), (("F", s, mb),), c[s][0]
+    if kind == "W":
+        return (("G", s, mb),), (("W", s, mb),), c[s][2]
+    deps = (("F", s, mb), ("G", nxt, mb)) if nxt is not None else (("F", s, mb),)  # I or B
+    if kind == "I":
+        return deps, (("G", s, mb),), c[s][1]
+    return deps, (("G", s, mb), ("W", s, mb)), c[s][1] + c[s][2]
+
+
 def _describe_key(key: tuple[str, int, int]) -> str:
     what, s, mb = key
     return {"F": f"the forward {s}F{mb}", "G": f"the input gradient of {s}I{mb}/{s}B{mb}",
@@ -225,7 +247,9 @@ def replay(schedule: Schedule, costs: CostsLike, comm: float = 0.0) -> Replay:
             a = row[ptr[r]]
             ready = free[r]
             missing = None
-            for key in _deps(a, nbrs):
+            plain = _plain(a, nbrs, c)  # (most actions: their keys without building their halves)
+            deps, produced = (plain[0], plain[1]) if plain is not None else (_deps(a, nbrs), _produces(a))
+            for key in deps:
                 got = done.get(key)
                 if got is None:
                     missing = key
@@ -238,15 +262,19 @@ def replay(schedule: Schedule, costs: CostsLike, comm: float = 0.0) -> Replay:
                 break
             blocked_on.pop(r, None)
             end = ready
-            for h in a.halves():  # an overlapped pair: its forward half, then its backward half
-                end += _duration(h, c)
+            if plain is not None:
+                end += plain[2]
+            else:
+                for h in a.halves():  # an overlapped pair: its forward half, then its backward half
+                    end += _duration(h, c)
             starts[r].append(ready)
             ends[r].append(end)
             free[r] = end
             ptr[r] += 1
-            for key in _produces(a):
+            for key in produced:
                 done[key] = (end, r)
-                stack.extend(waiting.pop(key, ()))
+                if key in waiting:
+                    stack.extend(waiting.pop(key))
     if any(ptr[r] < len(schedule.actions[r]) for r in range(nranks)):
         blocked = {}
         lines = []
