@@ -27,7 +27,7 @@ from simtrain.topology.cluster import Cluster, cluster_for
 from simtrain.topology.faults import check_links
 from simtrain.units import GiB
 from simtrain.workload.jitter import jitter_of
-from simtrain.workload.memory import memory_plan
+from simtrain.workload.memory import memory_planner
 from simtrain.workload.moe_routing import Routing
 from simtrain.workload.options import WorkloadOptions
 from simtrain.workload.stages import split_layers
@@ -150,8 +150,10 @@ def auto_recompute(scenario: Scenario) -> int:
     most = max(len(c) for c in chunks)
     capacity = scenario.gpu.usable_memory_bytes
 
+    plan = memory_planner(model, par, scenario.gpu, schedule, opts)
+
     def peak(n: int) -> float:
-        return max(memory_plan(model, par, scenario.gpu, schedule, n, opts))
+        return max(plan(n))
 
     if peak(most) > capacity:
         raise SpecError(f"--recompute auto: even recomputing all {most} layers of each chunk needs "
