@@ -16,9 +16,10 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from simtrain.engine import compiled, loop_layout
+from simtrain.engine.codes import first_use_codes
 from simtrain.engine.loop_layout import ARG, CLS, COMPUTE, DEP0, DEP1, NEED, WHEAD, WTAIL
 from simtrain.network.interface import NetworkModel
-from simtrain.workload.program import MORE, STREAM, OpRef, Program, first_use_codes
+from simtrain.workload.program import MORE, STREAM, OpRef, Program
 
 
 class Recorded(NamedTuple):

@@ -15,7 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from simtrain.workload.program import KINDS, STREAM, STREAMS, OpTable, Program, first_use_codes
+from simtrain.engine.codes import first_use_codes
+from simtrain.workload.program import KINDS, STREAM, STREAMS, OpTable, Program
 
 _INT_COLUMNS = ("rank", "stream", "kind", "name", "stage", "layer", "mb", "arrow")
 _FLOAT_COLUMNS = ("start_s", "end_s", "flops", "bytes", "alloc_bytes", "free_bytes")

@@ -147,7 +147,8 @@ def _sigmask(how: int, signals: Iterable[int]) -> Any:
 
 
 def stop_workers(pool: ProcessPoolExecutor) -> None:
-    """Cancel what has not started and kill the pool's workers now (SIGKILL), then reap them."""
+    """Cancel what has not started and kill the pool's workers now (SIGKILL), then reap them and
+    wait for the pool's manager thread."""
     processes = list((getattr(pool, "_processes", None) or {}).values())
     pool.shutdown(wait=False, cancel_futures=True)
     for proc in processes:
@@ -160,6 +161,11 @@ def stop_workers(pool: ProcessPoolExecutor) -> None:
             proc.join(timeout=5)
         except (OSError, ValueError, AssertionError):
             pass
+    # the pool's manager thread closes its wake-up pipe as it ends: let it end now, or the
+    # interpreter's exit hook may write into that pipe while it closes ("Bad file descriptor")
+    manager = getattr(pool, "_executor_manager_thread", None)
+    if manager is not None and manager is not threading.current_thread():
+        manager.join(timeout=5)
 
 
 def worker_init(creator: int | None = None) -> None:

@@ -14,7 +14,7 @@ a *micro-batch* is one slice of the global batch; a *stream* is one of a rank's 
 from __future__ import annotations
 
 from array import array
-from collections.abc import Hashable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Generic, NoReturn, TypeAlias, TypeVar, overload
 
@@ -56,25 +56,6 @@ TYPED = {"rank": "i", "stream": "b", "kind": "b", "stage": "i", "layer": "i", "m
 _COLUMNS = tuple(f for f in FIELDS if f != "deps") + ("dep0", "dep1", "more")
 _DTYPES = {"i": np.int32, "b": np.int8, "d": np.float64}
 NONE, MORE = -1, -2  # dep0/dep1: no dependency; dep0: the op's dependencies are in ``more``
-
-
-H = TypeVar("H", bound=Hashable)
-
-
-class _Codes(dict[H, int]):
-    """Value -> code, each new value numbered next as it is first looked up."""
-
-    def __missing__(self, value: H) -> int:
-        code = self[value] = len(self)
-        return code
-
-
-def first_use_codes(values: Iterable[H], count: int) -> tuple[np.ndarray, list[H]]:
-    """``count`` values as int32 codes numbered in order of first use, and the distinct values in
-    that order: one pass over them (a table's name or communication column holds millions)."""
-    codes: _Codes[H] = _Codes()
-    out = np.fromiter(map(codes.__getitem__, values), dtype=np.int32, count=count)
-    return out, list(codes)
 
 
 class Op:

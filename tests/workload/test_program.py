@@ -5,8 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from simtrain.workload.program import (FIELDS, KIND, MORE, NONE, STREAM, TYPED, Op, OpRef, OpTable, Program,
-                                      first_use_codes)
+from simtrain.workload.program import FIELDS, KIND, MORE, NONE, STREAM, TYPED, Op, OpRef, OpTable, Program
 
 
 def _record(**kw) -> Op:
@@ -75,12 +74,3 @@ def test_dependencies_keep_their_order_in_two_columns_and_a_list_beyond(deps):
     with pytest.raises(TypeError):
         table[11].deps.remove(7)
 
-
-@pytest.mark.quick
-def test_first_use_codes_number_values_in_order_of_first_use():
-    values = ["b", None, "a", "b", None, "c", "a"]
-    codes, distinct = first_use_codes(values, len(values))
-    assert distinct == ["b", None, "a", "c"] and codes.dtype == np.int32
-    assert [distinct[c] for c in codes] == values
-    codes, distinct = first_use_codes([], 0)
-    assert len(codes) == 0 and distinct == []
