@@ -22,7 +22,8 @@ the network's transfer steps, and one network process wakes the ops whose tokens
 Where the network prices every op up front (its ``fixed_duration`` answers a price for each, 0
 included), the run is :mod:`~simtrain.engine.compiled`'s loop instead: the same moves in the same
 order over the program's columns, compiled, with the same spans, checks and errors; by default
-only for programs of :data:`COMPILED_MIN_OPS` ops or more, where it pays for numba's start-up.
+only for programs of :data:`COMPILED_MIN_OPS` ops or more, where it pays for numba's start-up,
+or once this process has paid it (:func:`loop_loaded`).
 The flow network runs on SimPy's queue.
 
 Speed: a stream (:class:`~simtrain.engine.streams.Stream`) walks op ids over the program's columns
@@ -39,6 +40,7 @@ runs.
 
 from __future__ import annotations
 
+import sys
 from collections import deque
 from collections.abc import Generator
 from heapq import heappop, heappush
@@ -59,6 +61,13 @@ from simtrain.specs.budget import DEFAULT_MAX_EVENTS
 #: Programs this long or longer run compiled by default: numba's import and first call take about
 #: 0.6 s (measured on a 2-core machine), the SimPy engine 3-4 us per op, the compiled loop under 1 us.
 COMPILED_MIN_OPS = 200_000
+
+def loop_loaded() -> bool:
+    """Whether this process has run the compiled loop already (its module is imported only by a
+    compiled run): numba's start-up is then paid, and a program of any length runs compiled (a
+    search's worker, say, after its first long candidate). The two engines give the same spans."""
+    return "simtrain.engine.priced" in sys.modules
+
 
 #: A network process: SimPy events it waits for, one after another.
 _Process = Generator[simpy.Event, object, None]
@@ -82,7 +91,7 @@ class _Run:
     def __init__(self, program: Program, network: NetworkModel, max_events: int, comm_interference: float,
                  compiled: bool | None = None):
         self.prog, self.net, self.max_events = program, network, max_events
-        self.compiled = len(program.ops) >= COMPILED_MIN_OPS if compiled is None else compiled
+        self.compiled = (len(program.ops) >= COMPILED_MIN_OPS or loop_loaded()) if compiled is None else compiled
         self.interference, self.slow_factor = comm_interference, 1.0 + comm_interference
         table = program.ops  # the columns the streams read
         self.dep0, self.dep1, self.more, self.comm = table.dep0, table.dep1, table.more, table.comm
@@ -336,6 +345,7 @@ def run(program: Program, network: NetworkModel, max_events: int = DEFAULT_MAX_E
     """Simulate ``program`` on ``network``, compute slowed by ``comm_interference`` while communication
     runs beside it; returns the timeline, the ops run and the compute time communication added per rank.
     Where the network prices every op up front, the run of a program of :data:`COMPILED_MIN_OPS` ops
-    or more (``compiled=None``), or of any (``True``), is :mod:`~simtrain.engine.compiled`'s loop (the
-    same spans); ``compiled=False`` runs it on SimPy's event queue all the same."""
+    or more, or of any once the loop has run in this process (``compiled=None``), or of any
+    (``True``), is :mod:`~simtrain.engine.compiled`'s loop (the same spans); ``compiled=False``
+    runs it on SimPy's event queue all the same."""
     return _Run(program, network, max_events, comm_interference, compiled).run()

@@ -194,8 +194,8 @@ def test_errors_are_the_simpy_engines():
 @pytest.mark.quick
 def test_the_engine_module_runs_priced_programs_compiled(monkeypatch):
     """``engine.run`` takes the compiled loop where every op is priced up front and it is asked to,
-    or the program is long enough (the tests above would compare the SimPy engine with itself
-    otherwise)."""
+    the program is long enough or the loop has run in this process already (the tests above
+    would compare the SimPy engine with itself otherwise)."""
     calls = []
     from simtrain.engine import priced
     monkeypatch.setattr(priced, "run_priced", functools.partial(lambda f, *a, **k: calls.append(1) or f(*a, **k),
@@ -203,7 +203,10 @@ def test_the_engine_module_runs_priced_programs_compiled(monkeypatch):
     engine.run(_hand_program(), HalfSecond(), compiled=True)
     engine.run(_hand_program(), HalfSecond(), compiled=False)
     engine.run(_hand_program(), FixedLatency(), compiled=True)  # communication free: compiled all the same
-    engine.run(_hand_program(), HalfSecond())  # short: the SimPy engine
+    assert engine.loop_loaded()  # the loop has run in this process: any program runs compiled
+    engine.run(_hand_program(), HalfSecond())
+    monkeypatch.setattr(engine, "loop_loaded", lambda: False)
+    engine.run(_hand_program(), HalfSecond())  # short, the loop never run: the SimPy engine
     monkeypatch.setattr(engine, "COMPILED_MIN_OPS", 5)
     engine.run(_hand_program(), HalfSecond())  # as long as the threshold: compiled
-    assert calls == [1, 1, 1]
+    assert calls == [1, 1, 1, 1]

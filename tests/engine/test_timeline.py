@@ -147,9 +147,9 @@ def test_program_timeline_equals_gathering_every_span_in_recorded_order(schedule
     seen = []
     build = simulator.program_timeline
 
-    def spy(ops, rows, starts, ends):
+    def spy(ops, rows, starts, ends, *compute):  # (the compiled run also passes its compute mask)
         seen.append(_reference_timeline(ops, rows, starts, ends))
-        return build(ops, rows, starts, ends)
+        return build(ops, rows, starts, ends, *compute)
 
     monkeypatch.setattr(simulator, "program_timeline", spy)
     tl = simulate_settings(model="llama3-8b", topology="h100-ib", gpus=16, tp=2, pp=4, seq=2048, gbs=16,
