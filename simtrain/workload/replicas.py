@@ -23,6 +23,7 @@ replicated program equals the one lowered rank by rank, column for column.
 from __future__ import annotations
 
 from array import array
+from collections import Counter
 from itertools import repeat
 from dataclasses import dataclass
 from typing import Hashable, Protocol, cast
@@ -106,6 +107,7 @@ class RankReplicas:
     def __init__(self, lw: Lowering, moe: bool) -> None:
         self.lw, self.moe = lw, moe
         self._sources: dict[Hashable, _Source | None] = {}  # None: that key's first rank cannot be copied
+        self._counts: Counter[Hashable] | None = None
         # (source rank, its group set, the copy's) -> the keys of the source's collectives on it, renamed
         self._key_lists: dict[tuple[int, int, int], list[Key]] = {}
         # queued ranks' columns, not in the table yet: column -> its values, in rank order
@@ -131,12 +133,19 @@ class RankReplicas:
     def offer(self, rank: int, start: int, needs_from: int, sends_from: int) -> None:
         """``rank`` was lowered in full from op ``start`` (its transfers' needs and sends from
         those indices of the lowering's lists): take it out of the table and queue it; keep it
-        as the source of its symmetry key, unless the key has one."""
+        as the source of its symmetry key where other ranks share the key and it has none yet."""
         source = _capture(self.lw, rank, start, needs_from, sends_from)
         key = symmetry(self.lw.em, rank, self.moe)
-        if key not in self._sources:
-            self._sources[key] = source if source.renamable else None
+        if key not in self._sources:  # kept only for a key that other ranks share
+            self._sources[key] = source if source.renamable and self._sharing()[key] > 1 else None
         self._append(source, rank, None)
+
+    def _sharing(self) -> Counter[Hashable]:
+        """Symmetry key -> the simulated ranks that have it (counted once, at the first offer)."""
+        if self._counts is None:
+            em = self.lw.em
+            self._counts = Counter(symmetry(em, r, self.moe) for r in em.prog.pipeline_rank_of)
+        return self._counts
 
     def flush(self) -> None:
         """Append the queued ranks' columns to the table, each column at once."""

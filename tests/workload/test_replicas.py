@@ -30,7 +30,7 @@ moe_ffn = 512
 
 
 def _lowered(monkeypatch, replicated: bool, **settings):
-    """The program of ``settings`` (unfolded) and how many ranks were copied."""
+    """The program of ``settings`` (unfolded) and its replicas (None: lowered rank by rank)."""
     sc = api.resolve(dict(dict(model="llama3-8b", topology="h100-ib", seq=1024, fold=False), **settings))
     par = sc.parallel
     mesh = build_mesh(par.tp, par.cp, par.dp, par.pp, ep=par.ep, etp=par.etp, order=par.order,
@@ -46,7 +46,7 @@ def _lowered(monkeypatch, replicated: bool, **settings):
     monkeypatch.setattr(lower_module, "RankReplicas", spy if replicated else lambda *a: None)
     prog = lower(sc.model, par, sc.gpu, api.build_schedule(sc, opts), mesh, opts)
     monkeypatch.undo()
-    return prog, (made[0].copied if made else 0)
+    return prog, (made[0] if made else None)
 
 
 def _assert_equal(a, b):
@@ -72,9 +72,9 @@ CASES = [
 @pytest.mark.parametrize("settings", CASES[:1], ids=["1f1b"])
 @pytest.mark.quick
 def test_a_replicated_program_equals_the_one_lowered_rank_by_rank_quick(monkeypatch, settings):
-    fast, copied = _lowered(monkeypatch, True, **settings)
+    fast, replicas = _lowered(monkeypatch, True, **settings)
     full, _ = _lowered(monkeypatch, False, **settings)
-    assert copied > 0
+    assert replicas.copied > 0
     _assert_equal(fast, full)
 
 
@@ -85,9 +85,9 @@ def test_ranks_whose_ep_groups_span_other_nodes_copy_their_own_kind(monkeypatch,
     model.write_text(SMALL_MOE, encoding="utf-8")
     settings = dict(model=str(model), topology="gb200-nvl72", nodes=4, gpus=288, tp=1, pp=2, ep=16, gbs=288,
                     moe_dispatcher="deepep")
-    fast, copied = _lowered(monkeypatch, True, **settings)
+    fast, replicas = _lowered(monkeypatch, True, **settings)
     full, _ = _lowered(monkeypatch, False, **settings)
-    assert copied == 288 - 4  # two pipeline positions x two kinds of EP group
+    assert replicas.copied == 288 - 4  # two pipeline positions x two kinds of EP group
     _assert_equal(fast, full)
     sent = {n for n, c in zip(fast.ops.nbytes, fast.ops.comm) if c == "all_to_all"}
     assert len(sent) == 2  # the two kinds move different bytes (not one copied for the other)
@@ -95,7 +95,18 @@ def test_ranks_whose_ep_groups_span_other_nodes_copy_their_own_kind(monkeypatch,
 
 @pytest.mark.parametrize("settings", CASES[1:])
 def test_a_replicated_program_equals_the_one_lowered_rank_by_rank(monkeypatch, settings):
-    fast, copied = _lowered(monkeypatch, True, **settings)
+    fast, replicas = _lowered(monkeypatch, True, **settings)
     full, _ = _lowered(monkeypatch, False, **settings)
-    assert copied > 0
+    assert replicas.copied > 0
+    _assert_equal(fast, full)
+
+
+@pytest.mark.quick
+def test_a_rank_no_other_rank_resembles_is_kept_as_no_source(monkeypatch):
+    """Every rank its own pipeline position (pp = GPUs): nothing to copy, no source kept, and the
+    program is the one lowered rank by rank."""
+    fast, replicas = _lowered(monkeypatch, True, gpus=4, tp=1, pp=4, gbs=8)
+    full, _ = _lowered(monkeypatch, False, gpus=4, tp=1, pp=4, gbs=8)
+    assert replicas.copied == 0 and len(replicas._sources) == 4
+    assert all(source is None for source in replicas._sources.values())
     _assert_equal(fast, full)
