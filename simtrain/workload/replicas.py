@@ -15,18 +15,20 @@ of millions of values rank by rank moves it again and again.
 What else a lowering reads of a rank makes its :func:`symmetry` key: the pipeline position and,
 with expert parallelism, how many ranks of its EP group share a node (the all-to-all's bytes
 depend on it). Folded runs, perturbed GPUs and skewed routing (each EP position its own program)
-lower every rank. A source whose keys or peers do not name its own groups, or whose group sets
-cannot be renamed one to one for a rank, is not copied for it. ``tests/workload/test_replicas.py`` checks that a
-replicated program equals the one lowered rank by rank, column for column.
+lower every rank. A source is kept only for a key that other ranks share; one whose keys or peers
+do not name its own groups, or whose group sets cannot be renamed one to one for a rank, is not
+copied for it. ``tests/workload/test_replicas.py`` checks that a replicated program equals the
+one lowered rank by rank, column for column.
 """
 
 from __future__ import annotations
 
 from array import array
 from collections import Counter
-from itertools import repeat
+from collections.abc import Hashable
 from dataclasses import dataclass
-from typing import Hashable, Protocol, cast
+from itertools import repeat
+from typing import Protocol, cast
 
 import numpy as np
 
