@@ -62,6 +62,7 @@ from simtrain.specs.budget import DEFAULT_MAX_EVENTS
 #: 0.6 s (measured on a 2-core machine), the SimPy engine 3-4 us per op, the compiled loop under 1 us.
 COMPILED_MIN_OPS = 200_000
 
+
 def loop_loaded() -> bool:
     """Whether this process has run the compiled loop already (its module is imported only by a
     compiled run): numba's start-up is then paid, and a program of any length runs compiled (a

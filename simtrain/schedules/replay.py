@@ -120,75 +120,29 @@ def stage_weight(schedule: Schedule) -> float:
     return schedule.num_ranks / schedule.chain_length
 
 
-def _duration(a: Action, c: Costs) -> float:
-    """Duration of a plain action (one half of an overlapped pair)."""
-    if a.kind == "F":
-        return c[a.stage][0]
-    if a.kind == "I":
-        return c[a.stage][1]
-    if a.kind == "W":
-        return c[a.stage][2]
-    if a.kind == "B":
-        return c[a.stage][1] + c[a.stage][2]
-    raise ScheduleError(f"action {a}: unknown kind {a.kind!r}")
+#: A dependency key: ("F", s, mb) forward done; ("G", s, mb) input gradient done (I, B or the B
+#: half of FB); ("W", s, mb) weight gradient done (W or B).
+_Key = tuple[str, int, int]
 
 
-# dependency keys: ("F", s, mb) forward done; ("G", s, mb) input gradient done (I, B or the B
-# half of FB); ("W", s, mb) weight gradient done (W or B)
-
-def _deps(a: Action, nbrs: Neighbours) -> list[tuple[str, int, int]]:
-    out = []
-    for h in a.halves():
-        prev, nxt = nbrs(h.stage)
-        if h.kind == "F":
-            if prev is not None:
-                out.append(("F", prev, h.mb))
-        elif h.kind in ("I", "B"):
-            out.append(("F", h.stage, h.mb))
-            if nxt is not None:
-                out.append(("G", nxt, h.mb))
-        elif h.kind == "W":
-            out.append(("G", h.stage, h.mb))
-    return out
-
-
-def _produces(a: Action) -> list[tuple[str, int, int]]:
-    out = []
-    for h in a.halves():
-        if h.kind == "F":
-            out.append(("F", h.stage, h.mb))
-        elif h.kind == "I":
-            out.append(("G", h.stage, h.mb))
-        elif h.kind == "B":
-            out += [("G", h.stage, h.mb), ("W", h.stage, h.mb)]
-        elif h.kind == "W":
-            out.append(("W", h.stage, h.mb))
-    return out
-
-
-_PLAIN = frozenset("FIBW")
-
-
-def _plain(a: Action, nbrs: Neighbours, c: Costs) -> tuple[tuple[tuple[str, int, int], ...],
-                                                           tuple[tuple[str, int, int], ...], float] | None:
-    """A plain F, I, B or W action's (dependencies, what it produces, duration), as
-    :func:`_deps`, :func:`_produces` and :func:`_duration` give them; None for another kind (an
-    overlapped pair, or an unknown one, whose error those raise)."""
+def _half(a: Action, nbrs: Neighbours, c: Costs) -> tuple[tuple[_Key, ...], tuple[_Key, ...], float]:
+    """A plain action's (dependencies, what it produces, duration); an overlapped pair is its two
+    halves' (:func:`replay`)."""
     kind, s, mb = a.kind, a.stage, a.mb
-    if kind not in _PLAIN:
-        return None
     prev, nxt = nbrs(s)  # (raises for a stage out of range, before its costs are read)
     if kind == "F":
         return ((("F", prev, mb),) if prev is not None else ()), (("F", s, mb),), c[s][0]
     if kind == "W":
         return (("G", s, mb),), (("W", s, mb),), c[s][2]
-    deps = (("F", s, mb), ("G", nxt, mb)) if nxt is not None else (("F", s, mb),)  # I or B
+    if kind not in ("I", "B"):
+        raise ScheduleError(f"action {a}: unknown kind {a.kind!r}")
+    deps = (("F", s, mb), ("G", nxt, mb)) if nxt is not None else (("F", s, mb),)
     if kind == "I":
         return deps, (("G", s, mb),), c[s][1]
     return deps, (("G", s, mb), ("W", s, mb)), c[s][1] + c[s][2]
 
 
-def _describe_key(key: tuple[str, int, int]) -> str:
+def _describe_key(key: _Key) -> str:
     what, s, mb = key
     return {"F": f"the forward {s}F{mb}", "G": f"the input gradient of {s}I{mb}/{s}B{mb}",
             "W": f"{s}W{mb}"}[what]
@@ -232,13 +186,13 @@ def replay(schedule: Schedule, costs: CostsLike, comm: float = 0.0) -> Replay:
             nbr_cache[stage] = schedule.stage_neighbours(stage)
         return nbr_cache[stage]
 
-    done: dict[tuple[str, int, int], tuple[float, int]] = {}  # key -> (end time, rank)
-    waiting: dict[tuple[str, int, int], list[int]] = {}
+    done: dict[_Key, tuple[float, int]] = {}  # key -> (end time, rank)
+    waiting: dict[_Key, list[int]] = {}
     ptr = [0] * nranks
     free = [0.0] * nranks
     starts: list[list[float]] = [[] for _ in range(nranks)]
     ends: list[list[float]] = [[] for _ in range(nranks)]
-    blocked_on: dict[int, tuple[str, int, int]] = {}
+    blocked_on: dict[int, _Key] = {}
     stack = list(range(nranks - 1, -1, -1))
     while stack:
         r = stack.pop()
@@ -247,8 +201,13 @@ def replay(schedule: Schedule, costs: CostsLike, comm: float = 0.0) -> Replay:
             a = row[ptr[r]]
             ready = free[r]
             missing = None
-            plain = _plain(a, nbrs, c)  # (most actions: their keys without building their halves)
-            deps, produced = (plain[0], plain[1]) if plain is not None else (_deps(a, nbrs), _produces(a))
+            durations: tuple[float, ...]
+            if a.kind == "FB":  # an overlapped pair: its forward half, then its backward half
+                fwd, bwd = (_half(h, nbrs, c) for h in a.halves())
+                deps, produced, durations = fwd[0] + bwd[0], fwd[1] + bwd[1], (fwd[2], bwd[2])
+            else:
+                deps, produced, duration = _half(a, nbrs, c)
+                durations = (duration,)
             for key in deps:
                 got = done.get(key)
                 if got is None:
@@ -262,11 +221,8 @@ def replay(schedule: Schedule, costs: CostsLike, comm: float = 0.0) -> Replay:
                 break
             blocked_on.pop(r, None)
             end = ready
-            if plain is not None:
-                end += plain[2]
-            else:
-                for h in a.halves():  # an overlapped pair: its forward half, then its backward half
-                    end += _duration(h, c)
+            for duration in durations:
+                end += duration
             starts[r].append(ready)
             ends[r].append(end)
             free[r] = end

@@ -76,7 +76,7 @@ class Emitter:
             return given
         if self.fold:
             return self.pp_groups
-        return [self.mesh.group_of("pp", rank)]
+        return [self.pp_group(rank)]
 
     def groups(self, dim: str, rank: int) -> tuple[tuple[int, ...], ...]:
         """Groups along ``dim`` the op of ``rank`` stands for; ``dpcp`` = DP including CP ranks."""

@@ -49,9 +49,6 @@ from simtrain.workload.templates import ActionTemplates
 
 
 _PP_SEND, _PP = STREAM["pp_send"], KIND["pp"]
-#: A PP transfer (:data:`simtrain.workload.replicas.SendKey`); a receiver may name a stage that is
-#: None, which no send has.
-_SendKey = SendKey
 
 
 class _Lowering:
@@ -71,14 +68,14 @@ class _Lowering:
         # skewed routing gives each EP position its own program: fold by EP position
         self.by_ep = any(len(set(x)) > 1 for x in loads)
         self.step = 0  # the step being lowered
-        self.sends: dict[_SendKey, int] = {}  # (pipeline, step, stage, mb, "act"|"grad") -> p2p op id
+        self.sends: dict[SendKey, int] = {}  # (pipeline, step, stage, mb, "act"|"grad") -> p2p op id
         self.last_send: dict[int, int] = {}  # rank -> its latest p2p send (blocking sends wait for it)
         self.pairs: dict[tuple[int, int, int], tuple[tuple[int, int], ...]] = {}  # (rank, from, to pp rank) -> pairs
         self.blocking_p2p = not par.overlap_p2p_comm
         # without sequence parallelism each TP rank sends its slice; the receiver all-gathers them
         self.gather_received = par.tp > 1 and not par.sequence_parallel and opts.tp_comm
-        self.needs: list[tuple[int, _SendKey]] = []  # (op id, send key)
-        self.send_log: list[_SendKey] = []  # the keys of self.sends, in the order of the sends
+        self.needs: list[tuple[int, SendKey]] = []  # (op id, send key)
+        self.send_log: list[SendKey] = []  # the keys of self.sends, in the order of the sends
         # (rank, stage, stage it sends to) -> (peer, group set, bytes, pipeline group) of its transfers
         self.send_plans: dict[tuple[int, int, int], tuple[int, int, float, int]] = {}
         self.templates = ActionTemplates(self.em, self.dp)

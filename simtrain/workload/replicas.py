@@ -35,10 +35,11 @@ import numpy as np
 from simtrain.topology.mesh import DeviceMesh
 from simtrain.workload.emit import Emitter
 from simtrain.workload.moe_block import ep_ranks_per_node
-from simtrain.workload.program import TYPED, Key, Program
+from simtrain.workload.program import STREAMS, TYPED, Key, Program
 
 #: A PP transfer's key (as :mod:`simtrain.workload.lower` names it): (pipeline group, step,
-#: sending stage, micro-batch, "act" or "grad").
+#: sending stage, micro-batch, "act" or "grad"); a receiver may name a stage that is None, which
+#: no send has.
 SendKey = tuple[int, int, int | None, int, str]
 #: How a group set of a source's program is found again for another rank: ("dim", dimension) or
 #: ("pairs", sending pipeline rank, receiving pipeline rank).
@@ -67,27 +68,32 @@ class Lowering(Protocol):
 
 
 @dataclass(frozen=True)
-class _Source:
-    """A lowered rank's program, laid out for copying (offsets are relative to its first op)."""
+class _Renaming:
+    """What a copy for another rank renames in a source's program (offsets relative to its first op)."""
 
-    rank: int
-    size: int  # its ops
-    renamable: bool  # whether other ranks may copy it (its own copy needs no renaming)
-    same: tuple[tuple[str, bytes | list[object]], ...]  # (column, its values) of the columns copied as they are
-    dep0: np.ndarray  # per op: its first dependency as an offset, or NONE/MORE
-    dep0_own: np.ndarray  # 1 where dep0 is an op (rebased by adding the copy's first op), else 0
-    dep1: np.ndarray
-    dep1_own: np.ndarray
-    group_set: np.ndarray  # per op: its group set, or -1
-    peer: bytes  # per op: its peer (the source's own copy)
-    peer_at: np.ndarray  # per op: its peer's position in the pipeline group, or -1 (renamed copies)
+    peer_at: np.ndarray  # per op: its peer's position in the pipeline group, or -1
     gids: tuple[int, ...]  # the group sets its ops use, in order of first use
     recipes: dict[int, frozenset[Recipe]]  # group set -> how the rank came to it (absent: names no rank of its own)
     key_sets: tuple[tuple[int, tuple[tuple[str, int], ...]], ...]  # (group set, its collectives' (stream, number))
     key_at: tuple[int, ...]  # offsets of the numbered collectives, in op order
     key_from: tuple[tuple[int, int], ...]  # per numbered collective: (index in key_sets, index in its list)
     keys: list[Key | None]  # per op: its one-off collective's key (shared by every rank), else None
-    own_keys: list[Key | None]  # per op: its key as lowered (the source's own copy)
+
+
+@dataclass(frozen=True)
+class _Source:
+    """A lowered rank's program, laid out for copying (offsets are relative to its first op)."""
+
+    rank: int
+    size: int  # its ops
+    same: tuple[tuple[str, bytes | list[object]], ...]  # (column, its values) of the columns copied as they are
+    dep0: np.ndarray  # per op: its first dependency as an offset, or NONE/MORE
+    dep0_own: np.ndarray  # 1 where dep0 is an op (rebased by adding the copy's first op), else 0
+    dep1: np.ndarray
+    dep1_own: np.ndarray
+    group_set: np.ndarray  # per op: its group set, or -1
+    peer: bytes  # per op: its peer
+    keys: list[Key | None]  # per op: its key as lowered
     more: tuple[tuple[int, tuple[int, ...]], ...]  # (op offset, its dependencies as offsets)
     streams: tuple[tuple[int, np.ndarray], ...]  # (stream, its op ids as offsets)
     needs: tuple[tuple[int, SendKey], ...]  # (op offset, transfer it waits for)
@@ -95,6 +101,7 @@ class _Source:
     counters: tuple[tuple[int, int], ...]  # (stream, collectives numbered)
     last_send: int | None  # op offset
     static_bytes: float
+    renaming: _Renaming | None  # None: no other rank copies it
 
 
 def symmetry(em: Emitter, rank: int, moe: bool) -> Hashable:
@@ -109,7 +116,8 @@ class RankReplicas:
     def __init__(self, lw: Lowering, moe: bool) -> None:
         self.lw, self.moe = lw, moe
         self._sources: dict[Hashable, _Source | None] = {}  # None: that key's first rank cannot be copied
-        self._counts: Counter[Hashable] | None = None
+        self._key_of: dict[int, Hashable] = {}  # simulated rank -> its symmetry key (filled at first use)
+        self._sharing: Counter[Hashable] = Counter()  # symmetry key -> the simulated ranks that have it
         # (source rank, its group set, the copy's) -> the keys of the source's collectives on it, renamed
         self._key_lists: dict[tuple[int, int, int], list[Key]] = {}
         # queued ranks' columns, not in the table yet: column -> its values, in rank order
@@ -122,7 +130,7 @@ class RankReplicas:
     def copy(self, rank: int) -> bool:
         """Queue ``rank``'s program as a copy of its source's; False (nothing queued) where it
         has none."""
-        source = self._sources.get(symmetry(self.lw.em, rank, self.moe))
+        source = self._sources.get(self._key(rank))
         if source is None:
             return False
         gmap = self._group_map(source, rank)
@@ -136,18 +144,20 @@ class RankReplicas:
         """``rank`` was lowered in full from op ``start`` (its transfers' needs and sends from
         those indices of the lowering's lists): take it out of the table and queue it; keep it
         as the source of its symmetry key where other ranks share the key and it has none yet."""
-        source = _capture(self.lw, rank, start, needs_from, sends_from)
-        key = symmetry(self.lw.em, rank, self.moe)
-        if key not in self._sources:  # kept only for a key that other ranks share
-            self._sources[key] = source if source.renamable and self._sharing()[key] > 1 else None
+        key = self._key(rank)
+        keep = key not in self._sources and self._sharing[key] > 1
+        source = _capture(self.lw, rank, start, needs_from, sends_from, renamed=keep)
+        if key not in self._sources:
+            self._sources[key] = source if source.renaming is not None else None
         self._append(source, rank, None)
 
-    def _sharing(self) -> Counter[Hashable]:
-        """Symmetry key -> the simulated ranks that have it (counted once, at the first offer)."""
-        if self._counts is None:
+    def _key(self, rank: int) -> Hashable:
+        """``rank``'s :func:`symmetry` key (every simulated rank's found and counted at the first call)."""
+        if not self._key_of:
             em = self.lw.em
-            self._counts = Counter(symmetry(em, r, self.moe) for r in em.prog.pipeline_rank_of)
-        return self._counts
+            self._key_of = {r: symmetry(em, r, self.moe) for r in em.prog.pipeline_rank_of}
+            self._sharing.update(self._key_of.values())
+        return self._key_of[rank]
 
     def flush(self) -> None:
         """Append the queued ranks' columns to the table, each column at once."""
@@ -166,8 +176,9 @@ class RankReplicas:
         """The source's group sets -> ``rank``'s (registered in the order the source first used
         them, as lowering ``rank`` would), or None where a group set's recipes disagree."""
         wanted: list[tuple[int, tuple[tuple[int, ...], ...] | None]] = []
-        for gid in source.gids:
-            recipes = source.recipes.get(gid)
+        renaming = cast(_Renaming, source.renaming)  # (a kept source has one)
+        for gid in renaming.gids:
+            recipes = renaming.recipes.get(gid)
             if recipes is None:
                 wanted.append((gid, None))
                 continue
@@ -188,7 +199,7 @@ class RankReplicas:
         """Queue the copy of source ``s`` for ``rank`` (group sets renamed by ``gmap``; None: the
         source's own copy) and record what the lowering keeps beside the columns."""
         lw = self.lw
-        prog, mesh = lw.prog, lw.mesh
+        prog = lw.prog
         base = len(prog.ops) + self._pending
         self._pending += s.size
         typed, lists = self._typed, self._lists
@@ -203,15 +214,16 @@ class RankReplicas:
         if gmap is None:
             typed["group_set"].append(s.group_set.astype(np.intc).tobytes())
             typed["peer"].append(s.peer)
-            keys = s.own_keys
+            keys = s.keys
         else:
+            renaming = cast(_Renaming, s.renaming)  # (only a kept source is copied for another rank)
             lut = np.full(max(gmap, default=0) + 2, -1, dtype=np.intc)  # the last entry: no group set (-1)
             for old, new in gmap.items():
                 lut[old] = new
             typed["group_set"].append(lut[s.group_set].tobytes())
-            peers = np.array([*mesh.group_of("pp", rank), -1], dtype=np.intc)  # the last entry: no peer (-1)
-            typed["peer"].append(peers[s.peer_at].tobytes())
-            keys = self._keys(s, gmap)
+            peers = np.array([*lw.em.pp_group(rank), -1], dtype=np.intc)  # the last entry: no peer (-1)
+            typed["peer"].append(peers[renaming.peer_at].tobytes())
+            keys = self._keys(s.rank, renaming, gmap)
         lists["key"].extend(keys)
         members = prog.members  # a rank's keys are distinct: counted in one pass, in op order
         counted: list[Key] = [k for k in keys if k is not None]
@@ -221,7 +233,7 @@ class RankReplicas:
             more[base + offset] = [base + d for d in deps]
         for stream, ids in s.streams:
             prog.order[(rank, stream)] = array("i", (ids + base).astype(np.intc).tobytes())
-        pipeline = mesh.group_of("pp", rank)[0]
+        pipeline = lw.em.pp_group(rank)[0]
         lw.needs.extend((base + offset, _moved(need, pipeline)) for offset, need in s.needs)
         for send, offset in s.sends:
             moved = _moved(send, pipeline)
@@ -234,21 +246,21 @@ class RankReplicas:
             counters[(rank, stream)] = count
         prog.static_bytes[rank] = s.static_bytes
 
-    def _keys(self, s: _Source, gmap: dict[int, int]) -> list[Key | None]:
-        """The copy's keys, per op: each numbered collective's with the copy's group, held once
-        per (source, group set, renamed group set)."""
+    def _keys(self, source: int, r: _Renaming, gmap: dict[int, int]) -> list[Key | None]:
+        """The keys of a copy of rank ``source``'s program, per op: each numbered collective's
+        with the copy's group, held once per (source, group set, renamed group set)."""
         prog = self.lw.prog
         sets, cache = prog.group_sets, self._key_lists
         lists = []
-        for gid, parts in s.key_sets:
+        for gid, parts in r.key_sets:
             new = gmap[gid]
-            held = cache.get((s.rank, gid, new))
+            held = cache.get((source, gid, new))
             if held is None:
                 first = sets[new][0]
-                held = cache[(s.rank, gid, new)] = prog.shared_keys([(stream, first, k) for stream, k in parts])
+                held = cache[(source, gid, new)] = prog.shared_keys([(stream, first, k) for stream, k in parts])
             lists.append(held)
-        keys = s.keys.copy()
-        for offset, (i, j) in zip(s.key_at, s.key_from):
+        keys = r.keys.copy()
+        for offset, (i, j) in zip(r.key_at, r.key_from):
             keys[offset] = lists[i][j]
         return keys
 
@@ -259,10 +271,10 @@ def _moved(send: SendKey, pipeline: int) -> SendKey:
     return pipeline, step, stage, mb, what
 
 
-def _capture(lw: Lowering, rank: int, start: int, needs_from: int, sends_from: int) -> _Source:
+def _capture(lw: Lowering, rank: int, start: int, needs_from: int, sends_from: int, renamed: bool) -> _Source:
     """The program of ``rank`` (ops ``start:``, the last in the table), taken out of the table
-    and the lowering's records; renamable unless a key or a peer does not name the rank's own
-    groups."""
+    and the lowering's records; with ``renamed``, also what a copy for another rank renames
+    (:func:`_renaming`)."""
     prog = lw.prog
     table = prog.ops
     end = len(table)
@@ -270,58 +282,70 @@ def _capture(lw: Lowering, rank: int, start: int, needs_from: int, sends_from: i
     more = tuple((i - start, tuple(d - start for d in ds)) for i, ds in table.more.items() if start <= i < end)
     if any(bool(np.any((d >= 0) & (d < start))) for d in deps) or any(d < 0 for _, ds in more for d in ds):
         raise AssertionError(f"rank {rank}'s program waits for another rank's op")  # lowering links ranks at the end
-    pp = lw.mesh.group_of("pp", rank)
-    peers = table.peer[start:end]
-    renamable = {p for p in peers if p >= 0} <= set(pp)
-    peer_at = np.array([pp.index(p) if p >= 0 else -1 for p in peers], dtype=np.int64) if renamable else deps[0]
-    gids_col = table.column("group_set")[start:end].astype(np.int64)
-    uniq, first = np.unique(gids_col, return_index=True)
-    gids = tuple(int(g) for g in uniq[np.argsort(first)] if g >= 0)
+    gids = table.column("group_set")[start:end].astype(np.int64)
+    keys = table.key[start:end]
+    last = lw.last_send.get(rank)
+    # the rank's queues in the order they were made: the dict's last, since the rank was lowered last
+    streams: list[tuple[int, array[int]]] = []
+    for r, stream in reversed(prog.order.keys()):
+        if r != rank:
+            break
+        streams.insert(0, (stream, prog.order[(r, stream)]))
+    source = _Source(
+        rank, end - start,
+        tuple((c, getattr(table, c)[start:end].tobytes() if c in TYPED else getattr(table, c)[start:end])
+              for c in _SAME),
+        np.where(deps[0] >= 0, deps[0] - start, deps[0]), (deps[0] >= 0).astype(np.int64),
+        np.where(deps[1] >= 0, deps[1] - start, deps[1]), (deps[1] >= 0).astype(np.int64),
+        gids, table.peer[start:end].tobytes(), keys, more,
+        tuple((s, np.frombuffer(q, dtype=np.intc).astype(np.int64) - start) for s, q in streams),
+        tuple((op - start, need) for op, need in lw.needs[needs_from:]),
+        tuple((send, lw.sends[send] - start) for send in lw.send_log[sends_from:]),
+        tuple((s, lw.em._counters[(rank, s)]) for s in range(len(STREAMS)) if (rank, s) in lw.em._counters),
+        None if last is None else last - start, prog.static_bytes[rank],
+        _renaming(lw, rank, table.peer[start:end], gids, keys) if renamed else None)
+    _take_out(lw, start, needs_from, sends_from, keys)
+    return source
+
+
+def _renaming(lw: Lowering, rank: int, peers: array[int], gids: np.ndarray, keys: list[Key | None]) -> _Renaming | None:
+    """What a copy of ``rank``'s program for another rank renames, or None where a copy could
+    not: a peer outside its pipeline group, or a key that does not hold its group set's first
+    group."""
+    pp = lw.em.pp_group(rank)
+    if not {p for p in peers if p >= 0} <= set(pp):
+        return None
     recipes: dict[int, set[Recipe]] = {}
     for (dim, r), (_, gid) in lw.em._group_ids.items():
         if r == rank:
             recipes.setdefault(gid, set()).add(("dim", dim))
     for (r, src, dst), pairs in lw.pairs.items():
         if r == rank:
-            recipes.setdefault(prog.group_set_id(pairs), set()).add(("pairs", src, dst))
+            recipes.setdefault(lw.prog.group_set_id(pairs), set()).add(("pairs", src, dst))
     by_set: dict[int, list[tuple[str, int]]] = {}
     key_at: list[int] = []
     key_from: list[tuple[int, int]] = []
-    keys: list[Key | None] = []
-    sets = prog.group_sets
-    own_keys = table.key[start:end]
-    for offset, key in enumerate(own_keys):
+    one_off: list[Key | None] = []
+    sets = lw.prog.group_sets
+    for offset, key in enumerate(keys):
         if key is None or len(key) == 2:  # none, or one-off (every rank's)
-            keys.append(key)
+            one_off.append(key)
             continue
-        keys.append(None)
-        gid = int(gids_col[offset])
+        one_off.append(None)
+        gid = int(gids[offset])
         if gid not in recipes or key[1] != sets[gid][0] or not isinstance(key[2], int):
-            renamable = False
-            continue
+            return None
         parts = by_set.setdefault(gid, [])
         key_at.append(offset)
         key_from.append((gid, len(parts)))
         parts.append((str(key[0]), key[2]))
     order = {gid: i for i, gid in enumerate(by_set)}
-    last = lw.last_send.get(rank)
-    source = _Source(
-        rank, end - start, renamable,
-        tuple((c, getattr(table, c)[start:end].tobytes() if c in TYPED else getattr(table, c)[start:end])
-              for c in _SAME),
-        np.where(deps[0] >= 0, deps[0] - start, deps[0]), (deps[0] >= 0).astype(np.int64),
-        np.where(deps[1] >= 0, deps[1] - start, deps[1]), (deps[1] >= 0).astype(np.int64),
-        gids_col, peers.tobytes(), peer_at, gids, {g: frozenset(r) for g, r in recipes.items()},
-        tuple((gid, tuple(parts)) for gid, parts in by_set.items()), tuple(key_at),
-        tuple((order[g], j) for g, j in key_from), keys, own_keys, more,
-        tuple((s, np.frombuffer(q, dtype=np.intc).astype(np.int64) - start)
-              for (r, s), q in prog.order.items() if r == rank),
-        tuple((op - start, need) for op, need in lw.needs[needs_from:]),
-        tuple((send, lw.sends[send] - start) for send in lw.send_log[sends_from:]),
-        tuple((s, n) for (r, s), n in lw.em._counters.items() if r == rank),
-        None if last is None else last - start, prog.static_bytes[rank])
-    _take_out(lw, start, needs_from, sends_from, own_keys)
-    return source
+    uniq, first = np.unique(gids, return_index=True)
+    return _Renaming(np.array([pp.index(p) if p >= 0 else -1 for p in peers], dtype=np.int64),
+                     tuple(int(g) for g in uniq[np.argsort(first)] if g >= 0),
+                     {g: frozenset(r) for g, r in recipes.items()},
+                     tuple((gid, tuple(parts)) for gid, parts in by_set.items()), tuple(key_at),
+                     tuple((order[g], j) for g, j in key_from), one_off)
 
 
 def _take_out(lw: Lowering, start: int, needs_from: int, sends_from: int, keys: list[Key | None]) -> None:
