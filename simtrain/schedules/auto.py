@@ -37,7 +37,7 @@ from simtrain.errors import ScheduleError
 from simtrain.schedules.basic import one_f_one_b
 from simtrain.schedules.ir import Action, Schedule
 from simtrain.schedules.record import Param, ScheduleRecord
-from simtrain.schedules.replay import Costs, CostsLike, normalize_costs, replay
+from simtrain.schedules.replay import Costs, CostsLike, inflight_profile, makespan, normalize_costs
 from simtrain.schedules.zero_bubble import zb_h1, zb_h2
 
 
@@ -145,15 +145,17 @@ def zb_auto(pp: int, m: int, costs: CostsLike = (1.0, 1.0, 1.0), comm: float = 0
         for eager_w in (True, False):
             rows = _greedy(pp, m, c, comm, limit, alternate=alternate, eager_w=eager_w)
             cand = Schedule("zb-auto", pp, m, tuple(range(pp)), rows)
-            t = replay(cand, costs, comm).makespan
+            t = makespan(cand, costs, comm)
             if t < best_t - 1e-12:
                 best, best_t = cand, t
                 picked = f"greedy(alternate={alternate}, eager_w={eager_w})"
     for gen in (zb_h1, one_f_one_b, zb_h2):
         cand = gen(pp, m)
-        rep = replay(cand, costs, comm)
-        if max(rep.peak_inflight_chunks) <= limit and rep.makespan < best_t - 1e-12:
-            best, best_t, picked = cand, rep.makespan, cand.name
+        if max(inflight_profile(cand)[1]) > limit:
+            continue  # holds more micro-batches than allowed: not replayed
+        t = makespan(cand, costs, comm)
+        if t < best_t - 1e-12:
+            best, best_t, picked = cand, t, cand.name
     best = cast(Schedule, best)  # set by the first greedy order, whose makespan is below inf
     return Schedule("zb-auto", pp, m, best.stage_to_rank, best.actions,
                     meta={**meta, "picked": picked, "makespan": best_t})

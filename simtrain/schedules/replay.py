@@ -247,3 +247,77 @@ def replay(schedule: Schedule, costs: CostsLike, comm: float = 0.0) -> Replay:
     peaks, raw = inflight_profile(schedule)
     return Replay(schedule, tuple(map(tuple, starts)), tuple(map(tuple, ends)), makespan, busy,
                   tuple(makespan - b for b in busy), peaks, raw)
+
+
+def makespan(schedule: Schedule, costs: CostsLike, comm: float = 0.0) -> float:
+    """``replay(schedule, costs, comm).makespan``, without keeping any action's start or end: the
+    same rules and the same floating-point operations in the same order (each action starts at
+    the latest of its rank's previous end and its dependencies' ends, ``comm`` added for one on
+    another rank, and ends its duration later), with the dependencies' ends kept in a list by
+    (kind, stage, micro-batch) instead of a dictionary of keys. A schedule with overlapped pairs,
+    a stage or micro-batch out of range, or a deadlock is handed to :func:`replay`, which says
+    what is wrong. zb-auto compares many orders by this number alone."""
+    S, M = schedule.num_stages, schedule.num_microbatches  # noqa: N806
+    c = normalize_costs(costs, S)
+    prev: list[int | None] = []
+    nxt: list[int | None] = []
+    for s in range(S):
+        p, q = schedule.stage_neighbours(s)
+        prev.append(p)
+        nxt.append(q)
+    size = S * M
+    ends: list[float | None] = [None] * (3 * size)  # by F, G, W blocks of (stage, micro-batch)
+    src = [0] * (3 * size)  # the rank each end was produced on
+    waiting: dict[int, list[int]] = {}
+    actions = schedule.actions
+    ptr = [0] * len(actions)
+    free = [0.0] * len(actions)
+    stack = list(range(len(actions) - 1, -1, -1))
+    while stack:
+        r = stack.pop()
+        row, i = actions[r], ptr[r]
+        while i < len(row):
+            a = row[i]
+            kind, s, mb = a.kind, a.stage, a.mb
+            if not (0 <= s < S and 0 <= mb < M):
+                return replay(schedule, costs, comm).makespan
+            at = s * M + mb
+            if kind == "F":
+                p = prev[s]
+                deps: tuple[int, ...] = (p * M + mb,) if p is not None else ()
+                out: tuple[int, ...] = (at,)
+                duration = c[s][0]
+            elif kind == "W":
+                deps, out, duration = (size + at,), (2 * size + at,), c[s][2]
+            elif kind == "I" or kind == "B":
+                q = nxt[s]
+                deps = (at, size + q * M + mb) if q is not None else (at,)
+                if kind == "I":
+                    out, duration = (size + at,), c[s][1]
+                else:
+                    out, duration = (size + at, 2 * size + at), c[s][1] + c[s][2]
+            else:  # an overlapped pair (or an unknown kind): the full replay
+                return replay(schedule, costs, comm).makespan
+            ready = free[r]
+            blocked = False
+            for k in deps:
+                t = ends[k]
+                if t is None:
+                    waiting.setdefault(k, []).append(r)
+                    blocked = True
+                    break
+                ready = max(ready, t + (comm if src[k] != r else 0.0))
+            if blocked:
+                break
+            end = ready + duration
+            free[r] = end
+            i += 1
+            for k in out:
+                ends[k] = end
+                src[k] = r
+                if k in waiting:
+                    stack.extend(waiting.pop(k))
+        ptr[r] = i
+    if any(ptr[r] < len(actions[r]) for r in range(len(actions))):
+        return replay(schedule, costs, comm).makespan  # raises the deadlock, naming every blocked action
+    return max((free[r] for r in range(len(actions)) if actions[r]), default=0.0)

@@ -1,14 +1,19 @@
 """The fixed-cost replay: peaks in flight of every schedule, communication and per-stage costs, a
-deadlock naming every blocked rank."""
+deadlock naming every blocked rank; the makespan alone equal to the replay's."""
 
 from __future__ import annotations
 
+import random
+
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from helpers import UNIT_COSTS
+from simtrain.errors import ScheduleError
 from simtrain.schedules import generate, replay
 from simtrain.schedules.ir import Action, Schedule
-from simtrain.schedules.replay import DeadlockError
+from simtrain.schedules.replay import DeadlockError, makespan
 
 pytestmark = pytest.mark.quick
 
@@ -60,3 +65,37 @@ def test_replay_deadlock_lists_every_rank():
     msg = str(e.value)
     assert "rank 0, cell 1: 0B0" in msg and "rank 1, cell 0: 1B0" in msg
     assert set(e.value.blocked) == {0, 1}
+
+
+def _every_schedule(pp: int, m: int):
+    from simtrain.schedules import REGISTRY
+
+    for name in REGISTRY:
+        kw = {"vpp": 2} if REGISTRY[name].takes("vpp") else {}
+        try:
+            yield generate(name, pp, m, **kw)
+        except ScheduleError:  # too few micro-batches, or an odd pp for DualPipe
+            continue
+
+
+@settings(max_examples=40, deadline=None)
+@given(pp=st.integers(1, 6), extra=st.integers(0, 9), comm=st.sampled_from([0.0, 0.013, 0.5, 3.0]),
+       seed=st.integers(0, 2**16))
+def test_makespan_equals_the_replay_bit_for_bit(pp, extra, comm, seed):
+    """The makespan alone (zb-auto's comparison) is the full replay's, float for float, on every
+    schedule (DualPipe's overlapped pairs go through the replay) under per-stage costs."""
+    rng = random.Random(seed)
+    for s in _every_schedule(pp, 2 * pp + extra):
+        costs = tuple(tuple(rng.uniform(0.05, 3.0) for _ in range(s.num_stages)) for _ in range(3))
+        assert makespan(s, costs, comm) == replay(s, costs, comm).makespan, s.name
+
+
+def test_makespan_hands_a_bad_schedule_to_the_replay():
+    rows = ((Action(0, "F", 0), Action(0, "B", 0)), (Action(1, "B", 0), Action(1, "F", 0)))
+    with pytest.raises(DeadlockError, match="rank 1, cell 0: 1B0"):
+        makespan(Schedule("bad", 2, 1, (0, 1), rows), UNIT_COSTS)
+    out_of_range = Schedule("far", 1, 1, (0,), ((Action(3, "F", 0),),))
+    with pytest.raises(ScheduleError, match="stage 3 out of range"):
+        makespan(out_of_range, UNIT_COSTS)
+    beyond = Schedule("beyond", 1, 1, (0,), ((Action(0, "F", 0), Action(0, "F", 1), Action(0, "B", 0)),))
+    assert makespan(beyond, (1.0, 2.0, 3.0)) == replay(beyond, (1.0, 2.0, 3.0)).makespan  # mb 1 of m = 1
