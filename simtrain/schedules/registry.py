@@ -8,12 +8,16 @@ in-flight micro-batches, parameter copies); adding one is that module plus one l
 configuration search.
 
 A :class:`Registry` is immutable; :meth:`Registry.with_record` returns a new one with one more
-record, so a schedule can be tried without changing :data:`REGISTRY`.
+record, so a schedule can be tried without changing :data:`REGISTRY`. It keeps the last
+:data:`RECENT` schedules it generated, by their arguments: a generator is a pure function of them
+and a schedule cannot change, and ``--recompute auto`` builds the run's schedule once to plan
+its memory and again to lower it (zb-auto's, planned for given costs, takes up to a second).
 """
 
 from __future__ import annotations
 
 import importlib
+from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from types import MappingProxyType
@@ -26,6 +30,10 @@ from simtrain.schedules.combined import combine_1f1b
 from simtrain.schedules.csvio import read_schedule_csv, schedule_from_csv
 from simtrain.schedules.ir import Schedule
 from simtrain.schedules.record import ScheduleRecord
+
+
+#: How many generated schedules a registry keeps (module docstring).
+RECENT = 4
 
 
 def example_schedules() -> list[str]:
@@ -43,6 +51,7 @@ class Registry(Mapping[str, ScheduleRecord]):
                 raise ValueError(f"schedule {rec.name!r} is registered twice")
             table[rec.name] = rec
         self._records = MappingProxyType(table)
+        self._recent: OrderedDict[tuple[object, ...], Schedule] = OrderedDict()  # (name, pp, m, params) -> schedule
         for rec in table.values():
             if rec.ranked_as is not None and rec.ranked_as not in self.closed_form_names():
                 raise ValueError(f"schedule {rec.name!r} is ranked as {rec.ranked_as!r}, which has no "
@@ -74,7 +83,19 @@ class Registry(Mapping[str, ScheduleRecord]):
         record = self.record(name)
         vpp = params.get("vpp")
         check_schedule(name, pp, m, vpp if isinstance(vpp, int) and not isinstance(vpp, bool) else 1)
-        return record.generator(pp, m, **params)
+        key = (name, pp, m, tuple(sorted(params.items())))
+        try:
+            hash(key)
+        except TypeError:  # a parameter that cannot be a key (a list): generated every time
+            return record.generator(pp, m, **params)
+        sched = self._recent.get(key)
+        if sched is None:
+            sched = self._recent[key] = record.generator(pp, m, **params)
+            if len(self._recent) > RECENT:
+                self._recent.popitem(last=False)
+        else:
+            self._recent.move_to_end(key)
+        return sched
 
     def load(self, name_or_path: str | Path, pp: int, m: int, combined_1f1b: bool = False,
              **params: object) -> Schedule:

@@ -118,3 +118,29 @@ def test_vpp_only_for_schedules_that_interleave():
             REGISTRY.check_vpp(name, 3)
     with pytest.raises(SpecError, match="--vpp 2: schedule mine.csv is a schedule file"):
         REGISTRY.check_vpp("mine.csv", 2)
+
+
+def test_recent_schedules_are_kept_by_their_arguments():
+    """A registry keeps its last RECENT schedules: the same arguments give the same schedule
+    object, other costs another, at most RECENT kept; a parameter that cannot be a key (a
+    list of per-stage costs) is generated each time."""
+    from simtrain.schedules.registry import RECENT, Registry
+
+    calls = []
+
+    def counted(pp: int, m: int, **kw) -> Schedule:
+        calls.append((pp, m, kw))
+        return _toy(pp, m)
+
+    reg = Registry([ScheduleRecord("counted", counted, "A counted test schedule")])
+    a = reg.generate("counted", 2, 4, costs=(1.0, 1.0, 1.0))
+    assert reg.generate("counted", 2, 4, costs=(1.0, 1.0, 1.0)) is a and len(calls) == 1
+    assert reg.generate("counted", 2, 4, costs=(1.0, 2.0, 1.0)) is not a and len(calls) == 2
+    for m in range(5, 5 + RECENT):
+        reg.generate("counted", 2, m)
+    reg.generate("counted", 2, 4, costs=(1.0, 1.0, 1.0))  # pushed out by RECENT others: built again
+    assert len(calls) == 3 + RECENT
+    reg.generate("counted", 2, 4, costs=[[1.0, 1.0], [1.0, 1.0], [1.0, 1.0]])
+    reg.generate("counted", 2, 4, costs=[[1.0, 1.0], [1.0, 1.0], [1.0, 1.0]])
+    assert len(calls) == 5 + RECENT
+    assert generate("zb-auto", 3, 6, costs=(1.0, 1.2, 0.7)) is generate("zb-auto", 3, 6, costs=(1.0, 1.2, 0.7))
