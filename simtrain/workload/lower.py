@@ -324,6 +324,8 @@ def _first_non_dp(prog: Program, first_op: int) -> int | None:
     """The first op of ``prog`` from ``first_op`` on that is not a data-parallel gather."""
     dp = STREAM["dp"]
     streams = prog.ops.stream
+    if first_op < len(streams) and streams[first_op] != dp:  # (most actions: no gather first)
+        return first_op
     return next((i for i in range(first_op, len(streams)) if streams[i] != dp), None)
 
 

@@ -21,12 +21,12 @@ from them for many sends at once; the tests compare both on every preset.
 from __future__ import annotations
 
 import zlib
-from operator import itemgetter
+from itertools import chain
 from typing import Any
 
 import numpy as np
 
-from simtrain.topology.build import plain_adjacency
+from simtrain.topology.build import paused_gc, plain_adjacency
 from simtrain.topology.routing.tables import first_nic, nic_port
 
 Link = tuple[str, str]
@@ -41,7 +41,8 @@ class LinkIds:
     def __init__(self, router: Any) -> None:
         self.router = router
         edges = router._static()[0]  # (u, v) -> (capacity_Bps, latency_s), every directed edge
-        self._ids: dict[Link, int] = dict(zip(edges, range(len(edges))))
+        with paused_gc():  # a million new tuples, none in a cycle
+            self._ids: dict[Link, int] = dict(zip(edges, range(len(edges))))
         self._capacity = np.fromiter(edges.column("capacity_Bps"), dtype=float, count=len(edges))
         n = router.cluster.num_gpus
         self._known = np.zeros(n, dtype=bool)
@@ -108,8 +109,8 @@ class LinkIds:
         if self._latency is None:
             edges, node_lat = self.router._static()[:2]
             self._latency = np.fromiter(edges.column("latency_s"), dtype=float, count=len(edges))
-            self._node_latency = np.fromiter(map(node_lat.__getitem__, map(itemgetter(1), edges)), dtype=float,
-                                             count=len(edges))
+            heads = chain.from_iterable(edges.out_nodes())  # each edge's second node, in edge order
+            self._node_latency = np.fromiter(map(node_lat.__getitem__, heads), dtype=float, count=len(edges))
         valid = rows >= 0
         safe = np.where(valid, rows, 0)
         bandwidth = np.where(valid, self._capacity[safe], np.inf).min(axis=1)

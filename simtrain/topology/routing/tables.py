@@ -6,7 +6,7 @@ which NIC names its channel (:meth:`Router.nic_of <simtrain.topology.routing.rou
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from itertools import chain, repeat
 from operator import itemgetter
 from typing import Any
@@ -46,6 +46,10 @@ class EdgeCosts(Mapping):
 
     def __len__(self) -> int:
         return self._size
+
+    def out_nodes(self) -> Iterator[Iterable[str]]:
+        """Per node, in iteration order, the second nodes of its edges (in order)."""
+        return iter(self._succ.values())
 
     def column(self, name: str) -> Iterator[float]:
         """Attribute ``name`` (``capacity_Bps`` or ``latency_s``) of every edge, in iteration order."""
