@@ -63,7 +63,7 @@ COMMANDS: dict[str, tuple[bool, list[str]]] = {
     "E17": (True, ["schedule", "zb-auto", "--pp", "64", "--microbatches", "4096"]),
     "E18": (True, ["schedule", "zb-h2", "--pp", "64", "--microbatches", "4096"]),
     "E19": (True, ["schedule", "1f1b", "--pp", "64", "--microbatches", "15000"]),
-    "E20": (True, ["schedule", "zb-auto", "--pp", "32", "--microbatches", "1024"]),
+    "E20": (True, ["schedule", "zb-auto", "--pp", "32", "--microbatches", "2048"]),
     "E21": (True, ["run", *L8, "--gpus", "16", "--tp", "2", "--pp", "2", "--seq", "2048", "--gbs", "16",
                    "--steps", "1000"]),
     "E22": (False, ["run", "--model", "{dir}/layers-20000.json", "--topology", "h100-ib", "--gpus", "8", "--tp",

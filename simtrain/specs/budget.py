@@ -148,9 +148,11 @@ def schedule_cells(pp: int, m: int, vpp: int = 1) -> int:
 
 
 #: CPU microseconds per cell to plan a schedule: zb-auto searches its order cell by cell
-#: (measured about 175-195 us per cell at pp 16-32, 256 micro-batches, on the 2-core machine of
-#: ``benchmarks/bench_edges.py``); every other generator lays out its cells in 1-10 us each.
-PLAN_US_PER_CELL = {"zb-auto": 200.0}
+#: (measured 75-129 us per cell at pp 16-32, 256 and 1,024 micro-batches, three runs each, on the
+#: 2-core machine of ``benchmarks/bench_edges.py``: ``simtrain schedule zb-auto --pp 32
+#: --microbatches 1024`` plans and replays in 6.7 s); every other generator lays out its cells in
+#: 1-10 us each.
+PLAN_US_PER_CELL = {"zb-auto": 140.0}
 #: The same for the generators without an entry in :data:`PLAN_US_PER_CELL`.
 DEFAULT_PLAN_US_PER_CELL = 10.0
 #: CPU microseconds per cell to replay a schedule at fixed costs and report it (``simtrain
