@@ -10,7 +10,9 @@ free and its dependencies have finished:
 * ``W(s, mb)``: this stage's ``I(s, mb)``;
 * an overlapped pair ``FB`` (``0F3&5B1``): the dependencies of both halves.
 
-``comm`` (a fixed point-to-point latency) is added to a dependency that crosses ranks.
+``comm`` (a fixed point-to-point latency) is added to a dependency that crosses ranks. A stage or
+micro-batch out of range is an error, as is an order under which no rank can go on
+(:class:`DeadlockError`). :func:`makespan` walks the same rules without keeping the timings.
 
 Durations: ``F`` costs F, ``I`` costs I, ``W`` costs W, a full ``B`` costs ``I + W``, and an
 overlapped pair ``FB`` costs ``F + B`` of its two stages (the *sum*, not the max). DualPipe's gain
@@ -31,7 +33,7 @@ is the same count in raw (stage, micro-batch) activations.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from simtrain.errors import ScheduleError
@@ -40,8 +42,6 @@ from simtrain.schedules.ir import Action, Schedule
 Costs = tuple[tuple[float, float, float], ...]  # per stage (F, I, W)
 #: Costs as given: (F, I, W), each a number or one value per stage, or a mapping with those keys.
 CostsLike = Mapping[str, float | Sequence[float]] | Sequence[float | Sequence[float]]
-#: A stage's (previous, next) stage along its chain, None at the ends.
-Neighbours = Callable[[int], tuple[int | None, int | None]]
 
 
 class DeadlockError(ScheduleError):
@@ -120,32 +120,118 @@ def stage_weight(schedule: Schedule) -> float:
     return schedule.num_ranks / schedule.chain_length
 
 
-#: A dependency key: ("F", s, mb) forward done; ("G", s, mb) input gradient done (I, B or the B
-#: half of FB); ("W", s, mb) weight gradient done (W or B).
-_Key = tuple[str, int, int]
+#: What a dependency waits for, by block of ``stages x micro-batches`` codes (:class:`_Walk`): a
+#: forward done, an input gradient done (I, B or the B half of FB), a weight gradient done (W or B).
+_BLOCKS = ("F", "G", "W")
 
 
-def _half(a: Action, nbrs: Neighbours, c: Costs) -> tuple[tuple[_Key, ...], tuple[_Key, ...], float]:
-    """A plain action's (dependencies, what it produces, duration); an overlapped pair is its two
-    halves' (:func:`replay`)."""
-    kind, s, mb = a.kind, a.stage, a.mb
-    prev, nxt = nbrs(s)  # (raises for a stage out of range, before its costs are read)
-    if kind == "F":
-        return ((("F", prev, mb),) if prev is not None else ()), (("F", s, mb),), c[s][0]
-    if kind == "W":
-        return (("G", s, mb),), (("W", s, mb),), c[s][2]
-    if kind not in ("I", "B"):
-        raise ScheduleError(f"action {a}: unknown kind {a.kind!r}")
-    deps = (("F", s, mb), ("G", nxt, mb)) if nxt is not None else (("F", s, mb),)
-    if kind == "I":
-        return deps, (("G", s, mb),), c[s][1]
-    return deps, (("G", s, mb), ("W", s, mb)), c[s][1] + c[s][2]
+class _Walk:
+    """The replay's rules over one schedule (module docstring), each dependency named by an int:
+    ``block * stages * micro-batches + stage * micro-batches + mb`` (:data:`_BLOCKS`), its end
+    and the rank that produced it kept in lists. :func:`replay` keeps every start and end,
+    :func:`makespan` only the ranks' last ends."""
 
+    def __init__(self, schedule: Schedule, costs: CostsLike, comm: float) -> None:
+        self.schedule, self.comm = schedule, comm
+        self.S, self.M = schedule.num_stages, schedule.num_microbatches  # noqa: N806
+        self.c = normalize_costs(costs, self.S)
+        self.neighbours = [schedule.stage_neighbours(s) for s in range(self.S)]
 
-def _describe_key(key: _Key) -> str:
-    what, s, mb = key
-    return {"F": f"the forward {s}F{mb}", "G": f"the input gradient of {s}I{mb}/{s}B{mb}",
-            "W": f"{s}W{mb}"}[what]
+    def codes(self, a: Action) -> tuple[tuple[int, ...], tuple[int, ...], float]:
+        """A plain action's (dependencies, what it produces, duration)."""
+        kind, s, mb = a.kind, a.stage, a.mb
+        S, M = self.S, self.M  # noqa: N806
+        if not 0 <= s < S:
+            raise ScheduleError(f"schedule {self.schedule.name}: stage {s} out of range 0..{S - 1}")
+        if not 0 <= mb < M:
+            raise ScheduleError(f"schedule {self.schedule.name}: micro-batch {mb} out of range 0..{M - 1}")
+        prev, nxt = self.neighbours[s]
+        at, size, c = s * M + mb, S * M, self.c[s]
+        if kind == "F":
+            return ((prev * M + mb,) if prev is not None else ()), (at,), c[0]
+        if kind == "W":
+            return (size + at,), (2 * size + at,), c[2]
+        if kind not in ("I", "B"):
+            raise ScheduleError(f"action {a}: unknown kind {a.kind!r}")
+        deps = (at, size + nxt * M + mb) if nxt is not None else (at,)
+        if kind == "I":
+            return deps, (size + at,), c[1]
+        return deps, (size + at, 2 * size + at), c[1] + c[2]
+
+    def run(self, keep: bool) -> tuple[list[float], list[list[float]], list[list[float]]]:
+        """Every rank's last end and, with ``keep``, every action's start and end, per rank; a
+        :class:`DeadlockError` naming every blocked action where no rank can go on."""
+        actions, comm, size = self.schedule.actions, self.comm, self.S * self.M
+        ends: list[float | None] = [None] * (3 * size)
+        src = [0] * (3 * size)  # the rank each end was produced on
+        waiting: dict[int, list[int]] = {}
+        blocked_on: dict[int, int] = {}
+        ptr = [0] * len(actions)
+        free = [0.0] * len(actions)
+        starts: list[list[float]] = [[] for _ in actions]
+        finishes: list[list[float]] = [[] for _ in actions]
+        stack = list(range(len(actions) - 1, -1, -1))
+        while stack:
+            r = stack.pop()
+            row, i = actions[r], ptr[r]
+            while i < len(row):
+                a = row[i]
+                durations: tuple[float, ...]
+                if a.kind == "FB":  # an overlapped pair: its forward half, then its backward half
+                    (dep_f, out_f, t_f), (dep_b, out_b, t_b) = (self.codes(h) for h in a.halves())
+                    deps, out, durations = dep_f + dep_b, out_f + out_b, (t_f, t_b)
+                else:
+                    deps, out, duration = self.codes(a)
+                    durations = (duration,)
+                ready = free[r]
+                missing = None
+                for k in deps:
+                    t = ends[k]
+                    if t is None:
+                        missing = k
+                        break
+                    ready = max(ready, t + (comm if src[k] != r else 0.0))
+                if missing is not None:
+                    blocked_on[r] = missing
+                    waiting.setdefault(missing, []).append(r)
+                    break
+                blocked_on.pop(r, None)
+                end = ready
+                for duration in durations:
+                    end += duration
+                if keep:
+                    starts[r].append(ready)
+                    finishes[r].append(end)
+                free[r] = end
+                i += 1
+                for k in out:
+                    ends[k] = end
+                    src[k] = r
+                    if k in waiting:
+                        stack.extend(waiting.pop(k))
+            ptr[r] = i
+        if any(ptr[r] < len(actions[r]) for r in range(len(actions))):
+            self._deadlock(ptr, blocked_on)
+        return free, starts, finishes
+
+    def _deadlock(self, ptr: list[int], blocked_on: dict[int, int]) -> None:
+        s = self.schedule
+        blocked = {}
+        lines = []
+        for r in range(len(s.actions)):
+            if ptr[r] < len(s.actions[r]):
+                a = s.actions[r][ptr[r]]
+                why = self._describe(blocked_on[r]) if r in blocked_on else "?"
+                blocked[r] = (ptr[r], a, why)
+                lines.append(f"rank {r}, cell {ptr[r]}: {a} waits for {why}")
+        raise DeadlockError(f"schedule {s.name} deadlocks: no action can start; blocked: "
+                            + "; ".join(lines), blocked)
+
+    def _describe(self, code: int) -> str:
+        block, rest = divmod(code, self.S * self.M)
+        st, mb = divmod(rest, self.M)
+        return {"F": f"the forward {st}F{mb}", "G": f"the input gradient of {st}I{mb}/{st}B{mb}",
+                "W": f"{st}W{mb}"}[_BLOCKS[block]]
 
 
 def inflight_profile(schedule: Schedule) -> tuple[tuple[float, ...], tuple[int, ...]]:
@@ -172,152 +258,20 @@ def replay(schedule: Schedule, costs: CostsLike, comm: float = 0.0) -> Replay:
     ``costs`` is ``(F, I, W)``, each a number (every stage) or one value per stage (indexed by
     schedule stage; see :func:`scaled_costs` for chunked schedules). Raises
     :class:`DeadlockError` (a :class:`ScheduleError`) naming the blocked action of every rank
-    when no action can start while some remain.
+    when no action can start while some remain, and a :class:`ScheduleError` for a stage or
+    micro-batch out of range.
     """
-    c = normalize_costs(costs, schedule.num_stages)
+    _, starts, ends = _Walk(schedule, costs, comm).run(keep=True)
     nranks = len(schedule.actions)
-    nbr_cache: dict[int, tuple[int | None, int | None]] = {}
-
-    def nbrs(stage: int) -> tuple[int | None, int | None]:
-        if stage not in nbr_cache:
-            if not 0 <= stage < schedule.num_stages:
-                raise ScheduleError(f"schedule {schedule.name}: stage {stage} out of range "
-                                    f"0..{schedule.num_stages - 1}")
-            nbr_cache[stage] = schedule.stage_neighbours(stage)
-        return nbr_cache[stage]
-
-    done: dict[_Key, tuple[float, int]] = {}  # key -> (end time, rank)
-    waiting: dict[_Key, list[int]] = {}
-    ptr = [0] * nranks
-    free = [0.0] * nranks
-    starts: list[list[float]] = [[] for _ in range(nranks)]
-    ends: list[list[float]] = [[] for _ in range(nranks)]
-    blocked_on: dict[int, _Key] = {}
-    stack = list(range(nranks - 1, -1, -1))
-    while stack:
-        r = stack.pop()
-        row = schedule.actions[r]
-        while ptr[r] < len(row):
-            a = row[ptr[r]]
-            ready = free[r]
-            missing = None
-            durations: tuple[float, ...]
-            if a.kind == "FB":  # an overlapped pair: its forward half, then its backward half
-                fwd, bwd = (_half(h, nbrs, c) for h in a.halves())
-                deps, produced, durations = fwd[0] + bwd[0], fwd[1] + bwd[1], (fwd[2], bwd[2])
-            else:
-                deps, produced, duration = _half(a, nbrs, c)
-                durations = (duration,)
-            for key in deps:
-                got = done.get(key)
-                if got is None:
-                    missing = key
-                    break
-                t, src = got
-                ready = max(ready, t + (comm if src != r else 0.0))
-            if missing is not None:
-                blocked_on[r] = missing
-                waiting.setdefault(missing, []).append(r)
-                break
-            blocked_on.pop(r, None)
-            end = ready
-            for duration in durations:
-                end += duration
-            starts[r].append(ready)
-            ends[r].append(end)
-            free[r] = end
-            ptr[r] += 1
-            for key in produced:
-                done[key] = (end, r)
-                if key in waiting:
-                    stack.extend(waiting.pop(key))
-    if any(ptr[r] < len(schedule.actions[r]) for r in range(nranks)):
-        blocked = {}
-        lines = []
-        for r in range(nranks):
-            if ptr[r] < len(schedule.actions[r]):
-                a = schedule.actions[r][ptr[r]]
-                why = _describe_key(blocked_on[r]) if r in blocked_on else "?"
-                blocked[r] = (ptr[r], a, why)
-                lines.append(f"rank {r}, cell {ptr[r]}: {a} waits for {why}")
-        raise DeadlockError(f"schedule {schedule.name} deadlocks: no action can start; blocked: "
-                            + "; ".join(lines), blocked)
-    makespan = max((e[-1] for e in ends if e), default=0.0)
+    span = max((e[-1] for e in ends if e), default=0.0)
     busy = tuple(sum(e - s for s, e in zip(starts[r], ends[r])) for r in range(nranks))
     peaks, raw = inflight_profile(schedule)
-    return Replay(schedule, tuple(map(tuple, starts)), tuple(map(tuple, ends)), makespan, busy,
-                  tuple(makespan - b for b in busy), peaks, raw)
+    return Replay(schedule, tuple(map(tuple, starts)), tuple(map(tuple, ends)), span, busy,
+                  tuple(span - b for b in busy), peaks, raw)
 
 
 def makespan(schedule: Schedule, costs: CostsLike, comm: float = 0.0) -> float:
-    """``replay(schedule, costs, comm).makespan``, without keeping any action's start or end: the
-    same rules and the same floating-point operations in the same order (each action starts at
-    the latest of its rank's previous end and its dependencies' ends, ``comm`` added for one on
-    another rank, and ends its duration later), with the dependencies' ends kept in a list by
-    (kind, stage, micro-batch) instead of a dictionary of keys. A schedule with overlapped pairs,
-    a stage or micro-batch out of range, or a deadlock is handed to :func:`replay`, which says
-    what is wrong. zb-auto compares many orders by this number alone."""
-    S, M = schedule.num_stages, schedule.num_microbatches  # noqa: N806
-    c = normalize_costs(costs, S)
-    prev: list[int | None] = []
-    nxt: list[int | None] = []
-    for s in range(S):
-        p, q = schedule.stage_neighbours(s)
-        prev.append(p)
-        nxt.append(q)
-    size = S * M
-    ends: list[float | None] = [None] * (3 * size)  # by F, G, W blocks of (stage, micro-batch)
-    src = [0] * (3 * size)  # the rank each end was produced on
-    waiting: dict[int, list[int]] = {}
-    actions = schedule.actions
-    ptr = [0] * len(actions)
-    free = [0.0] * len(actions)
-    stack = list(range(len(actions) - 1, -1, -1))
-    while stack:
-        r = stack.pop()
-        row, i = actions[r], ptr[r]
-        while i < len(row):
-            a = row[i]
-            kind, s, mb = a.kind, a.stage, a.mb
-            if not (0 <= s < S and 0 <= mb < M):
-                return replay(schedule, costs, comm).makespan
-            at = s * M + mb
-            if kind == "F":
-                p = prev[s]
-                deps: tuple[int, ...] = (p * M + mb,) if p is not None else ()
-                out: tuple[int, ...] = (at,)
-                duration = c[s][0]
-            elif kind == "W":
-                deps, out, duration = (size + at,), (2 * size + at,), c[s][2]
-            elif kind == "I" or kind == "B":
-                q = nxt[s]
-                deps = (at, size + q * M + mb) if q is not None else (at,)
-                if kind == "I":
-                    out, duration = (size + at,), c[s][1]
-                else:
-                    out, duration = (size + at, 2 * size + at), c[s][1] + c[s][2]
-            else:  # an overlapped pair (or an unknown kind): the full replay
-                return replay(schedule, costs, comm).makespan
-            ready = free[r]
-            blocked = False
-            for k in deps:
-                t = ends[k]
-                if t is None:
-                    waiting.setdefault(k, []).append(r)
-                    blocked = True
-                    break
-                ready = max(ready, t + (comm if src[k] != r else 0.0))
-            if blocked:
-                break
-            end = ready + duration
-            free[r] = end
-            i += 1
-            for k in out:
-                ends[k] = end
-                src[k] = r
-                if k in waiting:
-                    stack.extend(waiting.pop(k))
-        ptr[r] = i
-    if any(ptr[r] < len(actions[r]) for r in range(len(actions))):
-        return replay(schedule, costs, comm).makespan  # raises the deadlock, naming every blocked action
-    return max((free[r] for r in range(len(actions)) if actions[r]), default=0.0)
+    """``replay(schedule, costs, comm).makespan`` (the same walk, the same errors) without keeping
+    any action's start or end: zb-auto compares many orders by this number alone."""
+    free, _, _ = _Walk(schedule, costs, comm).run(keep=False)
+    return max((free[r] for r, row in enumerate(schedule.actions) if row), default=0.0)
