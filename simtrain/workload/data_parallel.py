@@ -79,6 +79,7 @@ class ParamLayout:
     par: ParallelSpec
     schedule: Schedule
     chunks: list[range]  # layers of each model chunk
+    _first_forward_cache: dict[int, dict[int, int]] = field(default_factory=dict, repr=False, compare=False)
 
     def layer_shards(self, layer: int) -> list[tuple[str, float]]:
         """Parameters of ``layer`` (or :data:`EMBEDDING`, :data:`LM_HEAD`) on one rank, by the
@@ -123,6 +124,33 @@ class ParamLayout:
                     if bucket.params >= bucket_params:
                         current[group] = None
         return out
+
+    def gather_order(self, pp_index: int, buckets: list[Bucket]) -> list[Bucket]:
+        """``buckets`` (of :meth:`buckets`) in the order pipeline rank ``pp_index`` first uses
+        them in its forward passes: its stages in the order of their first forward action in the
+        schedule, each stage's buckets in forward layer order. Megatron-LM's interleaved schedule
+        gathers the parameters of model chunks 0 and 1 before its first forward and each later
+        chunk's one chunk ahead of its first use (``megatron/core/pipeline_parallel/schedules.py``,
+        ``forward_backward_pipelining_with_interleaving``: "Synchronize params for first two model
+        chunks", then ``param_sync_chunk_id``), so a rank's first chunk never waits behind its
+        later chunks' gathers."""
+        first = self._first_forward(pp_index)
+        return sorted(reversed(buckets), key=lambda b: first.get(b.stage, len(first)))  # stable: layer order kept
+
+    def _first_forward(self, pp_index: int) -> dict[int, int]:
+        """Stage -> its position among pipeline rank ``pp_index``'s stages by first forward action."""
+        cache = self._first_forward_cache
+        if pp_index not in cache:
+            order: dict[int, int] = {}
+            stages = set(self.schedule.stages_of_rank(pp_index))
+            for action in self.schedule.actions[pp_index]:
+                for half in action.halves():
+                    if half.kind == "F" and half.stage not in order:
+                        order[half.stage] = len(order)
+                if len(order) == len(stages):
+                    break
+            cache[pp_index] = order
+        return cache[pp_index]
 
     def static_of_pipeline_rank(self, pp_index: int) -> tuple[float, float]:
         """(static memory, parameters the optimizer updates) of pipeline rank ``pp_index``: each
@@ -200,7 +228,7 @@ class DataParallelOps:
         self.buckets = self.layout.buckets(pp_index, self.bucket_params, self.opts.embedding,
                                            self.opts.lm_head) if self.opts.dp_comm else []
         if self.zero in (1, 2):
-            for bucket in reversed(self.buckets):
+            for bucket in self.layout.gather_order(pp_index, self.buckets):
                 op = self.em.collective(rank, "dp", bucket.group, "all_gather",
                                         costs.BYTES_PARAM * bucket.params, bucket.stage, -1, -1, [])
                 for layer in bucket.layers:

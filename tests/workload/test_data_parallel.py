@@ -101,3 +101,31 @@ def test_zero2_static_memory_is_the_gradient_shard_plus_two_buckets():
     n = sc.model.params_total
     assert static[1] - static[2] == pytest.approx(4 * n * (1 - 1 / 16) - 2 * bucket)
     assert (static[1] - static[2]) / GiB > 20
+
+
+@pytest.mark.quick
+@pytest.mark.parametrize("schedule", ["interleaved-1f1b", "zb-v"])
+def test_zero1_gathers_each_ranks_chunks_in_the_order_it_first_runs_them(schedule):
+    """With several model chunks per rank, ZeRO-1's parameter gathers follow the rank's first
+    forward of each chunk (Megatron-LM gathers chunks 0 and 1 first, the rest one chunk ahead):
+    the first stage's first layer waits for its own chunk's gathers, not for all of its chunks'."""
+    vpp = 4 if schedule == "interleaved-1f1b" else 2
+    chunks = {"vpp": vpp} if schedule == "interleaved-1f1b" else {}
+    sc = api.resolve(dict(model="llama3-8b", topology="h100-ib", gpus=32, tp=4, pp=4, seq=2048, gbs=32, zero=1,
+                          schedule=schedule, **chunks))
+    res, sched = api.simulate(sc), api.build_schedule(sc, WorkloadOptions())
+    tl = res.timeline
+    for rank in range(4):
+        gathers = sorted((s for s in tl.spans(tl.mask(rank=rank * 8, stream="dp")) if s.name == "dp.all_gather"),
+                         key=lambda s: s.start_s)
+        first_use = []  # the rank's stages by their first forward action
+        for action in sched.actions[rank]:
+            for half in action.halves():
+                if half.kind == "F" and half.stage not in first_use:
+                    first_use.append(half.stage)
+        assert len(first_use) == vpp
+        order = [s.stage for s in gathers]
+        assert order == sorted(order, key=first_use.index), (schedule, rank, order, first_use)
+        if rank == 0:  # the first stage waits for no activation: its first layer only for its own chunk
+            first_layer = min(s.start_s for s in tl.spans(tl.mask(rank=0, stream="compute")) if s.name == "attn.F")
+            assert first_layer <= min(s.start_s for s in gathers if s.stage != first_use[0])
