@@ -64,8 +64,9 @@ every model and layout; none is fitted to a run.
   fixed, so an FP8 main loop, twice as fast, covers twice the K in it. No published measurement
   gives it: it is fitted per architecture by ``tests/validation/fit_arch.py`` on the published
   runs whose step is almost all GEMM time. Hopper, on the dense NeMo runs of
-  ``tests/validation/published_h100.json``: mean |error| 2.8% at 0, 2.4% at 128, 2.15% at 256,
-  2.9% at 384, 3.7% at 512. Ampere, on both A100 papers (mean of the two papers' mean |error|):
+  ``tests/validation/published_h100.json``: mean |error| 3.6% at 0, 2.7% at 128, 2.0% at 256,
+  1.8% at 384, 2.3% at 512 (2.8%, 2.4%, 2.15%, 2.9% and 3.7% before a rank's chunks were gathered
+  in the order it first runs them, :meth:`~simtrain.workload.data_parallel.ParamLayout.gather_order`). Ampere, on both A100 papers (mean of the two papers' mean |error|):
   3.4% at 0, 3.05% at 128, 3.4% at 256, 4.1% at 384. Blackwell takes Hopper's value (no
   published Blackwell runs here).
 * ``expert_gemm_host_s``: the host's time to issue one expert's GEMM of a grouped GEMM (with
@@ -77,9 +78,9 @@ every model and layout; none is fitted to a run.
   GEMMs takes at least their issue time. It matters where many local experts get few tokens each
   (EP 8 over 128 experts at TP 4). No published measurement gives it: it is fitted by
   ``tests/validation/fit_arch.py`` on the MoE runs of ``tests/validation/published_h100.json``
-  (the Megatron-Core set's mean |error| 13.3% at 0, 12.9% at 20 us, 9.7% at 40, 7.6% at 50,
-  5.3% at 60, 2.9% at 70, 4.1% at 80; the NeMo DeepSeek-V3 run, four experts per GPU with 4,096
-  rows each, does not move)
+  (the Megatron-Core set's mean |error| 12.9% at 0, 12.5% at 20 us, 9.5% at 40, 7.4% at 50,
+  5.1% at 60, 2.9% at 70, 4.1% at 80, with Hopper's tile time at 384; the NeMo DeepSeek-V3 run,
+  four experts per GPU with 4,096 rows each, does not move)
   and, a property of the host and the framework rather than of the GPU, holds for every
   architecture (no MoE run of the others is published here).
 * ``launch_s``: the gap one kernel launch adds on a busy stream: about 1 us (NVIDIA Developer
@@ -123,11 +124,11 @@ ARCHS: dict[str, ArchProfile] = {
     "hopper": ArchProfile("hopper", mamf={"bf16": (794.5 / 989, (2048, 2048, 13312)),
                                           "fp8": (1402.6 / 1979, (1024, 9216, 14336))},
                           epilogue_overlap=False, attention_forward=0.75, attention_backward=0.55,
-                          sustained_clock=1500 / 1830, tile_k_overhead=256),
+                          sustained_clock=1500 / 1830, tile_k_overhead=384),
     "blackwell": ArchProfile("blackwell", mamf={"bf16": (1745 / 2250, (1792, 16128, 3072)),
                                                 "fp8": (3432.5 / 4500, (15360, 4096, 3072))},
                              epilogue_overlap=True, attention_forward=0.75, attention_backward=0.55,
-                             tile_k_overhead=256),
+                             tile_k_overhead=384),
 }
 
 

@@ -93,9 +93,15 @@ def test_the_report_prices_each_perturbation_against_the_plain_run():
 
 
 def test_an_older_gpu_generation_on_some_nodes_slows_the_step():
+    """A100s on the second stage's node: the pipeline runs at about that stage's pace, nearly
+    the step of A100s everywhere, well above the H100s' (989 against 312 TFLOPS, at 256 tokens
+    per micro-batch, where fixed costs dilute the gap)."""
     layout = dict(SMALL, gpus=16, tp=8, pp=2)
     mixed = _step(dict(layout, node_gpu="1:a100-80g"))
-    assert mixed.report["step_time_s"] > 1.5 * _step(layout).report["step_time_s"]  # 989 vs 312 TFLOPS
+    h100 = _step(layout).report["step_time_s"]
+    a100 = _step(dict(layout, node_gpu="0:a100-80g,1:a100-80g")).report["step_time_s"]
+    assert a100 > 1.4 * h100
+    assert a100 >= mixed.report["step_time_s"] > 0.9 * a100
     assert "[a100-80g]" in mixed.rank_labels[8]
 
 

@@ -121,17 +121,17 @@ def test_fp8_runs_shorten_a_hopper_step_and_are_refused_on_ampere():
 
 def test_a_short_k_loses_the_tiles_fixed_time():
     """Each output tile spends ``tile_k_overhead`` K elements' worth of time outside its main
-    loop: on Hopper (256) a GEMM's math over K = 256 runs at half the rate of a very long K at the
+    loop: on Hopper (384) a GEMM's math over K = 384 runs at half the rate of a very long K at the
     same M and N; FP8 loses twice the K (its main loop is twice as fast). The store of C adds to
     that: a weight gradient accumulated in fp32 (8 bytes per element) over a short K pays most."""
     hopper = get_arch("hopper")
-    assert hopper.tile_k_overhead == 256 and tile_overhead(hopper, "fp8") == 512
-    assert k_utilisation(256, tile_overhead(hopper, "bf16")) == pytest.approx(0.5)
+    assert hopper.tile_k_overhead == 384 and tile_overhead(hopper, "fp8") == 768
+    assert k_utilisation(384, tile_overhead(hopper, "bf16")) == pytest.approx(0.5)
     timer = KernelTimer(H100)
-    short, long = Gemm("w", 8192, 8192, 256), Gemm("f", 8192, 8192, 256 * 64)
+    short, long = Gemm("w", 8192, 8192, 384), Gemm("f", 8192, 8192, 384 * 64)
     assert timer.gemm_efficiency(short) / timer.gemm_efficiency(long) == pytest.approx(0.5 / (64 / 65), rel=1e-12)
-    fp8 = Gemm("w", 8192, 8192, 512, dtype="fp8")
-    assert timer.gemm_efficiency(fp8) / timer.gemm_efficiency(Gemm("f", 8192, 8192, 512 * 64, dtype="fp8")) == \
+    fp8 = Gemm("w", 8192, 8192, 768, dtype="fp8")
+    assert timer.gemm_efficiency(fp8) / timer.gemm_efficiency(Gemm("f", 8192, 8192, 768 * 64, dtype="fp8")) == \
         pytest.approx(0.5 / (64 / 65), rel=1e-12)
     wgrad = Gemm("w", 8192, 8192, 2048, out_bytes=8)
     store = 8192 * 8192 * 8 / (H100.hbm_bandwidth_Bps * hopper.hbm_efficiency)
