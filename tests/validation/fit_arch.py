@@ -77,5 +77,10 @@ def fit(spec: Fit) -> float:
 
 
 if __name__ == "__main__":  # pragma: no cover
-    for name in sys.argv[1:] or list(FITS):
+    names = sys.argv[1:] or list(FITS)
+    unknown = [n for n in names if n not in FITS]
+    if unknown:
+        print(f"fit_arch.py: unknown fit {unknown[0]!r}; valid: {', '.join(FITS)}", file=sys.stderr)
+        sys.exit(2)
+    for name in names:
         fit(FITS[name])
