@@ -6,7 +6,8 @@ parameter gathers and reductions, and the static memory of a pipeline rank.
   is done (``--overlap-grad-reduce``; without it, all after the step's backward), over the
   data-parallel group including CP ranks; all-reduce without ZeRO,
   reduce-scatter with it. With ZeRO 1 or 2 the updated parameters are all-gathered per bucket
-  before their first forward of the step (steady state of ``--overlap-param-gather``).
+  before their first forward of the step (steady state of ``--overlap-param-gather``), a rank's
+  model chunks in the order it first runs them (:meth:`ParamLayout.gather_order`).
 * Routed experts are reduced over the expert data-parallel group instead, sharded over
   ``ep`` x ``etp`` (Megatron's MoE parallel folding).
 * ZeRO-3 / PyTorch FSDP: every layer's parameter shards are all-gathered before each pass that
