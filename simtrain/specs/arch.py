@@ -65,10 +65,12 @@ every model and layout; none is fitted to a run.
   gives it: it is fitted per architecture by ``tests/validation/fit_arch.py`` on the published
   runs whose step is almost all GEMM time. Hopper, on the dense NeMo runs of
   ``tests/validation/published_h100.json``: mean |error| 3.6% at 0, 2.7% at 128, 2.0% at 256,
-  1.8% at 384, 2.3% at 512 (2.8%, 2.4%, 2.15%, 2.9% and 3.7% before a rank's chunks were gathered
-  in the order it first runs them, :meth:`~simtrain.workload.data_parallel.ParamLayout.gather_order`). Ampere, on both A100 papers (mean of the two papers' mean |error|):
-  3.4% at 0, 3.05% at 128, 3.4% at 256, 4.1% at 384. Blackwell takes Hopper's value (no
-  published Blackwell runs here).
+  1.8% at 384, 2.3% at 512 (2.8%, 2.4%, 2.15%, 2.9% and 3.7% before a rank's chunks were
+  gathered in the order it first runs them,
+  :meth:`~simtrain.workload.data_parallel.ParamLayout.gather_order`). Ampere, on both A100
+  papers (mean of the two papers' mean |error|): 3.4% at 0, 3.05% at 128, 3.4% at 256, 4.1% at
+  384. Blackwell takes Hopper's value (no Blackwell run is validated; ``docs/validation.md``,
+  "Blackwell is not validated", finds GB200 steps a third too fast).
 * ``expert_gemm_host_s``: the host's time to issue one expert's GEMM of a grouped GEMM (with
   its share of the expert path's other launches). Megatron-LM's token dispatchers copy the
   tokens per expert to the host (``tensor.cpu()``, ``NVIDIA/Megatron-LM`` issue 1598; "the
