@@ -253,6 +253,11 @@ _TABLE = (
             "backward of the 1f1b or interleaved-1f1b schedule run as one step whose EP all-to-alls run under the "
             "other micro-batch's compute, with one more warm-up forward (Megatron-LM's "
             "--overlap-moe-expert-parallel-comm; needs an MoE model with ep > 1)"),
+    Setting("moe_shared_expert_overlap", bool, True, "the shared experts run beside the dispatch all-to-all "
+            "(Megatron-LM's --moe-shared-expert-overlap; NeMo's DeepSeek configs set it)", flags=(),
+            off_flag="--no-moe-shared-expert-overlap",
+            off_help="the shared experts run after the combine all-to-all, in the backward before its gradient "
+            "(Megatron-LM's default)"),
     Setting("fp8", bool, False, "linear-layer GEMMs in FP8 with TransformerEngine's casts (Hopper and later)"),
     Setting("steps", int, 1, "consecutive training steps simulated; the report gives the last (steady) step and "
             "the first", rule=POSITIVE, metavar="N"),

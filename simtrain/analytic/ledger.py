@@ -168,6 +168,7 @@ NOT_MODELLED = {
     "tp_backward_overlap": "TP collectives exposed",
     "tp_comm_overlap": "TP collectives exposed",
     "overlap_moe_expert_parallel_comm": "EP all-to-alls exposed, the plain 1F1B order",
+    "moe_shared_expert_overlap": "the shared experts' compute added to the rest, EP all-to-alls exposed",
     "fp8": "bf16 GEMMs",
     "steps": "one step",
     "optimizer_sync": "no step-end synchronisation",

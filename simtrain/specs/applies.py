@@ -40,6 +40,9 @@ def _inapplicable(model: ModelSpec, par: ParallelSpec, s: Mapping[str, Any]) -> 
             yield "routing_skew", s["routing_skew"], dense + _MOE
     elif par.ep < 2 and s.get("moe_dispatcher", "alltoall") != "alltoall":
         yield "moe_dispatcher", s["moe_dispatcher"], f"ep={par.ep} sends no tokens between GPUs; " + _EP
+    if not s.get("moe_shared_expert_overlap", True) and not model.shared_experts:
+        yield ("moe_shared_expert_overlap", False, f"{model.name} has no shared experts; it applies to MoE models "
+               "with shared experts (DeepSeek)")
     if s.get("routing_seed", 0) and not (model.is_moe and s.get("routing_skew", 0.0)):
         why = dense if not model.is_moe else "routing_skew=0 routes uniformly, with nothing to draw; "
         yield "routing_seed", s["routing_seed"], why + "it seeds the skewed expert popularity of --routing-skew"

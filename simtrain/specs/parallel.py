@@ -78,6 +78,9 @@ class ParallelSpec:
     moe_dispatcher: str = "alltoall"  # EP all-to-all: Megatron-LM's alltoall or DeepEP's (simtrain.costs.dispatch)
     # Megatron-LM's 1F1B overlap: steady-state F and B as overlapped pairs (simtrain.schedules.combined)
     overlap_moe_expert_parallel_comm: bool = False
+    # shared experts beside the dispatch all-to-all (Megatron-LM's --moe-shared-expert-overlap);
+    # False: after the combine, and in the backward before its gradient (Megatron-LM's default)
+    moe_shared_expert_overlap: bool = True
 
     @property
     def world(self) -> int:

@@ -15,7 +15,11 @@ The input-gradient pass mirrors it (combine's gradient, all-gather, experts, red
 dispatch's gradient, router). Shared experts (``megatron/core/transformer/moe/shared_experts.py``)
 run as a TP-sharded MLP on the sequence-parallel tokens, with the all-gather before and the
 reduce-scatter after of a dense MLP (an all-reduce after without sequence parallelism), beside
-the dispatch all-to-all: their compute runs while the tokens travel.
+the dispatch all-to-all: their compute runs while the tokens travel (Megatron-LM's
+``--moe-shared-expert-overlap``, which NeMo's DeepSeek configs set). Without it (Megatron-LM's
+default, ``moe_shared_expert_overlap`` False) ``MoELayer`` adds them to the combined output, so
+they run after the combine, and in the input-gradient pass, the gradient of that last addend,
+before the combine's gradient.
 
 Under routing skew each EP rank computes its own share of the tokens (``load`` times the mean,
 :func:`simtrain.workload.moe_routing.ep_loads`); the all-to-alls move the busiest rank's volume
@@ -89,12 +93,15 @@ class MoeBlock:
             dp.grad_done(stage, layer, op, "W")
             return op.id
         backward = pass_kind != "F"
+        beside = self.par.moe_shared_expert_overlap
         if not backward:
             last = em.compute(rank, kind, f"moe.router.{kind}", stage, layer, mb, c.router, last).id
+        elif c.shared is not None and not beside:  # the output's last addend: its gradient comes first
+            last = self._shared(rank, kind, pass_kind, stage, layer, mb, c.shared, last)[1]
         towards, back = self._a2a_bytes(rank, busiest)
         first_a2a = self._a2a(rank, "combine" if backward else "dispatch", stage, layer, mb, towards, last)
         side, shared_done = last, None
-        if c.shared is not None:
+        if c.shared is not None and beside:
             side, shared_done = self._shared(rank, kind, pass_kind, stage, layer, mb, c.shared, last)
         etp_bytes = em.cost(costs.moe_etp_bytes, self.par.expert_tp, own)
         gathered = self._etp(rank, "all_gather", stage, layer, mb, etp_bytes, first_a2a)
@@ -110,6 +117,8 @@ class MoeBlock:
             last = op.id
         if shared_done is not None and shared_done != last:
             em.prog.ops[cast(int, last)].deps.append(shared_done)  # the last all-to-all or router op
+        if c.shared is not None and not beside and not backward:  # added to the combined output
+            last = self._shared(rank, kind, pass_kind, stage, layer, mb, c.shared, last)[1]
         return last
 
     def _shared(self, rank: int, kind: str, pass_kind: str, stage: int, layer: int, mb: int,

@@ -114,6 +114,18 @@ def test_1f1b_overlap():
         settings(args + " --delay-wgrad-compute")
 
 
+def test_shared_expert_overlap():
+    """For a model with shared experts, --moe-shared-expert-overlap is moe_shared_expert_overlap and
+    its absence Megatron-LM's default, off; a model without them gets no setting."""
+    deepseek = ("--tensor-model-parallel-size 2 --pipeline-model-parallel-size 8 --expert-model-parallel-size 64 "
+                "--expert-tensor-parallel-size 1 --micro-batch-size 1 --global-batch-size 256 --seq-length 4096 "
+                "--sequence-parallel ")
+    model = {"model": "deepseek-v3"}
+    assert settings(deepseek, model)["moe_shared_expert_overlap"] is False
+    assert settings(deepseek + "--moe-shared-expert-overlap", model)["moe_shared_expert_overlap"] is True
+    assert "moe_shared_expert_overlap" not in settings(MIXTRAL + "--moe-shared-expert-overlap")
+
+
 def test_recompute_modules():
     got = settings(MIXTRAL + "--recompute-granularity selective --recompute-modules moe_act layernorm "
                    "--sequence-parallel")

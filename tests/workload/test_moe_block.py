@@ -133,6 +133,28 @@ def test_shared_experts_gather_over_tp_and_run_beside_the_dispatch():
     assert sh.end_s <= ex.start_s + 1e-12
 
 
+def test_without_shared_expert_overlap_they_run_after_the_combine_and_their_gradient_first():
+    """Megatron-LM's default (no --moe-shared-expert-overlap): MoELayer adds the shared experts to
+    the combined output, so their forward waits for the combine and, in the input-gradient pass,
+    the combine's gradient waits for theirs (the output's last addend, autograd's first)."""
+    model = tiny_moe(shared=1)
+    par = ParallelSpec(tp=2, pp=1, dp=4, ep=4, etp=1, seq=4096, gbs=4, moe_shared_expert_overlap=False)
+    prog, tl, rep = run(model, par, WorkloadOptions(**LAYERS_ONLY))
+    (shared,) = ops_named(prog, "moe.shared.F")
+    combine_f, combine_b = ops_named(prog, "ep.combine")  # the forward's, then the backward's (program order)
+    gather = prog.ops[shared.deps[0]]
+    assert gather.comm == "all_gather" and gather.deps == [combine_f.id]
+    (shared_b,) = ops_named(prog, "moe.shared.B")
+    scatter_b = next(op for op in prog.ops if op.deps == [shared_b.id] and op.comm == "reduce_scatter")
+    assert combine_b.deps == [scatter_b.id]
+    comp = {x.name: x for x in tl.spans(tl.mask(rank=0, stream="compute")) if x.mb == 0 and x.layer == 0}
+    first_combine = min((x for x in tl.spans(tl.mask(rank=0, stream="ep")) if x.name == "ep.combine" and x.mb == 0
+                         and x.layer == 0), key=lambda x: x.start_s)
+    assert comp["moe.shared.F"].start_s >= first_combine.end_s - 1e-12
+    beside = run(model, ParallelSpec(tp=2, pp=1, dp=4, ep=4, etp=1, seq=4096, gbs=4), WorkloadOptions(**LAYERS_ONLY))
+    assert beside[2]["step_time_s"] < rep["step_time_s"]  # beside the dispatch, their time hides under it
+
+
 SKEW = dict(tp=1, pp=2, dp=8, ep=4, seq=2048, gbs=16)
 
 
