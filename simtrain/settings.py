@@ -1,8 +1,8 @@
 """Run settings: one table from which the command line, the experiment TOML and the docs are made.
 
-Each :class:`Setting` is one key of a scenario: its name (the ``--config`` TOML key, the keyword
-of :func:`simtrain.api.resolve` and the key in the report's ``config``), type, default, help text,
-valid values and flag spelling. Derived from :data:`SETTINGS`:
+Each :class:`Setting` is one key of a scenario: its name (the ``--config`` TOML key, the keyword of
+:func:`simtrain.api.resolve` and the key in the report's ``config``), type, default, help text, valid values and
+flag spelling. Derived from :data:`SETTINGS`:
 
 * the flags of ``simtrain run``, ``analytic``, ``compare`` and ``search`` (:mod:`simtrain.cli.run`);
 * the keys :func:`simtrain.api.load_config` accepts;
@@ -15,10 +15,9 @@ of the default scenario and leaves the others as they are. Three settings are de
 ``nodes`` (enough for ``gpus``), ``dp`` (``gpus / (tp*cp*pp)``) and ``etp`` (``tp``). :func:`defaults_note`
 names, in an error about an impossible combination, the default values the user did not set.
 
-:data:`OUTPUTS` are the settings of the command's output rather than of the scenario (``out``,
-``plot``, ``json``, ``require_fit``, ``html``, the Gantt chart's ``window``, ``xlim``, ``ranks``,
-``streams`` and ``progress``): a flag and a ``--config`` key each, like the others, but not
-part of the scenario or its report.
+:data:`OUTPUTS` are the settings of the command's output rather than of the scenario (``out``, ``plot``, ``json``,
+``require_fit``, ``html``, the Gantt chart's ``window``, ``xlim``, ``ranks``, ``streams`` and ``progress``): a flag
+and a ``--config`` key each, like the others, but not part of the scenario or its report.
 
 Adding a setting is one entry here plus the code that uses its value.
 """
@@ -186,8 +185,7 @@ _TABLE = (
             scenario=True),
     Setting("schedule", str, DEFAULT_SCENARIO["schedule"], "pipeline schedule (see simtrain list schedules)",
             metavar="NAME|FILE.csv", scenario=True),
-    Setting("seq", int, DEFAULT_SCENARIO["seq"], "sequence length, tokens", rule=POSITIVE, metavar="N",
-            scenario=True),
+    Setting("seq", int, DEFAULT_SCENARIO["seq"], "sequence length, tokens", rule=POSITIVE, metavar="N", scenario=True),
     Setting("mbs", int, DEFAULT_SCENARIO["mbs"], "micro-batch size, sequences", rule=POSITIVE, metavar="N",
             scenario=True),
     Setting("gbs", int, DEFAULT_SCENARIO["gbs"], "global batch size, sequences", rule=POSITIVE, metavar="N",
@@ -253,11 +251,9 @@ _TABLE = (
             "backward of the 1f1b or interleaved-1f1b schedule run as one step whose EP all-to-alls run under the "
             "other micro-batch's compute, with one more warm-up forward (Megatron-LM's "
             "--overlap-moe-expert-parallel-comm; needs an MoE model with ep > 1)"),
-    Setting("moe_shared_expert_overlap", bool, True, "the shared experts run beside the dispatch all-to-all "
-            "(Megatron-LM's --moe-shared-expert-overlap; NeMo's DeepSeek configs set it)", flags=(),
-            off_flag="--no-moe-shared-expert-overlap",
-            off_help="the shared experts run after the combine all-to-all, in the backward before its gradient "
-            "(Megatron-LM's default)"),
+    Setting("moe_shared_expert_overlap", bool, True, "shared experts beside the dispatch all-to-all (Megatron-LM's "
+            "--moe-shared-expert-overlap; NeMo's DeepSeek configs)", flags=(), off_flag="--no-moe-shared-expert-overlap",
+            off_help="shared experts after the combine, in the backward before its gradient (Megatron-LM's default)"),
     Setting("fp8", bool, False, "linear-layer GEMMs in FP8 with TransformerEngine's casts (Hopper and later)"),
     Setting("steps", int, 1, "consecutive training steps simulated; the report gives the last (steady) step and "
             "the first", rule=POSITIVE, metavar="N"),
@@ -313,8 +309,7 @@ SETTINGS: Mapping[str, Setting] = MappingProxyType({s.name: s for s in _TABLE})
 #: scenario written to two folders gives the same report).
 OUTPUTS: Mapping[str, Setting] = MappingProxyType({s.name: s for s in (
     Setting("out", str, "out", "output folder", metavar="DIR"),
-    Setting("plot", bool, True, "draw timeline.png", flags=(), off_flag="--no-plot",
-            off_help="skip timeline.png"),
+    Setting("plot", bool, True, "draw timeline.png", flags=(), off_flag="--no-plot", off_help="skip timeline.png"),
     Setting("json", bool, False, "print one JSON object instead of tables"),
     Setting("require_fit", bool, False, "fail (exit 2) when a stage's peak memory exceeds the GPU's capacity"),
     Setting("html", bool, False, "also write report.html: the interactive timeline and the tables in one "
