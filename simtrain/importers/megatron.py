@@ -39,7 +39,8 @@ left out:
 Megatron-MoE model zoo's "1F1B overlap") is ``overlap_moe_expert_parallel_comm``; its companion
 ``--delay-wgrad-compute`` (weight gradients run later inside the combined step, not only split
 off) is named unsupported. For a model with shared experts, ``--moe-shared-expert-overlap`` (off
-unless given) is ``moe_shared_expert_overlap``. simtrain gathers ZeRO's parameters as
+unless given) is ``moe_shared_expert_overlap``; an MoE launch without ``--moe-grouped-gemm`` (its
+experts one after another, Megatron-LM's ``SequentialMLP``) is named unsupported. simtrain gathers ZeRO's parameters as
 ``--overlap-param-gather`` does, and models the all-to-all token dispatcher, DeepEP's (``--moe-token-dispatcher-type flex``
 with ``--moe-enable-deepep`` or ``--moe-flex-dispatcher-backend deepep``: ``moe_dispatcher`` deepep) and point-to-point CP.
 Flags for logging, checkpoints, data, tokenizers, the learning rate and kernel fusions are
@@ -90,7 +91,7 @@ SWITCHES = ("--sequence-parallel", "--use-distributed-optimizer", "--group-query
             "--recompute-activations", "--use-tp-pp-dp-mapping", "--use-custom-fsdp", "--use-megatron-fsdp",
             "--use-torch-fsdp2", "--overlap-grad-reduce", "--overlap-param-gather", "--grad-reduce-in-bf16",
             "--no-overlap-p2p-communication", "--overlap-moe-expert-parallel-comm", "--tp-comm-overlap",
-            "--moe-enable-deepep", "--moe-shared-expert-overlap",
+            "--moe-enable-deepep", "--moe-shared-expert-overlap", "--moe-grouped-gemm",
             "--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split")
 #: Switches that turn one boolean setting on.
 SWITCH_SETTINGS = {"--tp-comm-overlap": "tp_comm_overlap",
@@ -125,7 +126,7 @@ IGNORED_PREFIXES = (
     "--no-rope-fusion", "--no-persist-layer-norm", "--apply-query-key", "--attention-softmax-in-fp32",
     "--accumulate-allreduce", "--use-cpu-initialization", "--manual-gc", "--rerun", "--check-for",
     "--calculate-per-token-loss", "--ddp-", "--no-align", "--moe-aux-loss", "--moe-z-loss", "--moe-router-",
-    "--moe-grouped-gemm", "--moe-permute-fusion", "--moe-shared-expert-intermediate",
+    "--moe-permute-fusion", "--moe-shared-expert-intermediate",
     "--moe-expert-capacity", "--moe-pad-expert", "--moe-token-drop", "--multi-latent-attention", "--q-lora-rank",
     "--kv-lora-rank", "--qk-head-dim", "--qk-pos-emb-head-dim", "--v-head-dim", "--mtp-loss", "--finetune",
     "--spec", "--no-create-attention-mask", "--num-dataset-builder-threads", "--dist-ckpt", "--async-save",
@@ -310,6 +311,9 @@ def _model_and_layout(job: _Launch) -> None:
     _dispatcher(job)
     if job.model().shared_experts:  # Megatron-LM runs them after the combine unless told otherwise
         job.set("moe_shared_expert_overlap", "--moe-shared-expert-overlap" in job.args)
+    if job.model().is_moe and "--moe-grouped-gemm" not in job.args:
+        job.unsupported("no --moe-grouped-gemm", "Megatron-LM then runs the local experts one after another "
+                        "(SequentialMLP); simtrain runs them as TransformerEngine's grouped GEMM: add --moe-grouped-gemm")
 
 
 def _dispatcher(job: _Launch) -> None:

@@ -16,7 +16,8 @@ SCRIPT = Path(__file__).resolve().parents[1] / "data" / "jobs" / "megatron_llama
 LLAMA_8B = ("--num-layers 32 --hidden-size 4096 --num-attention-heads 32 --group-query-attention "
             "--num-query-groups 8 --ffn-hidden-size 14336 --swiglu --seq-length 4096 ")
 MIXTRAL = ("--num-layers 32 --hidden-size 4096 --num-attention-heads 32 --group-query-attention "
-           "--num-query-groups 8 --ffn-hidden-size 14336 --swiglu --num-experts 8 --moe-router-topk 2 ")
+           "--num-query-groups 8 --ffn-hidden-size 14336 --swiglu --num-experts 8 --moe-router-topk 2 "
+           "--moe-grouped-gemm ")
 
 
 def settings(args: str, flags=None) -> dict:
@@ -119,11 +120,22 @@ def test_shared_expert_overlap():
     its absence Megatron-LM's default, off; a model without them gets no setting."""
     deepseek = ("--tensor-model-parallel-size 2 --pipeline-model-parallel-size 8 --expert-model-parallel-size 64 "
                 "--expert-tensor-parallel-size 1 --micro-batch-size 1 --global-batch-size 256 --seq-length 4096 "
-                "--sequence-parallel ")
+                "--sequence-parallel --moe-grouped-gemm ")
     model = {"model": "deepseek-v3"}
     assert settings(deepseek, model)["moe_shared_expert_overlap"] is False
     assert settings(deepseek + "--moe-shared-expert-overlap", model)["moe_shared_expert_overlap"] is True
     assert "moe_shared_expert_overlap" not in settings(MIXTRAL + "--moe-shared-expert-overlap")
+
+
+def test_an_moe_launch_without_grouped_gemm_is_named():
+    """Without --moe-grouped-gemm Megatron-LM runs the experts one by one (SequentialMLP), which
+    simtrain does not model: the import names it instead of simulating the grouped GEMM; a dense
+    launch needs no such flag."""
+    with pytest.raises(SpecError, match=r"no --moe-grouped-gemm \(Megatron-LM then runs the local experts one "
+                                        r"after another \(SequentialMLP\)"):
+        settings(MIXTRAL.replace("--moe-grouped-gemm ", "") + "--expert-model-parallel-size 8")
+    assert settings(MIXTRAL + "--expert-model-parallel-size 8")["ep"] == 8
+    assert settings(LLAMA_8B)["model"] == "llama3-8b"
 
 
 def test_recompute_modules():
@@ -179,7 +191,7 @@ def test_a_published_h100_run_imports_as_the_validation_runs_it():
               "--use-distributed-optimizer --micro-batch-size 1 --global-batch-size 2048 --seq-length 4096 "
               "--moe-token-dispatcher-type flex --moe-enable-deepep --recompute-granularity selective "
               "--recompute-modules layernorm moe_act --account-for-embedding-in-pipeline-split "
-              "--account-for-loss-in-pipeline-split")
+              "--account-for-loss-in-pipeline-split --moe-grouped-gemm")  # the zoo's yaml: ${MOE_GROUPED_GEMM}
     got = settings(launch, {"model": "qwen3-235b-a22b"})
     want = settings_of(case)
     for key in ("gpus", "tp", "pp", "vpp", "ep", "etp", "mbs", "gbs", "seq", "schedule", "sp", "zero", "recompute",
