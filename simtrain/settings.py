@@ -62,23 +62,19 @@ CV = Rule(lambda v: 0 <= v <= 100, "must be from 0 to 100")
 ZERO_STAGE = Rule(lambda v: v in (0, 1, 2, 3), "must be a ZeRO stage: 0, 1, 2 or 3")
 
 
-def _recompute_phrase(value: Any) -> str:
-    """Empty when ``value`` is a recompute policy (:func:`simtrain.specs.parallel.parse_recompute`),
-    else the words that say what is valid."""
-    try:
-        parse_recompute(value)
-    except SpecError:
-        return "must be none, selective, full, auto or a layer count N >= 0"
-    return ""
+def _phrase(parse: Callable[[Any], object], words: str) -> Callable[[Any], str]:
+    """A check: empty where ``parse`` takes the value, else ``words`` (what would be valid)."""
+    def check(value: Any) -> str:
+        try:
+            parse(value)
+        except SpecError:
+            return words
+        return ""
+    return check
 
-def _modules_phrase(value: Any) -> str:
-    """Empty when ``value`` lists recompute modules (:func:`simtrain.specs.parallel.parse_recompute_modules`),
-    else the words that say what is valid."""
-    try:
-        parse_recompute_modules(value)
-    except SpecError:
-        return f"must be a comma-separated list of {', '.join(RECOMPUTE_MODULES)}"
-    return ""
+
+_recompute_phrase = _phrase(parse_recompute, "must be none, selective, full, auto or a layer count N >= 0")
+_modules_phrase = _phrase(parse_recompute_modules, f"must be a comma-separated list of {', '.join(RECOMPUTE_MODULES)}")
 
 
 #: How a step ends (see the ``optimizer_sync`` setting).
@@ -236,6 +232,10 @@ _TABLE = (
     Setting("overlap_grad_reduce", bool, True, "reduce each gradient bucket as soon as its backward is done "
             "(Megatron-LM's --overlap-grad-reduce)", flags=(), off_flag="--no-overlap-grad-reduce",
             off_help="reduce the gradients after the step's last backward (Megatron-LM's default)"),
+    Setting("overlap_param_gather", bool, True, "ZeRO-1/2: each bucket's parameters are gathered just ahead of "
+            "their first forward (Megatron-LM's --overlap-param-gather)", flags=(),
+            off_flag="--no-overlap-param-gather", off_help="all buckets are gathered before the step's first forward "
+            "(Megatron-LM's default)"),
     Setting("overlap_p2p_comm", bool, True, "pipeline sends run beside the compute (Megatron-LM's "
             "--overlap-p2p-comm)", flags=(), off_flag="--no-overlap-p2p-comm",
             off_help="a rank waits for its pipeline send before its next action (Megatron-LM's default)"),
@@ -252,8 +252,8 @@ _TABLE = (
             "other micro-batch's compute, with one more warm-up forward (Megatron-LM's "
             "--overlap-moe-expert-parallel-comm; needs an MoE model with ep > 1)"),
     Setting("moe_shared_expert_overlap", bool, True, "shared experts beside the dispatch all-to-all (Megatron-LM's "
-            "--moe-shared-expert-overlap; NeMo's DeepSeek configs)", flags=(), off_flag="--no-moe-shared-expert-overlap",
-            off_help="shared experts after the combine, in the backward before its gradient (Megatron-LM's default)"),
+            "--moe-shared-expert-overlap, NeMo's DeepSeek)", flags=(), off_flag="--no-moe-shared-expert-overlap",
+            off_help="shared experts after the combine, their gradient before its (Megatron-LM's default)"),
     Setting("fp8", bool, False, "linear-layer GEMMs in FP8 with TransformerEngine's casts (Hopper and later)"),
     Setting("steps", int, 1, "consecutive training steps simulated; the report gives the last (steady) step and "
             "the first", rule=POSITIVE, metavar="N"),

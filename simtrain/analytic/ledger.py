@@ -164,6 +164,7 @@ NOT_MODELLED = {
     "collective_algo": "ring bandwidths",
     "grad_dtype": "bf16 gradients",
     "overlap_grad_reduce": "80% of the DP reduction hidden",
+    "overlap_param_gather": "the parameter gathers 80% hidden with the DP reduction",
     "overlap_p2p_comm": "half of each pipeline transfer hidden",
     "tp_backward_overlap": "TP collectives exposed",
     "tp_comm_overlap": "TP collectives exposed",

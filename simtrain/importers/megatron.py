@@ -7,8 +7,7 @@ the items of bash arrays (``ARGS=( ... )``) read where they stand, ``torchrun``'
 ``--nproc_per_node`` giving the GPU count; the expanded text may be at most :data:`MAX_EXPANDED`.
 A flag's values run to the next flag or the program (``pretrain_gpt.py``); a flag simtrain reads
 takes exactly one, a whole number at least 1 (0 where :data:`MAY_BE_ZERO`) or one of Megatron-LM's
-:data:`CHOICES`. Megatron-LM's flags, with its defaults where a flag is
-left out:
+:data:`CHOICES`. Megatron-LM's flags, with its defaults where a flag is left out:
 
 * layout: ``--tensor-model-parallel-size``, ``--pipeline-model-parallel-size``,
   ``--context-parallel-size``, ``--expert-model-parallel-size`` and
@@ -17,8 +16,7 @@ left out:
   ``--decoder-first/last-pipeline-num-layers``, ``--account-for-embedding-in-pipeline-split`` and
   ``--account-for-loss-in-pipeline-split`` (the embedding and the loss as a layer slot of the
   end chunks), ``--use-tp-pp-dp-mapping`` (the rank order);
-* batch: ``--micro-batch-size``, ``--global-batch-size`` (default: micro-batch x DP),
-  ``--seq-length``;
+* batch: ``--micro-batch-size``, ``--global-batch-size`` (default: micro-batch x DP), ``--seq-length``;
 * memory: ``--sequence-parallel`` (off unless given), ``--use-distributed-optimizer`` (ZeRO-1;
   ZeRO-0 without it), Megatron FSDP's ``--data-parallel-sharding-strategy`` and
   ``--use-torch-fsdp2`` (ZeRO-3); ``--recompute-granularity`` full or selective,
@@ -34,15 +32,15 @@ left out:
   ``--moe-router-topk``, ``--moe-ffn-hidden-size`` pick the model preset they describe (a dense
   one without ``--num-experts``; ``--model`` takes their place).
 
-``--overlap-grad-reduce`` (off unless given) and ``--no-overlap-p2p-communication`` are simtrain's
-``overlap_grad_reduce`` and ``overlap_p2p_comm``, ``--overlap-moe-expert-parallel-comm`` (the
-Megatron-MoE model zoo's "1F1B overlap") is ``overlap_moe_expert_parallel_comm``; its companion
-``--delay-wgrad-compute`` (weight gradients run later inside the combined step, not only split
-off) is named unsupported. For a model with shared experts, ``--moe-shared-expert-overlap`` (off
-unless given) is ``moe_shared_expert_overlap``; an MoE launch without ``--moe-grouped-gemm`` (its
-experts one after another, Megatron-LM's ``SequentialMLP``) is named unsupported. simtrain gathers ZeRO's parameters as
-``--overlap-param-gather`` does, and models the all-to-all token dispatcher, DeepEP's (``--moe-token-dispatcher-type flex``
-with ``--moe-enable-deepep`` or ``--moe-flex-dispatcher-backend deepep``: ``moe_dispatcher`` deepep) and point-to-point CP.
+``--overlap-grad-reduce`` and (with the distributed optimizer) ``--overlap-param-gather``, both off unless
+given, and ``--no-overlap-p2p-communication`` are simtrain's ``overlap_grad_reduce``, ``overlap_param_gather``
+and ``overlap_p2p_comm``; ``--overlap-moe-expert-parallel-comm`` (the Megatron-MoE model zoo's "1F1B overlap")
+is ``overlap_moe_expert_parallel_comm``, its companion ``--delay-wgrad-compute`` (weight gradients run later
+inside the combined step) is named unsupported. For a model with shared experts, ``--moe-shared-expert-overlap``
+(off unless given) is ``moe_shared_expert_overlap``; an MoE launch without ``--moe-grouped-gemm`` (its experts
+one after another, Megatron-LM's ``SequentialMLP``) is named unsupported. simtrain models the all-to-all token
+dispatcher, DeepEP's (``--moe-token-dispatcher-type flex`` with ``--moe-enable-deepep`` or
+``--moe-flex-dispatcher-backend deepep``: ``moe_dispatcher`` deepep) and point-to-point CP.
 Flags for logging, checkpoints, data, tokenizers, the learning rate and kernel fusions are
 ignored; flags that change the step in a way simtrain does not model (CPU offload, another token
 dispatcher, a hand-written layer layout, ...) and unknown flags are named in one error.
@@ -313,7 +311,7 @@ def _model_and_layout(job: _Launch) -> None:
         job.set("moe_shared_expert_overlap", "--moe-shared-expert-overlap" in job.args)
     if job.model().is_moe and "--moe-grouped-gemm" not in job.args:
         job.unsupported("no --moe-grouped-gemm", "Megatron-LM then runs the local experts one after another "
-                        "(SequentialMLP); simtrain runs them as TransformerEngine's grouped GEMM: add --moe-grouped-gemm")
+                        "(SequentialMLP); simtrain runs TransformerEngine's grouped GEMM: add --moe-grouped-gemm")
 
 
 def _dispatcher(job: _Launch) -> None:
@@ -350,6 +348,8 @@ def _memory(job: _Launch) -> None:
     job.set("zero", zero)
     job.set("grad_dtype", "bf16" if "--grad-reduce-in-bf16" in job.args else "fp32")
     job.set("overlap_grad_reduce", "--overlap-grad-reduce" in job.args)
+    if zero in (1, 2):
+        job.set("overlap_param_gather", "--overlap-param-gather" in job.args)
     job.set("overlap_p2p_comm", "--no-overlap-p2p-communication" not in job.args)
     if "--fp8-format" in job.args:
         job.set("fp8", True)

@@ -40,6 +40,9 @@ def _inapplicable(model: ModelSpec, par: ParallelSpec, s: Mapping[str, Any]) -> 
             yield "routing_skew", s["routing_skew"], dense + _MOE
     elif par.ep < 2 and s.get("moe_dispatcher", "alltoall") != "alltoall":
         yield "moe_dispatcher", s["moe_dispatcher"], f"ep={par.ep} sends no tokens between GPUs; " + _EP
+    if not s.get("overlap_param_gather", True) and par.zero not in (1, 2):
+        yield ("overlap_param_gather", False, f"zero={par.zero} gathers no parameters once per step; it applies with "
+               "zero 1 or 2 (the distributed optimizer)")
     if not s.get("moe_shared_expert_overlap", True) and not model.shared_experts:
         yield ("moe_shared_expert_overlap", False, f"{model.name} has no shared experts; it applies to MoE models "
                "with shared experts (DeepSeek)")

@@ -72,6 +72,7 @@ class ParallelSpec:
     grad_dtype: str = "fp32"  # gradient accumulation and data-parallel reduction: fp32 or bf16
     fp8: bool = False  # linear-layer GEMMs in FP8 (needs a GPU with FP8 tensor cores)
     overlap_grad_reduce: bool = True  # reduce each gradient bucket during the backward, not after it
+    overlap_param_gather: bool = True  # ZeRO-1/2: gather each bucket ahead of its first use (False: all first)
     overlap_p2p_comm: bool = True  # pipeline sends run beside the compute; False: the sender waits
     tp_backward_overlap: bool = True  # backward TP collectives beside the GEMMs (False: one after another)
     tp_comm_overlap: bool = False  # TransformerEngine's chunked TP all-gather/reduce-scatter beside the GEMMs

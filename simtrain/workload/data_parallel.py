@@ -7,7 +7,9 @@ parameter gathers and reductions, and the static memory of a pipeline rank.
   data-parallel group including CP ranks; all-reduce without ZeRO,
   reduce-scatter with it. With ZeRO 1 or 2 the updated parameters are all-gathered per bucket
   before their first forward of the step (steady state of ``--overlap-param-gather``), a rank's
-  model chunks in the order it first runs them (:meth:`ParamLayout.gather_order`).
+  model chunks in the order it first runs them (:meth:`ParamLayout.gather_order`); without it
+  (``overlap_param_gather`` False, Megatron-LM's default) the optimizer step gathers them all
+  synchronously, so the next step's first forward waits for every bucket.
 * Routed experts are reduced over the expert data-parallel group instead, sharded over
   ``ep`` x ``etp`` (Megatron's MoE parallel folding).
 * ZeRO-3 / PyTorch FSDP: every layer's parameter shards are all-gathered before each pass that
@@ -234,6 +236,8 @@ class DataParallelOps:
                                         costs.BYTES_PARAM * bucket.params, bucket.stage, -1, -1, [])
                 for layer in bucket.layers:
                     self.param_gather[(bucket.stage, layer)] = op.id
+            if not self.layout.par.overlap_param_gather and self.param_gather:  # every layer waits for them all
+                self.param_gather = dict.fromkeys(self.param_gather, op.id)
 
     def first_use(self, stage: int, layer: int, op: OpRef) -> None:
         """``op`` is the first of ``layer`` in the step: it waits for the layer's bucket gather."""

@@ -28,8 +28,8 @@ def test_the_llama3_70b_launch_script():
     imported = from_megatron(str(SCRIPT))
     assert imported.settings == {"model": "llama3-70b", "tp": 8, "pp": 4, "cp": 1, "mbs": 1, "gbs": 512,
                                  "seq": 8192, "gpus": 64, "vpp": 1, "schedule": "1f1b", "sp": True, "zero": 1,
-                                 "grad_dtype": "fp32", "overlap_grad_reduce": True, "overlap_p2p_comm": True,
-                                 "recompute": "none"}
+                                 "grad_dtype": "fp32", "overlap_grad_reduce": True, "overlap_param_gather": True,
+                                 "overlap_p2p_comm": True, "recompute": "none"}
     assert imported.source == str(SCRIPT) and imported.framework == "Megatron-LM"
     assert {"--lr", "--save", "--data-path", "--tokenizer-model", "--master_addr"} <= set(imported.ignored)
 
@@ -136,6 +136,16 @@ def test_an_moe_launch_without_grouped_gemm_is_named():
         settings(MIXTRAL.replace("--moe-grouped-gemm ", "") + "--expert-model-parallel-size 8")
     assert settings(MIXTRAL + "--expert-model-parallel-size 8")["ep"] == 8
     assert settings(LLAMA_8B)["model"] == "llama3-8b"
+
+
+def test_overlap_param_gather_with_the_distributed_optimizer():
+    """With the distributed optimizer, --overlap-param-gather is overlap_param_gather and its absence
+    Megatron-LM's default, off (all buckets gathered before the first forward); without it no setting."""
+    layout = LLAMA_8B + "--tensor-model-parallel-size 8 --micro-batch-size 1 --global-batch-size 16 "
+    assert settings(layout + "--use-distributed-optimizer")["overlap_param_gather"] is False
+    assert settings(layout + "--use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather")[
+        "overlap_param_gather"] is True
+    assert "overlap_param_gather" not in settings(layout)
 
 
 def test_recompute_modules():

@@ -21,6 +21,8 @@ REFUSED = [
     ([*_DENSE, "--gpus", "8", "--tp", "2", "--pp", "2", "--routing-seed", "3"], ("routing_seed=3", "dense")),
     ([*_MOE, "--ep", "4", "--routing-seed", "3"], ("routing_seed=3", "routing_skew=0", "--routing-skew")),
     ([*_MOE, "--ep", "1", "--moe-dispatcher", "deepep"], ("moe_dispatcher='deepep'", "ep=1", "ep > 1")),
+    ([*_DENSE, "--gpus", "8", "--tp", "2", "--pp", "2", "--zero", "0", "--no-overlap-param-gather"],
+     ("overlap_param_gather=False", "zero=0", "zero 1 or 2")),
     ([*_MOE, "--ep", "4", "--no-moe-shared-expert-overlap"],
      ("moe_shared_expert_overlap=False", "mixtral-8x7b has no shared experts", "DeepSeek")),
     ([*_DENSE, "--gpus", "8", "--tp", "1", "--pp", "2", "--tp-comm-overlap"], ("tp_comm_overlap=True", "tp=1")),

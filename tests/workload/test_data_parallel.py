@@ -129,3 +129,19 @@ def test_zero1_gathers_each_ranks_chunks_in_the_order_it_first_runs_them(schedul
         if rank == 0:  # the first stage waits for no activation: its first layer only for its own chunk
             first_layer = min(s.start_s for s in tl.spans(tl.mask(rank=0, stream="compute")) if s.name == "attn.F")
             assert first_layer <= min(s.start_s for s in gathers if s.stage != first_use[0])
+
+
+@pytest.mark.quick
+def test_without_overlap_param_gather_the_first_forward_waits_for_every_bucket():
+    """Megatron-LM's default (no --overlap-param-gather): the optimizer step gathers every bucket
+    synchronously, so the step's first layer starts after the last gather; with it, after its own."""
+    base = dict(model="llama3-8b", topology="h100-ib", gpus=16, tp=2, pp=1, seq=2048, gbs=16, zero=1)
+    starts = {}
+    for overlap in (True, False):
+        tl = api.simulate(api.resolve({**base, "overlap_param_gather": overlap})).timeline
+        gathers = [s for s in tl.spans(tl.mask(rank=0, stream="dp")) if s.name == "dp.all_gather"]
+        first = min(s.start_s for s in tl.spans(tl.mask(rank=0, stream="compute")) if s.name == "attn.F")
+        assert len(gathers) > 2
+        starts[overlap] = first, max(s.end_s for s in gathers)
+    assert starts[True][0] < starts[True][1]  # the first layer before the last bucket arrives
+    assert starts[False][0] >= starts[False][1] - 1e-12
