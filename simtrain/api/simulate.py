@@ -73,7 +73,8 @@ def simulate(scenario: Scenario, options: WorkloadOptions | None = None, *,
                                       calibration=scenario.calibration, steps=run.steps,
                                       optimizer_sync=run.optimizer_sync,
                                       **perturbed.workload_fields(pert, cluster, scenario.gpu, par.world))
-    budget.check_operations(model.layers, par.num_microbatches, pipelines=1 if opts.fold else par.world // par.pp,
+    # (multi-token prediction layers run like decoder layers: counted with them)
+    budget.check_operations(model.total_layers, par.num_microbatches, pipelines=1 if opts.fold else par.world // par.pp,
                             tp=par.tp if opts.tp_comm else 1, steps=opts.steps, max_events=scenario.max_events)
     schedule = build_schedule(scenario, opts)
     with paused_gc():  # hundreds of thousands of ops, none in a reference cycle

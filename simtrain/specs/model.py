@@ -207,8 +207,14 @@ class ModelSpec:
         return self.hidden * (2 if self.norm == "layer" else 1)
 
     def _total(self, per_layer: Callable[[int], int]) -> int:
-        return (sum(per_layer(i) for i in range(self.total_layers)) + self.embedding_params()
-                + self.lm_head_params() + self.final_norm_params())
+        """``per_layer`` summed over every layer, a run of like layers at a time (the decoder layers
+        before ``dense_layers``, those after, the MTP layers: a layer's count depends only on which
+        run it is in), plus the embedding, the LM head and the final norm. The same integer as a
+        sum layer by layer, for a layer count of any size."""
+        split = min(self.dense_layers, self.layers) if self.is_moe else self.layers
+        runs = ((0, split), (split, self.layers), (self.layers, self.total_layers))
+        return (sum((end - start) * per_layer(start) for start, end in runs if end > start)
+                + self.embedding_params() + self.lm_head_params() + self.final_norm_params())
 
     @property
     def params_total(self) -> int:

@@ -269,3 +269,14 @@ def test_a_run_of_one_simulated_rank_is_refused_before_most_of_it_is_built(monke
                                         r"12\.5% of the layer passes of a step\)"):
         api.simulate(api.resolve(settings))
     assert seen and seen[-1] < 1000
+
+
+@pytest.mark.quick
+@pytest.mark.parametrize("command", ["run", "compare", "analytic"])
+def test_a_huge_mtp_layer_count_is_refused_in_one_line(command):
+    """Multi-token prediction layers count with the decoder layers in the step's operation bound and
+    the parameter sums, so 2**63 - 1 of them is refused at once (the lowering used to walk them
+    one by one, and the closed form summed their parameters layer by layer)."""
+    out = ["--no-plot", "--out", "unused"] if command == "run" else []
+    line = assert_user_error(command, "--mtp-layers", str(2**63 - 1), *out)
+    assert ("9,223,372,036,854,775,887 layers" in line) if command == "run" else ("no recompute count fits" in line)

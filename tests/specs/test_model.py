@@ -195,3 +195,18 @@ def test_multi_token_prediction_modules():
         m.is_moe_layer(62)
     with pytest.raises(SpecError, match="mtp_layers"):
         replace(base, mtp_layers=-1)
+
+
+@pytest.mark.parametrize("name", list_models())
+def test_parameter_sums_by_runs_of_like_layers_equal_the_layer_by_layer_sum(name):
+    """The totals add a run of like layers at a time (dense, MoE, MTP); the same integers as
+    adding layer by layer, and as fast for any layer count."""
+    import dataclasses
+
+    for mtp in (0, 2):
+        m = dataclasses.replace(load_model(name), mtp_layers=mtp)
+        ends = m.embedding_params() + m.lm_head_params() + m.final_norm_params()
+        assert m.params_total == sum(m.layer_params(i) for i in range(m.total_layers)) + ends
+        assert m.params_active == sum(m.layer_active_params(i) for i in range(m.total_layers)) + ends
+    huge = dataclasses.replace(load_model(name), mtp_layers=2**62)
+    assert huge.params_total > 2**62
