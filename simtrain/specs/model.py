@@ -207,10 +207,8 @@ class ModelSpec:
         return self.hidden * (2 if self.norm == "layer" else 1)
 
     def _total(self, per_layer: Callable[[int], int]) -> int:
-        """``per_layer`` summed over every layer, a run of like layers at a time (the decoder layers
-        before ``dense_layers``, those after, the MTP layers: a layer's count depends only on which
-        run it is in), plus the embedding, the LM head and the final norm. The same integer as a
-        sum layer by layer, for a layer count of any size."""
+        """``per_layer`` over every layer, one run of like layers (dense, MoE, MTP) at a time: the
+        layer-by-layer sum's integer for any layer count; plus the embedding, LM head and final norm."""
         split = min(self.dense_layers, self.layers) if self.is_moe else self.layers
         runs = ((0, split), (split, self.layers), (self.layers, self.total_layers))
         return (sum((end - start) * per_layer(start) for start, end in runs if end > start)
