@@ -307,9 +307,10 @@ def _model_and_layout(job: _Launch) -> None:
     job.set("vpp", vpp or 1)
     job.set("schedule", "interleaved-1f1b" if (vpp or 1) > 1 else "1f1b")
     _dispatcher(job)
-    if job.model().shared_experts:  # Megatron-LM runs them after the combine unless told otherwise
+    model = job.model()
+    if model.shared_experts:  # Megatron-LM runs them after the combine unless told otherwise
         job.set("moe_shared_expert_overlap", "--moe-shared-expert-overlap" in job.args)
-    if job.model().is_moe and "--moe-grouped-gemm" not in job.args:
+    if model.is_moe and "--moe-grouped-gemm" not in job.args:
         job.unsupported("no --moe-grouped-gemm", "Megatron-LM then runs the local experts one after another "
                         "(SequentialMLP); simtrain runs TransformerEngine's grouped GEMM: add --moe-grouped-gemm")
 

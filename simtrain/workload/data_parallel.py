@@ -82,7 +82,6 @@ class ParamLayout:
     par: ParallelSpec
     schedule: Schedule
     chunks: list[range]  # layers of each model chunk
-    _first_forward_cache: dict[int, dict[int, int]] = field(default_factory=dict, repr=False, compare=False)
 
     def layer_shards(self, layer: int) -> list[tuple[str, float]]:
         """Parameters of ``layer`` (or :data:`EMBEDDING`, :data:`LM_HEAD`) on one rank, by the
@@ -141,19 +140,17 @@ class ParamLayout:
         return sorted(reversed(buckets), key=lambda b: first.get(b.stage, len(first)))  # stable: layer order kept
 
     def _first_forward(self, pp_index: int) -> dict[int, int]:
-        """Stage -> its position among pipeline rank ``pp_index``'s stages by first forward action."""
-        cache = self._first_forward_cache
-        if pp_index not in cache:
-            order: dict[int, int] = {}
-            stages = set(self.schedule.stages_of_rank(pp_index))
-            for action in self.schedule.actions[pp_index]:
-                for half in action.halves():
-                    if half.kind == "F" and half.stage not in order:
-                        order[half.stage] = len(order)
-                if len(order) == len(stages):
-                    break
-            cache[pp_index] = order
-        return cache[pp_index]
+        """Stage -> its position among pipeline rank ``pp_index``'s stages by first forward action
+        (the walk stops once every stage has had one: within the warm-up)."""
+        order: dict[int, int] = {}
+        stages = len(self.schedule.stages_of_rank(pp_index))
+        for action in self.schedule.actions[pp_index]:
+            for half in action.halves():
+                if half.kind == "F" and half.stage not in order:
+                    order[half.stage] = len(order)
+            if len(order) == stages:
+                break
+        return order
 
     def static_of_pipeline_rank(self, pp_index: int) -> tuple[float, float]:
         """(static memory, parameters the optimizer updates) of pipeline rank ``pp_index``: each
