@@ -171,6 +171,18 @@ def test_span_order_is_start_then_rank_then_stream_then_the_order_given():
 
 
 @pytest.mark.quick
+@pytest.mark.parametrize("n, ties", [(0, False), (1, False), (2_000, False), (2_000, True)])
+def test_span_order_of_spans_recorded_as_they_end_equals_the_lexsort(n, ties):
+    """Nearly in order of start, as a run records them; without ties, with runs of equal starts."""
+    rng = np.random.default_rng(n)
+    start = np.sort(rng.integers(0, n // 4 + 1, n) * 0.25 if ties else rng.random(n))
+    swap = rng.integers(0, max(n - 1, 1), n // 50)  # a few neighbours out of order
+    start[swap], start[swap + 1] = start[swap + 1], start[swap].copy()
+    rank, stream = rng.integers(0, 1024, n).astype(np.int32), rng.integers(0, 7, n).astype(np.int32)
+    assert np.array_equal(span_order(start, rank, stream), np.lexsort((np.arange(n), stream, rank, start)))
+
+
+@pytest.mark.quick
 @pytest.mark.parametrize("deps", [[0], [1, 0], [1, 2, 0]])  # the first, the second, a third dependency
 def test_check_spans_finds_an_op_that_started_before_its_dependency_ended(deps):
     from simtrain.engine.timeline import check_spans
