@@ -23,6 +23,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from simtrain.cli import analysis, calibrate, collective, inspect, run, schedule, whatif
+from simtrain.cli.pages import small_pages_unless_set
 from simtrain.errors import SimtrainError
 
 
@@ -181,6 +182,7 @@ def bounded(message: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     matplotlib_config_dir()
+    small_pages_unless_set()
     parser = build_parser()
     try:
         with signals_interrupt():
