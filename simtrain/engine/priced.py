@@ -16,10 +16,9 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from simtrain.engine import compiled, loop_layout
-from simtrain.engine.codes import first_use_codes
 from simtrain.engine.loop_layout import ARG, CLS, COMPUTE, DEP0, DEP1, NEED, WHEAD, WTAIL
 from simtrain.network.interface import NetworkModel
-from simtrain.workload.program import MORE, STREAM, OpRef, Program
+from simtrain.workload.program import COMM_NONE, COMM_P2P, MORE, STREAM, OpRef, Program
 
 
 class Recorded(NamedTuple):
@@ -39,16 +38,16 @@ def prices(program: Program, network: NetworkModel) -> tuple[np.ndarray, np.ndar
     network is asked once per key, about the key's first op."""
     table = program.ops
     n = len(table)
-    used, seen = first_use_codes(table.comm, n)
-    names = sorted(str(c) for c in seen if c is not None)
-    code: dict[object, int] = {None: 0}
-    code.update((c, k + 1) for k, c in enumerate(names))
-    codes = np.array([code[c] for c in seen], dtype=np.int8)[used] if n else np.zeros(0, np.int8)
+    comm, vocabulary = table.column("comm_code"), table.comms.values
+    seen = np.flatnonzero(np.bincount(comm, minlength=len(vocabulary)))  # the kinds the ops use
+    names = sorted(str(vocabulary[c]) for c in seen.tolist() if c != COMM_NONE)
+    lut = np.zeros(len(vocabulary), dtype=np.int16)  # a kind's code: 0 for compute, else its name's rank + 1
+    lut[[table.comms.code(c) for c in names]] = np.arange(1, len(names) + 1)
+    codes = lut[comm]
     ids = np.flatnonzero(codes)
     cls = np.zeros(n, dtype=np.int8)
     cls[ids] = loop_layout.COLLECTIVE
-    if "p2p" in code:
-        cls[codes == code["p2p"]] = loop_layout.P2P
+    cls[comm == COMM_P2P] = loop_layout.P2P
     price = np.zeros(n)
     if not len(ids):
         return price, cls

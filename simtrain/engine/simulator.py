@@ -95,7 +95,7 @@ class _Run:
         self.compiled = (len(program.ops) >= COMPILED_MIN_OPS or loop_loaded()) if compiled is None else compiled
         self.interference, self.slow_factor = comm_interference, 1.0 + comm_interference
         table = program.ops  # the columns the streams read
-        self.dep0, self.dep1, self.more, self.comm = table.dep0, table.dep1, table.more, table.comm
+        self.dep0, self.dep1, self.more, self.comm = table.dep0, table.dep1, table.more, table.comm_code
         self.duration, self.key, self.peer = table.duration_s, table.key, table.peer
 
     def finish(self, i: int, start: float) -> None:

@@ -19,7 +19,7 @@ from typing import Protocol, cast
 import simpy
 from simpy.events import NORMAL
 
-from simtrain.workload.program import MORE, NONE
+from simtrain.workload.program import COMM_NONE, COMM_P2P, MORE, NONE
 
 
 class Wake:
@@ -50,7 +50,7 @@ class RunState(Protocol):
     dep0: array[int]  # the program's dependency columns (:class:`~simtrain.workload.program.OpTable`)
     dep1: array[int]
     more: dict[int, list[int]]
-    comm: list[str | None]  # op id -> its kind of communication (None: compute)
+    comm: array[int]  # op id -> the code of its kind of communication (COMM_NONE: compute, COMM_P2P)
     duration: array[float]  # op id -> its compute time alone, s
     interference: float  # communication's slowdown of compute on its rank (comm_interference)
     slow_factor: float  # 1 + interference
@@ -113,7 +113,7 @@ class Stream:
                 return
             now = self.env._now
             kind = comm[op]
-            if kind is None:
+            if kind == COMM_NONE:
                 delay = duration[op]
                 if delay > 0:
                     self.op, self.start = op, now
@@ -128,7 +128,7 @@ class Stream:
                     return
                 self.pos += 1
                 run.finish(op, now)
-            elif kind == "p2p":
+            elif kind == COMM_P2P:
                 run.request_peer(self, op)
                 return
             else:

@@ -15,8 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from simtrain.engine.codes import first_use_codes
-from simtrain.workload.program import KINDS, STREAM, STREAMS, OpTable, Program
+from simtrain.workload.program import COMM_NONE, KINDS, STREAM, STREAMS, OpTable, Program
 
 _INT_COLUMNS = ("rank", "stream", "kind", "name", "stage", "layer", "mb", "arrow")
 _FLOAT_COLUMNS = ("start_s", "end_s", "flops", "bytes", "alloc_bytes", "free_bytes")
@@ -251,8 +250,8 @@ def program_timeline(ops: OpTable, rows: Spans, starts: Spans, ends: Spans,
     in :func:`span_order` first, so every other column is gathered from the program once,
     already in order."""
     n = len(ops)
-    name, distinct = first_use_codes(ops.name, n)
-    names = {nm: code for code, nm in enumerate(distinct)}
+    name = ops.column("name_code")
+    names = {nm: code for code, nm in enumerate(ops.names.values)}
     idx = np.asarray(rows, dtype=np.int64)
     recv = idx < 0
     op_of = np.where(recv, ~idx, idx)
@@ -283,7 +282,7 @@ def program_timeline(ops: OpTable, rows: Spans, starts: Spans, ends: Spans,
     out["flops"] = ops.column("flops")[ids]
     out["bytes"] = ops.column("nbytes")[ids]
     if compute is None:
-        compute = np.fromiter([c is None for c in ops.comm], dtype=bool, count=n)
+        compute = ops.column("comm_code") == COMM_NONE
     alloc, free = ops.column("alloc"), ops.column("free")
     other = ~compute
     if alloc[other].any() or free[other].any():  # (the lowering gives memory to compute ops only)

@@ -107,7 +107,7 @@ class PricedNetwork(ABC):
         A row of an op table is read from its columns (the engine asks once per op)."""
         if type(op) is OpRef:
             table, i = op.table, op.id
-            key = (table.comm[i], table.group_set[i], table.nbytes[i])
+            key = (table.comms.values[table.comm_code[i]], table.group_set[i], table.nbytes[i])
         else:
             key = (op.comm, op.group_set, op.nbytes)
         t = self._durations.get(key)

@@ -45,7 +45,7 @@ SendKey = tuple[int, int, int | None, int, str]
 #: ("pairs", sending pipeline rank, receiving pipeline rank).
 Recipe = tuple[str, str] | tuple[str, int, int]
 #: The columns copied as they are.
-_SAME = ("stream", "kind", "name", "stage", "layer", "mb", "duration_s", "flops", "nbytes", "comm", "peer_stage",
+_SAME = ("stream", "kind", "name_code", "stage", "layer", "mb", "duration_s", "flops", "nbytes", "comm_code", "peer_stage",
          "alloc", "free")
 #: Every column of a copy, typed (bytes) or lists of objects, in the order a flush appends them.
 _TYPED_COPIES = ("rank", *(c for c in _SAME if c in TYPED), "dep0", "dep1", "group_set", "peer")

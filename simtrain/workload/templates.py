@@ -133,7 +133,7 @@ class ActionTemplates:
 #: Templates of at most this many ops are rebased in Python, larger ones with numpy.
 _SMALL = 64
 #: The columns a template copies as they are (rank, micro-batch, dependencies and keys are rebased).
-_COPIED = ("stream", "kind", "name", "stage", "layer", "duration_s", "flops", "nbytes", "comm", "group_set", "peer",
+_COPIED = ("stream", "kind", "name_code", "stage", "layer", "duration_s", "flops", "nbytes", "comm_code", "group_set", "peer",
            "peer_stage", "alloc", "free")
 
 
