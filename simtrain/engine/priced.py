@@ -152,7 +152,7 @@ def run_priced(program: Program, price: np.ndarray, cls: np.ndarray, max_events:
     for j, r in enumerate(ranks.tolist()):
         if r in slow:
             slow[r] += float(fv["slowdown"][j])
-    return Recorded(iv["rows"][:k].astype(np.int64), fv["starts"][:k], fv["ends"][:k],  # (views of F)
+    return Recorded(iv["rows"][:k].astype(np.int64), fv["starts"][:k].copy(), fv["ends"][:k].copy(),
                     int(reg[L.R_EXEC]), finished, int(reg[L.R_STATUS]), int(reg[L.R_OP]), slow)
 
 
