@@ -323,14 +323,22 @@ def check_spans(prog: Program, rows: Spans, starts: Spans, ends: Spans) -> None:
             raise AssertionError("a pp_recv stream ran two transfers at once")
 
 
+#: Ops per piece of a dependency column checked at once: its temporaries (a few arrays of this
+#: many 8-byte values) stay small enough for the allocator to reuse their memory, where arrays of
+#: an unfolded run's millions of ops would each take fresh pages from the system.
+CHECK_PIECE = 1 << 19
+
+
 def _dependency_pairs(ops: OpTable) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     """Every (op, dependency) pair of ``ops``, as pairs of id arrays: the first dependencies, the
-    second ones, those beyond two (each array made as it is checked: an unfolded run has
-    millions)."""
+    second ones (in pieces of :data:`CHECK_PIECE` ops), those beyond two (each array made as it is
+    checked: an unfolded run has millions)."""
     for column in ("dep0", "dep1"):
         deps = ops.column(column)
-        src = np.flatnonzero(deps >= 0)
-        yield src, deps[src]
+        for a in range(0, len(deps), CHECK_PIECE):
+            piece = deps[a:a + CHECK_PIECE]
+            src = np.flatnonzero(piece >= 0)
+            yield src + a, piece[src]
     more = sorted(ops.more.items())
     yield (np.fromiter(chain.from_iterable([i] * len(ds) for i, ds in more), dtype=np.int64),
            np.fromiter(chain.from_iterable(ds for _, ds in more), dtype=np.int64))

@@ -184,8 +184,12 @@ def test_span_order_of_spans_recorded_as_they_end_equals_the_lexsort(n, ties):
 
 @pytest.mark.quick
 @pytest.mark.parametrize("deps", [[0], [1, 0], [1, 2, 0]])  # the first, the second, a third dependency
-def test_check_spans_finds_an_op_that_started_before_its_dependency_ended(deps):
+@pytest.mark.parametrize("piece", [1, 3, 1 << 19])  # the dependency columns checked in pieces of so many ops
+def test_check_spans_finds_an_op_that_started_before_its_dependency_ended(deps, piece, monkeypatch):
+    from simtrain.engine import timeline
     from simtrain.engine.timeline import check_spans
+
+    monkeypatch.setattr(timeline, "CHECK_PIECE", piece)
     from simtrain.workload.program import KIND, STREAM, Program
 
     prog = Program()
