@@ -292,7 +292,7 @@ _TABLE = (
     Setting("slow_steps", str, None, "with probability PROB per step one random GPU runs the step at FACTOR of its "
             "speed (default 0.5), e.g. 0.05:0.5", default_text="none", metavar="PROB[:FACTOR]"),
     Setting("max_events", int, DEFAULT_MAX_EVENTS, "refuse or stop a run of more than this many "
-            "operations (each holds about 750 bytes: 2,000,000 stay under 1.5 GiB)", rule=POSITIVE, metavar="N"),
+            "operations (each holds about 620 bytes: 2,000,000 stay under 1.2 GiB)", rule=POSITIVE, metavar="N"),
     Setting("price_per_gpu_hour_usd", float, None, "price of one GPU-hour in US dollars, for the cost keys of the "
             "report", default_text="the topology's [cost] table; none: no cost", rule=POSITIVE_FINITE,
             metavar="USD", flags=("--price-per-gpu-hour",)),

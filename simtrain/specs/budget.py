@@ -33,8 +33,8 @@ from simtrain.errors import ScheduleError, SpecError
 if TYPE_CHECKING:
     from simtrain.topology.spec import TopologySpec
 
-#: Most operations a run simulates unless ``--max-events`` says more: at about 750 bytes and 12 us
-#: each (:data:`US_PER_OPERATION`), under 1.5 GiB and half a minute; the largest
+#: Most operations a run simulates unless ``--max-events`` says more: at about 620 bytes and 12 us
+#: each (:data:`US_PER_OPERATION`), under 1.2 GiB and half a minute; the largest
 #: published run of ``tests/validation`` (GPT-1T) holds 1,310,848.
 DEFAULT_MAX_EVENTS = 2_000_000
 
@@ -55,10 +55,10 @@ MAX_SCHEDULE_CELLS = 1_000_000
 OPS_PER_LAYER = 4
 #: Bytes each simulated operation holds at least until the report is written: its program entry,
 #: the engine's bookkeeping and its timeline span. Measured with ``benchmarks/bench_scale.py``:
-#: S3 (5,405,184 operations) peaks at 2,662 MiB, 516 bytes each; S1 (332,460 operations, all
-#: outputs drawn) at 310 MiB, 978 each. The smaller figure, rounded down, so that only a run that
+#: S3 (5,405,184 operations) peaks at 1,747 MiB, 339 bytes each; S1 (332,460 operations, all
+#: outputs drawn) at 285 MiB, 899 each. The smaller figure, rounded down, so that only a run that
 #: certainly does not fit is refused.
-BYTES_PER_OPERATION = 500
+BYTES_PER_OPERATION = 300
 #: With TP > 1, at least one TP collective per block and pass (Megatron-LM's all-reduce, or its
 #: all-gather / reduce-scatter with sequence parallelism, around each block: Korthikanti et al.
 #: 2022, section 4.2.2).
@@ -229,7 +229,7 @@ US_PER_OPERATION = 12.0
 #: Bytes a simulated operation holds until the report is written, as a refusal names them (the
 #: mean of ``benchmarks/bench_scale.py``'s S1 and S3 peaks; :data:`BYTES_PER_OPERATION` is the
 #: lower bound the up-front check uses).
-TYPICAL_BYTES_PER_OPERATION = 750
+TYPICAL_BYTES_PER_OPERATION = 620
 
 
 #: How far beyond the limits an estimate from part of the first rank's step must go to refuse the

@@ -146,13 +146,13 @@ def test_drawing_a_large_cluster_is_refused_before_its_bisection(tmp_path):
 
 @pytest.mark.quick
 def test_a_run_that_cannot_fit_in_memory_is_refused_before_the_schedule(tmp_path, monkeypatch):
-    """25,600,000 operations at 500 bytes each at least: 11.9 GiB, against 4 GiB available."""
+    """25,600,000 operations at 300 bytes each at least: 7.2 GiB, against 4 GiB available."""
     from simtrain.specs import budget
 
     monkeypatch.setattr(budget, "available_memory_bytes", lambda: 4 * 2**30)
     argv = ("run", "--model", "llama3-8b", "--topology", "h100-ib", "--gpus", "8", "--tp", "8", "--pp", "1",
             "--gbs", "100000", "--out", str(tmp_path))
-    assert_user_error(*argv, "--max-events", "100000000", contains=("at least 25,600,000 operations", "at least 11.9 GiB (500 bytes each)",
+    assert_user_error(*argv, "--max-events", "100000000", contains=("at least 25,600,000 operations", "at least 7.2 GiB (300 bytes each)",
                                        "more than the 4.0 GiB of memory available", "fewer micro-batches"))
     monkeypatch.setattr(budget, "available_memory_bytes", lambda: None)  # unknown: only --max-events bounds it
     assert_user_error(*argv, "--max-events", "1000", contains=("max_events=1,000",))
@@ -249,7 +249,7 @@ def test_a_run_beyond_the_memory_available_is_refused_after_the_first_step(monke
     from simtrain.specs import budget
     from simtrain.errors import SpecError
 
-    monkeypatch.setattr(budget, "available_memory_bytes", lambda: 2_500_000)  # 5,000 operations at 500 B
+    monkeypatch.setattr(budget, "available_memory_bytes", lambda: 1_500_000)  # 5,000 operations at 300 B
     with pytest.raises(SpecError, match=r"about 6,480 operations .* more than the 0\.0 GiB of memory available"):
         api.simulate(api.resolve({**L8_16, "steps": 3}))
 
