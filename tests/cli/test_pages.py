@@ -42,7 +42,7 @@ def test_a_value_the_user_set_is_left_to_numpy(given):
 
 def test_the_command_line_sets_it_for_its_process():
     env = {k: v for k, v in os.environ.items() if k != VARIABLE}
-    code = ("import os, sys; from simtrain.cli.main import main; main(['presets', 'gpus']); "
-            f"sys.stderr.write(os.environ['{VARIABLE}'])")
+    code = ("import os, sys; from simtrain.cli.main import main; status = main(['list', 'gpus']); "
+            f"sys.stderr.write(os.environ['{VARIABLE}']); sys.exit(status)")
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
-    assert done.stderr.endswith("0")
+    assert done.stderr.endswith("0") and "h100" in done.stdout
