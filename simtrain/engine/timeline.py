@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from simtrain.workload.program import COMM_NONE, KINDS, STREAM, STREAMS, OpTable, Program
+from simtrain.workload.vocab import Vocabulary
 
 _INT_COLUMNS = ("rank", "stream", "kind", "name", "stage", "layer", "mb", "arrow")
 _FLOAT_COLUMNS = ("start_s", "end_s", "flops", "bytes", "alloc_bytes", "free_bytes")
@@ -56,16 +57,17 @@ class Span:
 class TimelineBuilder:
     """Collects spans during a run; :meth:`build` freezes them into a :class:`Timeline`."""
 
-    names: list[str] = field(default_factory=list)
-    _name_ids: dict[str, int] = field(default_factory=dict)
+    vocabulary: Vocabulary[str] = field(default_factory=Vocabulary)
     rows: list[tuple[Any, ...]] = field(default_factory=list)
 
+    @property
+    def names(self) -> list[str]:
+        """The span names, each at its code."""
+        return self.vocabulary.values
+
     def name_id(self, name: str) -> int:
-        nid = self._name_ids.get(name)
-        if nid is None:
-            nid = self._name_ids[name] = len(self.names)
-            self.names.append(name)
-        return nid
+        """The code of span name ``name`` (a new one where it is new)."""
+        return self.vocabulary.code(name)
 
     def add(self, rank: int, stream: int, kind: int, name: int, stage: int, layer: int, mb: int,
             start_s: float, end_s: float, flops: float = 0.0, nbytes: float = 0.0, arrow: int = -1,
