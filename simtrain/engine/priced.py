@@ -39,10 +39,10 @@ def prices(program: Program, network: NetworkModel) -> tuple[np.ndarray, np.ndar
     table = program.ops
     n = len(table)
     comm, vocabulary = table.column("comm_code"), table.comms.values
-    seen = np.flatnonzero(np.bincount(comm, minlength=len(vocabulary)))  # the kinds the ops use
-    names = sorted(str(vocabulary[c]) for c in seen.tolist() if c != COMM_NONE)
+    seen = np.flatnonzero(np.bincount(comm, minlength=len(vocabulary))).tolist()  # the kinds the ops use
+    by_name = sorted((c for c in seen if c != COMM_NONE), key=lambda c: str(vocabulary[c]))
     lut = np.zeros(len(vocabulary), dtype=np.int16)  # a kind's code: 0 for compute, else its name's rank + 1
-    lut[[table.comms.code(c) for c in names]] = np.arange(1, len(names) + 1)
+    lut[by_name] = np.arange(1, len(by_name) + 1)
     codes = lut[comm]
     ids = np.flatnonzero(codes)
     cls = np.zeros(n, dtype=np.int8)

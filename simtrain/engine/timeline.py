@@ -233,7 +233,7 @@ def span_order(start_s: np.ndarray, rank: np.ndarray, stream: np.ndarray) -> np.
     if new.all():
         return by_start
     width = int(lane.max()) + 1 if n else 1
-    if n * width >= 2**62 or int(lane.min()) < 0:  # (the one key would not fit in 64 bits)
+    if n * width >= 2**62 or int(lane.min()) < 0 or np.isnan(s[-1]):  # (no one 64-bit key; NaN sorts last)
         return np.lexsort((lane, start))
     run = np.cumsum(new, dtype=np.int64)
     run *= width
