@@ -59,7 +59,7 @@ class OpTable:
             setattr(self, f, array(code) if code else [])
         self.more: dict[int, list[int]] = {}
         self.names: Vocabulary[str] = Vocabulary()
-        self.comms: Vocabulary[str | None] = Vocabulary((None, "p2p"))
+        self.comms: Vocabulary[str | None] = Vocabulary((None, "p2p"))  # codes COMM_NONE and COMM_P2P
 
     @property
     def name(self) -> Decoded[str]:
