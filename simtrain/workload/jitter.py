@@ -73,9 +73,10 @@ def _segments(program: Program, ids: list[int]) -> npt.NDArray[np.int64]:
     collective is where its group meets; the other ops are segments of their own."""
     seg, last, keys = [], None, []
     t = program.ops
+    names, name_code = t.names.values, t.name_code
     for i in ids:
         layer = t.layer[i]
-        key = (t.mb[i], layer, t.kind[i], t.name[i].split(".", 1)[0]) if layer >= 0 else None
+        key = (t.mb[i], layer, t.kind[i], names[name_code[i]].split(".", 1)[0]) if layer >= 0 else None
         if key is None or key != last:
             keys.append(key)
         seg.append(len(keys) - 1)
