@@ -11,7 +11,7 @@ that loop's events per second, a machine-independent measure of the engine's ove
 ``phase/bare`` the same for the engine's phase alone (its runs' operations per second of their own
 time: the event loop, the timeline's columns and the span check; "-" for the search, whose engines
 run in its workers). As the bare loop's time leaves out SimPy's import, the phase leaves out the
-compiled loop's one-time load (numba's import and its cached machine code, on a process's first
+compiled loop's one-time load (llvmlite's load of its saved machine code, on a process's first
 compiled run); ``load s`` prints it with the flow model's (its compiled loop's load, at the first
 flow model); ``cpu s`` and ``wall s`` include both. Not a test: machines
 are noisy; compare rows of one machine, as ratios.
@@ -182,9 +182,10 @@ def _engine_timed(total: list[float]):
 
 @contextmanager
 def _load_timed(total: list[float]):
-    """Add the seconds the compiled loop's one-time load takes (numba's import and the loading of
-    its cached machine code for the loop's argument types, which the first compiled run would
-    otherwise spend inside its own time) to ``total[0]``; timed at that first run."""
+    """Add the seconds the compiled loop's one-time load takes (llvmlite's load of the loop's saved
+    machine code, :mod:`simtrain.engine.loop_code`; where none is saved, numba's import, its
+    compile or cached code, and the saving) to ``total[0]``; timed at the first compiled run,
+    which would otherwise spend it inside its own time."""
     import importlib
 
     simulator = importlib.import_module("simtrain.engine.simulator")
@@ -193,10 +194,13 @@ def _load_timed(total: list[float]):
     def loaded_first(run):
         if "simtrain.engine.priced" not in sys.modules:
             t0 = time.perf_counter()
-            from numba import types
+            from simtrain.engine import loop_code
 
-            from simtrain.engine import compiled
-            compiled.run_loop.compile((types.int32[::1], types.float64[::1], types.int64[::1]))
+            if loop_code.native_loop() is None:  # no machine code can be kept: numba's dispatcher runs
+                from numba import types
+
+                from simtrain.engine import compiled
+                compiled.run_loop.compile((types.int32[::1], types.float64[::1], types.int64[::1]))
             total[0] += time.perf_counter() - t0
         return run_compiled(run)
 

@@ -20,9 +20,9 @@ arrays. Ops are indexed by position (the streams' lists end to end; ``ops`` give
 Per op: a record of ints (dependencies, class, receiver or key, done flag, waiting streams,
 members) and its ``cost`` (s: a compute op's duration, a communication op's price). Per stream:
 its position, op, start, work left and speed. Compiled by numba once per installation
-(:data:`OPTIONS`), without numba's runtime: the loop allocates nothing, and with the runtime each
-call between its functions counts references to its arrays atomically (numba/numba#2345), 80% of
-a move (0.48 against 0.09 us per op on S1's program).
+(:data:`OPTIONS`; the code kept, :mod:`~simtrain.engine.loop_code`), without numba's runtime: the
+loop allocates nothing, and with the runtime each call between its functions counts references to
+its arrays atomically (numba/numba#2345), 80% of a move (0.48 against 0.09 us per op on S1's program).
 """
 
 from __future__ import annotations

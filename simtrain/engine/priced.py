@@ -15,7 +15,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from simtrain.engine import compiled, loop_layout
+from simtrain.engine import loop_code, loop_layout
 from simtrain.engine.loop_layout import ARG, CLS, COMPUTE, DEP0, DEP1, NEED, WHEAD, WTAIL
 from simtrain.network.interface import NetworkModel
 from simtrain.workload.program import COMM_NONE, COMM_P2P, MORE, STREAM, OpRef, Program
@@ -121,29 +121,41 @@ def run_priced(program: Program, price: np.ndarray, cls: np.ndarray, max_events:
     more_ids = pos_of[np.fromiter((d for x in lists for d in x), dtype=np.int64, count=int(more_ptr[-1]))]
     S, R = len(keys), len(ranks)
     nrec = n + len(p2p)
-    o = np.zeros(L.K_COUNT, np.int64)
-    I, iv = _alloc(dict(ptr=S + 1, ops=n, srank=S, comp=R, op=n * L.W, more_ptr=len(more_ptr), more_ids=len(more_ids),
-                        key_off=len(key_off), heap=S, hpos=S, hs=S, htype=S, harg=S, reg=10, sop=S, evalid=S,
-                        active=R, wnext=S, rows=nrec, rq=S + 1, pend_cnt=len(members), pend=int(key_off[-1]),
-                        inst_mem=len(coll), inst_off=len(coll) + 1, spos=S, qhead=R, qtail=R, qnext=S, qexists=R,
-                        scratch=S, max_events=1), np.int32, o)
-    F, fv = _alloc(dict(cost=n, ht=S, send=S, sleft=S, st0=S, sslow=S, starts=nrec, ends=nrec, sstart=S, slowdown=R,
-                        interference=1, factor=1), np.float64, o)
-    for name, v in dict(ptr=ptr, ops=ops, srank=srank, comp=comp, more_ptr=more_ptr, more_ids=more_ids,
-                        key_off=key_off, max_events=min(max_events, n)).items():  # (no run executes more than its ops)
-        iv[name][:] = v
-    for name in ("hpos", "wnext", "qhead", "qtail", "qnext"):
-        iv[name][:] = -1
-    rec = iv["op"].reshape(n, L.W)  # each op's record, by position
-    _fill(rec, fv["cost"], ops, pos_of, table.column("dep0"), table.column("dep1"), cls, table.column("duration_s"),
-          price)
-    rec[listed, L.DEP1] = np.arange(len(lists))
-    rec[p2p, L.ARG] = dense[len(keys):]
-    rec[coll[need > 1], L.ARG] = kid[need > 1]
-    rec[coll, L.NEED] = need
-    fv["sslow"][:], fv["interference"][:], fv["factor"][:] = 1.0, comm_interference, 1.0 + comm_interference
-    o[L.K_cap], o[L.K_nstreams] = S + 1, S
-    compiled.run_loop(I, F, o)
+
+    def arrays() -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[str, np.ndarray], dict[str, np.ndarray]]:
+        """The loop's state, as it starts: ``I``, ``F``, the offsets ``o``, and their named views."""
+        o = np.zeros(L.K_COUNT, np.int64)
+        I, iv = _alloc(dict(ptr=S + 1, ops=n, srank=S, comp=R, op=n * L.W, more_ptr=len(more_ptr),
+                            more_ids=len(more_ids), key_off=len(key_off), heap=S, hpos=S, hs=S, htype=S, harg=S,
+                            reg=10, sop=S, evalid=S, active=R, wnext=S, rows=nrec, rq=S + 1, pend_cnt=len(members),
+                            pend=int(key_off[-1]), inst_mem=len(coll), inst_off=len(coll) + 1, spos=S, qhead=R,
+                            qtail=R, qnext=S, qexists=R, scratch=S, max_events=1), np.int32, o)
+        F, fv = _alloc(dict(cost=n, ht=S, send=S, sleft=S, st0=S, sslow=S, starts=nrec, ends=nrec, sstart=S,
+                            slowdown=R, interference=1, factor=1), np.float64, o)
+        for name, v in dict(ptr=ptr, ops=ops, srank=srank, comp=comp, more_ptr=more_ptr, more_ids=more_ids,
+                            key_off=key_off, max_events=min(max_events, n)).items():  # (no run executes more than its ops)
+            iv[name][:] = v
+        for name in ("hpos", "wnext", "qhead", "qtail", "qnext"):
+            iv[name][:] = -1
+        rec = iv["op"].reshape(n, L.W)  # each op's record, by position
+        _fill(rec, fv["cost"], ops, pos_of, table.column("dep0"), table.column("dep1"), cls,
+              table.column("duration_s"), price)
+        rec[listed, L.DEP1] = np.arange(len(lists))
+        rec[p2p, L.ARG] = dense[len(keys):]
+        rec[coll[need > 1], L.ARG] = kid[need > 1]
+        rec[coll, L.NEED] = need
+        fv["sslow"][:], fv["interference"][:], fv["factor"][:] = 1.0, comm_interference, 1.0 + comm_interference
+        o[L.K_cap], o[L.K_nstreams] = S + 1, S
+        return I, F, o, iv, fv
+
+    I, F, o, iv, fv = arrays()
+    native = loop_code.native_loop()
+    if native is None or native(I, F, o) != 0:
+        if native is not None:  # it raised midway: numba's run of the same start raises what it raised
+            I, F, o, iv, fv = arrays()
+        from simtrain.engine import compiled
+        compiled.run_loop(I, F, o)
+    rec = iv["op"].reshape(n, L.W)
     reg = iv["reg"]
     k = int(reg[L.R_REC])
     finished = np.zeros(n, dtype=np.int32)
@@ -156,21 +168,20 @@ def run_priced(program: Program, price: np.ndarray, cls: np.ndarray, max_events:
                     int(reg[L.R_EXEC]), finished, int(reg[L.R_STATUS]), int(reg[L.R_OP]), slow)
 
 
-@compiled.kernel
 def _fill(rec: np.ndarray, cost: np.ndarray, ops: np.ndarray, pos_of: np.ndarray, dep0: np.ndarray, dep1: np.ndarray,
           cls: np.ndarray, duration: np.ndarray, price: np.ndarray) -> None:
     """Each op's record by position (``ops`` gives its id): dependencies as positions (the codes
     below zero kept), class, no argument, no waiting streams, one member; its cost, a compute op's
     duration or a communication op's price (s)."""
-    for j in range(ops.size):
-        i = ops[j]
-        a, b = dep0[i], dep1[i]
-        rec[j, DEP0] = pos_of[a] if a >= 0 else a
-        rec[j, DEP1] = pos_of[b] if b >= 0 else b
-        rec[j, CLS] = cls[i]
-        rec[j, ARG] = rec[j, WHEAD] = rec[j, WTAIL] = -1
-        rec[j, NEED] = 1
-        cost[j] = duration[i] if cls[i] == COMPUTE else price[i]
+    a, b, c = dep0[ops], dep1[ops], cls[ops]
+    rec[:, DEP0] = np.where(a >= 0, pos_of[np.maximum(a, 0)], a)
+    rec[:, DEP1] = np.where(b >= 0, pos_of[np.maximum(b, 0)], b)
+    rec[:, CLS] = c
+    rec[:, ARG] = -1
+    rec[:, WHEAD] = -1
+    rec[:, WTAIL] = -1
+    rec[:, NEED] = 1
+    cost[:] = np.where(c == COMPUTE, duration[ops], price[ops])
 
 
 def _alloc(sizes: dict[str, int], dtype: type, o: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:

@@ -22,8 +22,8 @@ the network's transfer steps, and one network process wakes the ops whose tokens
 Where the network prices every op up front (its ``fixed_duration`` answers a price for each, 0
 included), the run is :mod:`~simtrain.engine.compiled`'s loop instead: the same moves in the same
 order over the program's columns, compiled, with the same spans, checks and errors; by default
-only for programs of :data:`COMPILED_MIN_OPS` ops or more, where it pays for numba's start-up,
-or once this process has paid it (:func:`loop_loaded`).
+only for programs of :data:`COMPILED_MIN_OPS` ops or more, where it pays for loading its machine
+code (:mod:`~simtrain.engine.loop_code`), or once this process has loaded it (:func:`loop_loaded`).
 The flow network runs on SimPy's queue.
 
 Speed: a stream (:class:`~simtrain.engine.streams.Stream`) walks op ids over the program's columns
@@ -58,14 +58,16 @@ from simtrain.engine.streams import Callback, Queue, Stream, Wake
 from simtrain.engine.timeline import Timeline, check_spans, program_timeline
 from simtrain.specs.budget import DEFAULT_MAX_EVENTS
 
-#: Programs this long or longer run compiled by default: numba's import and first call take about
-#: 0.6 s (measured on a 2-core machine), the SimPy engine 3-4 us per op, the compiled loop under 1 us.
-COMPILED_MIN_OPS = 200_000
+#: Programs this long or longer run compiled by default: loading the loop's saved machine code takes
+#: about 0.07 s (measured on a 2-core machine), the SimPy engine 3-4 us per op, the compiled loop
+#: under 1 us. Measured there, a process's whole run of the 70B example at gbs 16 (10,556 ops):
+#: 0.10 s on SimPy, 0.09 s compiled; at gbs 64 (41,708 ops): 0.25 and 0.13 s.
+COMPILED_MIN_OPS = 20_000
 
 
 def loop_loaded() -> bool:
     """Whether this process has run the compiled loop already (its module is imported only by a
-    compiled run): numba's start-up is then paid, and a program of any length runs compiled (a
+    compiled run): its load is then paid, and a program of any length runs compiled (a
     search's worker, say, after its first long candidate). The two engines give the same spans."""
     return "simtrain.engine.priced" in sys.modules
 
@@ -284,7 +286,7 @@ class _Run:
 
 def _run_compiled(run: _Run) -> RunResult | None:
     """The run as :mod:`~simtrain.engine.compiled`'s loop makes it, where the network prices every
-    op up front (else None). numba is imported only here, where a run needs it."""
+    op up front (else None). Its machine code (or numba) is loaded only here, where a run needs it."""
     from simtrain.engine import loop_layout
     from simtrain.engine.priced import prices, run_priced
     prog = run.prog

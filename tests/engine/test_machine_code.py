@@ -1,0 +1,115 @@
+"""Machine code kept as an object file: built from numba's compile, saved, damaged files refused,
+and loaded code giving numba's results and statuses."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from numba import njit
+
+from simtrain.engine import machine_code as mc
+from simtrain.engine.compiled import OPTIONS
+
+_OPTIONS = {k: v for k, v in OPTIONS.items() if k != "cache"}
+
+
+@njit(**_OPTIONS)
+def _scaled_sum(x, out, rows, a):
+    """out[i] = a * sum of row i of x // rows (an integer division: raises where rows is 0)."""
+    for i in range(x.shape[0]):
+        total = 0.0
+        for j in range(x.shape[1]):
+            total += x[i, j]
+        out[i] = a * total + (i // rows[0])
+
+
+_ARGS = (("float64", 2), ("float64", 1), ("int64", 1), ("float64", 0))
+
+
+@pytest.fixture(scope="module")
+def code():
+    built = mc.build(_scaled_sum, _ARGS)
+    assert built is not None
+    return built
+
+
+@pytest.mark.quick
+def test_parameters_follow_numbas_data_model():
+    assert mc.parameters([("int32", 1), ("int64", 0)]) == ["ptr", "ptr", "ptr", "ptr", "i64", "i64", "ptr", "i64",
+                                                           "i64", "i64"]
+    assert len(mc.parameters([("float64", 2)])) == 2 + 5 + 4
+
+
+@pytest.mark.quick
+def test_loaded_code_gives_numbas_results_and_status(code):
+    fn = mc.load(code)
+    assert fn is not None
+    x = np.arange(12.0).reshape(3, 4)
+    mine, theirs = np.zeros(3), np.zeros(3)
+    assert fn(x, mine, np.array([2], dtype=np.int64), 0.5) == 0
+    _scaled_sum(x, theirs, np.array([2], dtype=np.int64), 0.5)
+    assert mine.tolist() == theirs.tolist() == [3.0, 11.0, 20.0]
+    assert fn(x, mine, np.array([0], dtype=np.int64), 0.5) != 0  # numba raises ZeroDivisionError there
+    with pytest.raises(ZeroDivisionError):
+        _scaled_sum(x, theirs, np.array([0], dtype=np.int64), 0.5)
+
+
+@pytest.mark.quick
+def test_the_code_calls_nothing_outside_itself(code):
+    """numba's Python wrappers, which call its C helpers, are gone: the object loads in a process
+    that never imported numba (the helpers' symbols would not resolve there)."""
+    assert b"numba_do_raise" not in code.code and b"PyArg_UnpackTuple" not in code.code
+
+
+@pytest.mark.quick
+def test_arguments_are_checked(code):
+    fn = mc.load(code)
+    x, out, rows = np.ones((2, 2)), np.zeros(2), np.ones(1, dtype=np.int64)
+    with pytest.raises(TypeError, match="arguments"):
+        fn(x, out, rows)
+    with pytest.raises(TypeError, match="float64"):
+        fn(x.astype(np.float32), out, rows, 1.0)
+    with pytest.raises(TypeError, match="C-contiguous"):
+        fn(np.ones((2, 4))[:, ::2], out, rows, 1.0)
+
+
+@pytest.mark.quick
+def test_a_file_cut_short_or_changed_is_refused(code):
+    data = code.to_bytes()
+    assert mc.ObjectCode.from_bytes(data) == code
+    assert mc.ObjectCode.from_bytes(data[:-1]) is None
+    changed = bytearray(data)
+    changed[-10] ^= 1
+    assert mc.ObjectCode.from_bytes(bytes(changed)) is None
+    assert mc.ObjectCode.from_bytes(b"not json\n" + code.code) is None
+    assert mc.ObjectCode.from_bytes(data.replace(b'"format": 1', b'"format": 99')) is None
+
+
+@pytest.mark.quick
+def test_saved_code_loads_under_its_key_only(code, tmp_path):
+    path = mc.save(code, "f", "k" * 64, tmp_path)
+    assert path.parent == tmp_path and mc.load_saved("f", "k" * 64, tmp_path) is not None
+    assert mc.load_saved("f", "j" * 64, tmp_path) is None
+    path.write_bytes(path.read_bytes()[:100])
+    assert mc.load_saved("f", "k" * 64, tmp_path) is None
+    assert [p.name for p in tmp_path.iterdir()] == [path.name]  # no temporary file left
+
+
+@pytest.mark.quick
+def test_the_key_is_the_sources_and_the_arguments(tmp_path):
+    src = tmp_path / "a.py"
+    src.write_text("x = 1\n")
+    key = mc.cache_key("f", [src], [("int32", 1)])
+    assert key == mc.cache_key("f", [src], [("int32", 1)])
+    assert key != mc.cache_key("f", [src], [("int64", 1)])
+    assert key != mc.cache_key("g", [src], [("int32", 1)])
+    src.write_text("x = 2\n")
+    assert key != mc.cache_key("f", [src], [("int32", 1)])
+
+
+@pytest.mark.quick
+def test_the_folder_is_the_environments_where_set(tmp_path, monkeypatch):
+    monkeypatch.setenv(mc.ENV_FOLDER, str(tmp_path / "cache"))
+    assert mc.cache_folder() == tmp_path / "cache" and (tmp_path / "cache").is_dir()
+    monkeypatch.delenv(mc.ENV_FOLDER)
+    assert mc.cache_folder() is not None
