@@ -38,7 +38,10 @@ def native_loop() -> NativeFunction | None:
             return loaded
         from simtrain.engine import compiled
 
-        code = machine_code.build(compiled.run_loop, ARGS)
+        try:
+            code = machine_code.build(compiled.run_loop, ARGS)
+        except Exception:  # (numba's or LLVM's: the dispatcher runs the same loop)
+            return None
         if code is None:
             return None
         try:

@@ -83,19 +83,20 @@ def parameters(args: Sequence[Arg]) -> list[str]:
 
 class NativeFunction:
     """A loaded function, called with numpy arrays (C-contiguous, of the types it was built for)
-    and scalars; returns numba's status (0 where it returned; else it raised)."""
+    and scalars; returns numba's status (0 where it returned; else it raised). ctypes lets go of
+    the GIL for the call (numba's dispatcher holds it), and each call has its own return and
+    exception slots, so threads may call it at once on arrays of their own."""
 
     def __init__(self, engine: Any, address: int, args: tuple[Arg, ...]):
         self._engine = engine  # the MCJIT engine that owns the code: alive as long as the function
         self.args = args
         self._fn = ctypes.CFUNCTYPE(ctypes.c_int32, *(_CTYPES[p] for p in parameters(args)))(address)
-        self._ret = ctypes.create_string_buffer(64)
-        self._exc = ctypes.c_void_p()
 
     def __call__(self, *values: Any) -> int:
         if len(values) != len(self.args):
             raise TypeError(f"{len(values)} arguments where the function takes {len(self.args)}")
-        flat: list[Any] = [ctypes.addressof(self._ret), ctypes.addressof(self._exc)]
+        ret, exc = ctypes.create_string_buffer(64), ctypes.c_void_p()  # (what a void function returns: nothing)
+        flat: list[Any] = [ctypes.addressof(ret), ctypes.addressof(exc)]
         for v, (dtype, ndim) in zip(values, self.args):
             if ndim == 0:
                 flat.append(v)
