@@ -149,10 +149,8 @@ def run_priced(program: Program, price: np.ndarray, cls: np.ndarray, max_events:
         return I, F, o, iv, fv
 
     I, F, o, iv, fv = arrays()
-    native = loop_code.native_loop()
-    if native is None or native(I, F, o) != 0:
-        if native is not None:  # it raised midway: numba's run of the same start raises what it raised
-            I, F, o, iv, fv = arrays()
+    if not loop_code.run_native(I, F, o):  # no machine code, or it raised midway: numba runs the same start
+        I, F, o, iv, fv = arrays()
         from simtrain.engine import compiled
         compiled.run_loop(I, F, o)
     rec = iv["op"].reshape(n, L.W)

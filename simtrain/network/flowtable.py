@@ -118,14 +118,14 @@ class FlowTable:
     def start(self, tix: int, pids: Sequence[int], nbytes: Sequence[float]) -> None:
         """Flows of transfer index ``tix``: ``nbytes[k]`` to carry along path ``pids[k]``, at rate
         0 until the next rate computation; slots as if started one by one, smallest free first."""
-        from simtrain.network.flowcore import place  # compiled: loaded with the flow model
+        from simtrain.network.flow_kernels import CORE  # compiled: loaded with the flow model
 
         k = len(pids)
         while self.act.size - int(self.ist[N_LIVE]) < k:
             self._grow()
         self._room(int(self.ist[N_STARTED]) + k)
-        place(np.asarray(pids, dtype=np.int64), np.asarray(nbytes, dtype=float), tix, self.sf, self.si, self.act,
-              self.chg, self.ist)
+        CORE.place(np.asarray(pids, dtype=np.int64), np.asarray(nbytes, dtype=float), tix, self.sf, self.si,
+                   self.act, self.chg, self.ist)
 
     def end(self, slots: np.ndarray) -> np.ndarray:
         """Free ``slots`` (ascending); the transfer index each one's flow belonged to."""

@@ -55,9 +55,9 @@ class FlowModel:
     Its events run in :mod:`simtrain.network.flowcore` (compiled, loaded with the model)."""
 
     def __init__(self, cluster: Cluster, record: bool = False) -> None:
-        from simtrain.network import flowahead, flowcore  # numba: only where flows run
+        from simtrain.network.flow_kernels import AHEAD, CORE  # compiled: only where flows run
 
-        self._core, self._look = flowcore, flowahead
+        self._core, self._look = CORE, AHEAD
         g = cluster.graph
         self.edges: list[Link] = sorted(g.edges())
         self.index = {e: i for i, e in enumerate(self.edges)}
@@ -68,7 +68,7 @@ class FlowModel:
         self.flows = FlowTable(self.paths, self.ist)
         self._max_min = MaxMinMemo(self.capacity)
         self.reshares = Reshares(self._max_min, self.paths.sets, self.ist)
-        self.memo = ReshareMemo(self.ist, flowcore.key_hash)
+        self.memo = ReshareMemo(self.ist, CORE.key_hash)
         self.fs = np.zeros(1)  # the clock, s
         self.busy = np.zeros(len(self.edges), dtype=np.int64)  # the links with a rate > 0, sorted (N_BUSY)
         self.transfers = Transfers()
@@ -197,7 +197,7 @@ class FlowModel:
         while True:
             flows, paths, usage = self.flows, self.paths, self.usage
             status = int(self._core.run_until(
-                t, first_done, flows.sf, flows.si, flows.act, usage.ef, self.busy, flows.chg, flows.key, paths.pu,
+                float(t), first_done, flows.sf, flows.si, flows.act, usage.ef, self.busy, flows.chg, flows.key, paths.pu,
                 paths.puo, paths.pin, paths.prate, self.transfers.ti, self.transfers.tf, self.memo.tab, self.memo.ent,
                 self.memo.keys, self.memo.ints, self.memo.flts, usage.ht, usage.hmeta, usage.hlinks, usage.hrates,
                 usage.hst, self.fs, usage.us, self.ist))

@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 
 from simtrain import api
-from simtrain.engine import loop_code, machine_code, priced
+from simtrain import machine_code
+from simtrain.engine import loop_code, priced
 
 SPEC = dict(model="llama3-8b", topology="h100-ib", gpus=16, tp=2, pp=4, seq=2048, gbs=8, schedule="1f1b")
 ROOT = Path(__file__).resolve().parents[2]
@@ -53,16 +54,33 @@ def test_the_machine_code_records_what_numbas_dispatcher_records(monkeypatch, na
     _same(mine, theirs)
 
 
+def test_machine_code_can_be_switched_off(monkeypatch):
+    monkeypatch.setenv(loop_code.ENV_SWITCH, "0")
+    loop_code.native_loop.cache_clear()
+    try:
+        assert loop_code.native_loop() is None
+    finally:
+        loop_code.native_loop.cache_clear()
+
+
 @pytest.mark.quick
 def test_where_the_code_raises_numba_runs_the_loop_afresh(monkeypatch, native):
     from simtrain.engine import simulator
     monkeypatch.setattr(simulator, "COMPILED_MIN_OPS", 0)
 
-    def raising(I, F, o):
-        I[:] = -7  # stopped midway, its state spoilt
-        return -1
+    class Raising:
+        released = False
 
+        def __call__(self, I, F, o):
+            I[:] = -7  # stopped midway, its state spoilt
+            raise machine_code.NativeError(-1)
+
+        def release(self):
+            self.released = True
+
+    raising = Raising()
     _same(_recorded(monkeypatch, raising), _recorded(monkeypatch, native))
+    assert raising.released
 
 
 @pytest.mark.quick
