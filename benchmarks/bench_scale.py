@@ -12,7 +12,7 @@ that loop's events per second, a machine-independent measure of the engine's ove
 time: the event loop, the timeline's columns and the span check; "-" for the search, whose engines
 run in its workers). As the bare loop's time leaves out SimPy's import, the phase leaves out the
 compiled loop's one-time load (llvmlite's load of its saved machine code, on a process's first
-compiled run); ``load s`` prints it with the flow model's (its compiled loop's load, at the first
+compiled run); ``load s`` prints it with the flow model's (its compiled functions' load, at the first
 flow model); ``cpu s`` and ``wall s`` include both. Not a test: machines
 are noisy; compare rows of one machine, as ratios.
 
@@ -184,8 +184,8 @@ def _engine_timed(total: list[float]):
 def _load_timed(total: list[float]):
     """Add the seconds the compiled loop's one-time load takes (llvmlite's load of the loop's saved
     machine code, :mod:`simtrain.engine.loop_code`; where none is saved, numba's import, its
-    compile or cached code, and the saving) to ``total[0]``; timed at the first compiled run,
-    which would otherwise spend it inside its own time."""
+    compile and the saving; where none can be saved, numba's dispatcher) to ``total[0]``; timed at
+    the first compiled run, which would otherwise spend it inside its own time."""
     import importlib
 
     simulator = importlib.import_module("simtrain.engine.simulator")
@@ -196,11 +196,8 @@ def _load_timed(total: list[float]):
             t0 = time.perf_counter()
             from simtrain.engine import loop_code
 
-            if loop_code.native_loop() is None:  # no machine code can be kept: numba's dispatcher runs
-                from numba import types
-
-                from simtrain.engine import compiled
-                compiled.run_loop.compile((types.int32[::1], types.float64[::1], types.int64[::1]))
+            loop_code.LOOP.run_loop.prepare(loop_code.ARGS)  # its machine code, or numba's dispatcher
+            loop_code.RECORDS.fill.prepare(loop_code.FILL_ARGS)
             total[0] += time.perf_counter() - t0
         return run_compiled(run)
 
@@ -213,9 +210,10 @@ def _load_timed(total: list[float]):
 
 @contextmanager
 def _flow_load_timed(total: list[float]):
-    """Add the seconds the flow model's compiled loop takes to load (numba's import and its
-    cached machine code, which the first flow model would otherwise spend inside its first
-    events) to ``total[0]``: timed at the first flow model, by running a one-node model first."""
+    """Add the seconds the flow model's compiled functions take to load (their saved machine code,
+    :mod:`simtrain.network.flow_kernels`, or numba's import and cached code where none is saved),
+    which the first flow model would otherwise spend inside its first events, to ``total[0]``:
+    timed at the first flow model, by running a one-node model first."""
     from simtrain.network import solver
 
     init = solver.FlowModel.__init__

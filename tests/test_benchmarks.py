@@ -73,7 +73,7 @@ def test_the_compiled_loops_load_is_timed_once_and_apart_from_the_phase():
 
     from simtrain.engine import loop_code
 
-    assert loop_code.native_loop() is not None  # saved (built now where it was not)
+    assert loop_code.LOOP.run_loop.prepare(loop_code.ARGS)  # saved (built now where it was not)
     script = f"""
 import json, sys, importlib.util
 spec = importlib.util.spec_from_file_location("bench_scale", {str(BENCH)!r})

@@ -16,7 +16,6 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from simtrain.engine import loop_code, loop_layout
-from simtrain.engine.loop_layout import ARG, CLS, COMPUTE, DEP0, DEP1, NEED, WHEAD, WTAIL
 from simtrain.network.interface import NetworkModel
 from simtrain.workload.program import COMM_NONE, COMM_P2P, MORE, STREAM, OpRef, Program
 
@@ -138,8 +137,8 @@ def run_priced(program: Program, price: np.ndarray, cls: np.ndarray, max_events:
         for name in ("hpos", "wnext", "qhead", "qtail", "qnext"):
             iv[name][:] = -1
         rec = iv["op"].reshape(n, L.W)  # each op's record, by position
-        _fill(rec, fv["cost"], ops, pos_of, table.column("dep0"), table.column("dep1"), cls,
-              table.column("duration_s"), price)
+        loop_code.RECORDS.fill(rec, fv["cost"], ops, pos_of, table.column("dep0"), table.column("dep1"), cls,
+                               table.column("duration_s"), price)
         rec[listed, L.DEP1] = np.arange(len(lists))
         rec[p2p, L.ARG] = dense[len(keys):]
         rec[coll[need > 1], L.ARG] = kid[need > 1]
@@ -149,10 +148,9 @@ def run_priced(program: Program, price: np.ndarray, cls: np.ndarray, max_events:
         return I, F, o, iv, fv
 
     I, F, o, iv, fv = arrays()
-    if not loop_code.run_native(I, F, o):  # no machine code, or it raised midway: numba runs the same start
+    if not loop_code.run(I, F, o):  # its machine code raised midway: numba's run of the same start raises
         I, F, o, iv, fv = arrays()
-        from simtrain.engine import compiled
-        compiled.run_loop(I, F, o)
+        loop_code.LOOP.run_loop.dispatcher()(I, F, o)
     rec = iv["op"].reshape(n, L.W)
     reg = iv["reg"]
     k = int(reg[L.R_REC])
@@ -164,22 +162,6 @@ def run_priced(program: Program, price: np.ndarray, cls: np.ndarray, max_events:
             slow[r] += float(fv["slowdown"][j])
     return Recorded(iv["rows"][:k].astype(np.int64), fv["starts"][:k].copy(), fv["ends"][:k].copy(),
                     int(reg[L.R_EXEC]), finished, int(reg[L.R_STATUS]), int(reg[L.R_OP]), slow)
-
-
-def _fill(rec: np.ndarray, cost: np.ndarray, ops: np.ndarray, pos_of: np.ndarray, dep0: np.ndarray, dep1: np.ndarray,
-          cls: np.ndarray, duration: np.ndarray, price: np.ndarray) -> None:
-    """Each op's record by position (``ops`` gives its id): dependencies as positions (the codes
-    below zero kept), class, no argument, no waiting streams, one member; its cost, a compute op's
-    duration or a communication op's price (s)."""
-    a, b, c = dep0[ops], dep1[ops], cls[ops]
-    rec[:, DEP0] = np.where(a >= 0, pos_of[np.maximum(a, 0)], a)
-    rec[:, DEP1] = np.where(b >= 0, pos_of[np.maximum(b, 0)], b)
-    rec[:, CLS] = c
-    rec[:, ARG] = -1
-    rec[:, WHEAD] = -1
-    rec[:, WTAIL] = -1
-    rec[:, NEED] = 1
-    cost[:] = np.where(c == COMPUTE, duration[ops], price[ops])
 
 
 def _alloc(sizes: dict[str, int], dtype: type, o: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:

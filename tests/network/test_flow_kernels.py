@@ -1,6 +1,5 @@
 """The flow model's compiled functions through their saved machine code: the same timelines as
-numba's dispatchers, numba where the machine code does not take the arguments, and a fresh
-process that runs the flow model without importing numba."""
+numba's dispatchers, and a fresh process that runs the flow model without importing numba."""
 
 from __future__ import annotations
 
@@ -14,8 +13,8 @@ import numpy as np
 import pytest
 
 from simtrain import api
+from simtrain.kernels import ENV_SWITCH, Kernels
 from simtrain.network import flow_kernels, flowcore
-from simtrain.network.flow_kernels import Kernel, Kernels
 
 SPEC = dict(model="mixtral-8x7b", topology="h100-ib-2to1", gpus=64, tp=8, ep=8, pp=1, order="tp-cp-dp-ep-pp",
             seq=1024, gbs=8, network="flow")
@@ -24,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def _timeline(monkeypatch, switch: str):
     """SPEC's timeline, its flow model's functions made afresh, machine code switched on or off."""
-    monkeypatch.setenv(flow_kernels.ENV_SWITCH, switch)
+    monkeypatch.setenv(ENV_SWITCH, switch)
     monkeypatch.setattr(flow_kernels, "CORE", Kernels("simtrain.network.flowcore", flow_kernels.SOURCES))
     monkeypatch.setattr(flow_kernels, "AHEAD", Kernels("simtrain.network.flowahead", flow_kernels.SOURCES))
     return api.simulate(api.resolve(SPEC)).timeline, flow_kernels.CORE
@@ -42,16 +41,6 @@ def test_the_machine_code_gives_numbas_timeline(monkeypatch):
 
 
 @pytest.mark.quick
-def test_arguments_the_machine_code_does_not_take_go_to_numba():
-    kernel = Kernel("simtrain.network.flowcore", "first_end", flow_kernels.SOURCES)
-    sf, si, ist = np.zeros((3, 8)), np.zeros((3, 16), dtype=np.int64), np.zeros(64, dtype=np.int64)
-    assert kernel(sf, si[:, ::2], ist) == flowcore.first_end(sf, si[:, ::2], ist)  # not contiguous
-    assert kernel._fast is flowcore.first_end
-    with pytest.raises(AttributeError):
-        Kernels("simtrain.network.flowcore", flow_kernels.SOURCES)._hidden
-
-
-@pytest.mark.quick
 def test_a_fresh_process_runs_flows_without_importing_numba(monkeypatch):
     _timeline(monkeypatch, "1")  # the functions' machine code saved for these types
     script = textwrap.dedent("""
@@ -61,7 +50,7 @@ def test_a_fresh_process_runs_flows_without_importing_numba(monkeypatch):
         print("numba" in sys.modules)
     """ % SPEC)
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    env.pop(flow_kernels.ENV_SWITCH, None)
+    env.pop(ENV_SWITCH, None)
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, cwd=ROOT)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False"

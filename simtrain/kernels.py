@@ -1,0 +1,108 @@
+"""numba functions called through their saved machine code where it can be had.
+
+Importing a module of numba functions imports numba, whose import and cached-code load cost about
+0.3 s of a process (measured on a 2-core machine). A :class:`Kernels` names a module's functions
+without importing it; each :class:`Kernel`, called, runs the function's machine code for the
+arguments' types (:mod:`simtrain.machine_code`: saved by an earlier process, or built now from
+numba's compile and saved), loaded without numba. Where none can be had (no folder can be
+written, ``SIMTRAIN_MACHINE_CODE=0``, arguments numba takes but the machine code does not, as a
+non-contiguous array), the call goes to numba's dispatcher: the same function, the same results.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from simtrain import machine_code
+from simtrain.machine_code import Arg, NativeFunction
+
+__all__ = ["Kernel", "Kernels", "ENV_SWITCH"]
+
+#: Set to 0 to run compiled code through numba only (its exceptions named).
+ENV_SWITCH = "SIMTRAIN_MACHINE_CODE"
+
+
+class Kernel:
+    """One compiled function of ``module``, called as its numba dispatcher is called. With
+    ``keep_arrays`` its machine code holds the arrays of its last call (the next call passing the
+    same ones skips writing their fields: a flow model's functions, called thousands of times on
+    the same arrays); without, it lets go of them after each call (a run's loop, whose arrays are
+    a run's largest)."""
+
+    def __init__(self, module: str, name: str, sources: Sequence[Path], keep_arrays: bool = True):
+        self.module, self.name, self.sources, self.keep_arrays = module, name, tuple(sources), keep_arrays
+        self._fast: Callable[..., Any] | None = None  # what the last call ran: machine code or numba's dispatcher
+        self._numba: Callable[..., Any] | None = None
+        self._by_args: dict[tuple[Arg, ...], NativeFunction | None] = {}
+
+    def __call__(self, *values: Any) -> Any:
+        if not self.keep_arrays:
+            try:
+                return self._call(values)
+            finally:
+                self.release()
+        return self._call(values)
+
+    def _call(self, values: tuple[Any, ...]) -> Any:
+        fast = self._fast
+        if fast is not None:
+            try:
+                return fast(*values)
+            except TypeError:  # machine code for other types (checked before it runs): look again
+                if fast is self._numba:
+                    raise
+        fast = self._fast = self._resolve(values)
+        return fast(*values)
+
+    def prepare(self, args: Sequence[Arg]) -> bool:
+        """Have the machine code for ``args`` ready (loaded, or built and saved) for the next call;
+        whether there is any (else numba's dispatcher runs)."""
+        native = self._native_for(tuple(args)) if os.environ.get(ENV_SWITCH, "1") != "0" else None
+        self._fast = native if native is not None else self.dispatcher()
+        return native is not None
+
+    def release(self) -> None:
+        """Let go of the arrays the machine code's last call in this thread passed."""
+        if isinstance(self._fast, NativeFunction) or hasattr(self._fast, "release"):
+            self._fast.release()  # type: ignore[union-attr]  # (machine code, or what stands in for it)
+
+    def dispatcher(self) -> Callable[..., Any]:
+        """numba's dispatcher of the function (importing numba)."""
+        if self._numba is None:
+            self._numba = getattr(importlib.import_module(self.module), self.name)
+        return self._numba
+
+    def _resolve(self, values: tuple[Any, ...]) -> Callable[..., Any]:
+        """The machine code for ``values``' types, or numba's dispatcher where there is none
+        (numba's then runs every later call: it takes any types)."""
+        args = tuple(map(machine_code.arg_of, values))
+        if any(a is None for a in args) or os.environ.get(ENV_SWITCH, "1") == "0":
+            return self.dispatcher()
+        native = self._native_for(args)  # type: ignore[arg-type]  # (no None, checked above)
+        return self.dispatcher() if native is None else native
+
+    def _native_for(self, args: tuple[Arg, ...]) -> NativeFunction | None:
+        if args not in self._by_args:
+            folder = machine_code.cache_folder()
+            self._by_args[args] = None if folder is None else machine_code.obtain(
+                f"{self.module.rsplit('.', 1)[-1]}.{self.name}", self.sources, args, folder, self.dispatcher)
+        return self._by_args[args]
+
+
+class Kernels:
+    """The compiled functions of ``module`` as attributes (:class:`Kernel`, ``keep_arrays`` as
+    given), made at first use."""
+
+    def __init__(self, module: str, sources: Sequence[Path], keep_arrays: bool = True):
+        self._module, self._sources, self._keep = module, tuple(sources), keep_arrays
+
+    def __getattr__(self, name: str) -> Kernel:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        kernel = Kernel(self._module, name, self._sources, self._keep)
+        setattr(self, name, kernel)  # (found as an attribute from now on)
+        return kernel
