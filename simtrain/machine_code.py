@@ -241,17 +241,13 @@ def build(dispatcher: Any, args: Sequence[Arg]) -> ObjectCode | None:
     """The machine code of numba ``dispatcher``'s function for ``args``, or None where it returns
     something else than nothing, an int, a float or a bool, would still call outside itself (a
     numba helper), or this LLVM lacks opaque pointers or a dead-code elimination pass."""
-    from numba import njit, types
+    from numba import types
 
     ll = _llvm()
-    sig = _numba_types(args)
-    options = {k: v for k, v in dispatcher.targetoptions.items() if k not in ("cache", "nopython")}
-    fresh = njit(cache=False, **options)(dispatcher.py_func)
-    fresh.compile(sig)
-    result = fresh.overloads[sig]
+    result, text = _compiled(dispatcher, _numba_types(args))
     ret = result.signature.return_type
     returns = {types.none: "none", types.int64: "int64", types.float64: "float64", types.boolean: "bool"}.get(ret)
-    symbol, text = result.fndesc.mangled_name, result.library.get_llvm_str()
+    symbol = result.fndesc.mangled_name
     params = [str(a.type) for a in ll.parse_assembly(text).get_function(symbol).arguments]
     if returns is None or params != parameters(args):
         return None
@@ -268,6 +264,23 @@ def build(dispatcher: Any, args: Sequence[Arg]) -> ObjectCode | None:
     if any(fn.is_declaration and not fn.name.startswith("llvm.") for fn in module.functions):
         return None
     return ObjectCode(tuple(args), returns, bytes(tm.emit_object(module)))
+
+
+def _compiled(dispatcher: Any, sig: tuple[Any, ...]) -> tuple[Any, str]:
+    """numba's compile result of ``dispatcher`` at ``sig`` and its LLVM IR: the dispatcher's own
+    where it compiled now (so that numba's cache and this build share one compile), else, where it
+    loaded its cached code (which keeps no IR), a fresh compile of the same function."""
+    from numba import njit
+
+    dispatcher.compile(sig)
+    result = dispatcher.overloads[sig]
+    if not getattr(result.library, "_disable_inspection", True):  # (True: numba loaded it from its cache)
+        return result, result.library.get_llvm_str()
+    options = {k: v for k, v in dispatcher.targetoptions.items() if k not in ("cache", "nopython")}
+    fresh = njit(cache=False, **options)(dispatcher.py_func)
+    fresh.compile(sig)
+    result = fresh.overloads[sig]
+    return result, result.library.get_llvm_str()
 
 
 def _drop_unused(ll: Any, module: Any, tm: Any) -> bool:
