@@ -32,6 +32,8 @@ links carried is in :attr:`FlowModel.usage` (:class:`~simtrain.network.links.Lin
 
 from __future__ import annotations
 
+from functools import reduce
+from operator import add
 from typing import Iterable, NamedTuple, Sequence
 
 import numpy as np
@@ -96,8 +98,7 @@ class FlowModel:
         all_bytes, empty_bytes, pids, nbytes = self.paths.batch(transfer_id, flows)
         self._pending.extend(self._run_until(now_s))
         usage = self.usage
-        for b in all_bytes:  # one at a time: the same float sums as flow by flow
-            usage.bytes_added += b
+        usage.bytes_added = reduce(add, all_bytes, usage.bytes_added)  # left to right: the sums flow by flow
         for b in empty_bytes:
             usage.us[0] += b
         usage.flows_added += len(all_bytes)
