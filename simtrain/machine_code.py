@@ -89,10 +89,11 @@ class ObjectCode:
 
 
 def arg_of(value: Any) -> Arg | None:
-    """The argument ``value`` is: a C-contiguous array's dtype and dimensions, or a scalar's type;
-    None for anything else (numba then takes the call)."""
+    """The argument ``value`` is: a writeable C-contiguous array's dtype and dimensions, or a
+    scalar's type; None for anything else (numba then takes the call)."""
     if isinstance(value, np.ndarray):
-        return (value.dtype.name, value.ndim) if value.flags.c_contiguous and value.ndim > 0 else None
+        flags = value.flags
+        return (value.dtype.name, value.ndim) if flags.c_contiguous and flags.writeable and value.ndim > 0 else None
     if isinstance(value, (bool, np.bool_)):
         return ("bool", 0)
     if isinstance(value, (int, np.integer)):
@@ -182,8 +183,9 @@ class NativeFunction:
         for k, (v, (_, slot, arg), dtype) in enumerate(zip(arrays, self._arrays, self._dtypes)):
             if v is s.bound[k]:
                 continue
-            if not isinstance(v, np.ndarray) or v.dtype != dtype or v.ndim != arg[1] or not v.flags.c_contiguous:
-                raise TypeError(f"an argument is not a C-contiguous {arg[1]}-D {arg[0]} array")
+            if not isinstance(v, np.ndarray) or v.dtype != dtype or v.ndim != arg[1] or not v.flags.c_contiguous \
+                    or not v.flags.writeable:  # (numba types a read-only array apart, and refuses writes to it)
+                raise TypeError(f"an argument is not a writeable C-contiguous {arg[1]}-D {arg[0]} array")
             s.i64[slot:slot + 5 + 2 * v.ndim] = [0, 0, v.size, v.itemsize, v.ctypes.data, *v.shape, *v.strides]
             s.bound[k] = v
 

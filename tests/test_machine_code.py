@@ -78,8 +78,12 @@ def test_booleans_and_returns_pass_as_numba_passes_them():
     fn, seen = mc.load(code), np.zeros(1, dtype=np.int64)
     assert fn(False, 7, seen) is False and seen[0] == 0
     assert fn(True, 7, seen) is True and seen[0] == 7
-    assert [mc.arg_of(v) for v in (True, 3, 2.5, seen, np.zeros((2, 2))[:, :1], "x")] == \
-        [("bool", 0), ("int64", 0), ("float64", 0), ("int64", 1), None, None]
+    frozen = np.zeros(1, dtype=np.int64)
+    frozen.flags.writeable = False
+    assert [mc.arg_of(v) for v in (True, 3, 2.5, seen, np.zeros((2, 2))[:, :1], frozen, "x")] == \
+        [("bool", 0), ("int64", 0), ("float64", 0), ("int64", 1), None, None, None]
+    with pytest.raises(TypeError, match="writeable"):
+        fn(True, 7, frozen)
     with pytest.raises(TypeError, match="int64"):
         fn(True, 7.0, seen)
     with pytest.raises(TypeError, match="int64"):
