@@ -1,24 +1,21 @@
 """A compiled function's machine code kept on disk as an object file, and loaded with llvmlite alone.
 
-numba keeps what it compiles in its own cache, but loading from there means importing numba and
-refreshing its target context (importing its implementation registries): about 0.3 s of a
-process's CPU (measured on a 2-core machine, numba 0.68), where llvmlite's import and the load
-below take about 0.03 s. So :func:`build` asks numba for a function's LLVM IR once (a fresh
-compile; its callees come from numba's cache) and adds an entry point, ``simtrain_entry(slots,
-ret)``, that reads the function's arguments from 8-byte slots and calls it with numba's native
+Loading numba's cached code means importing numba and refreshing its target context (importing
+its implementation registries): about 0.3 s of a process's CPU (measured on a 2-core machine,
+numba 0.68), where llvmlite's import and the load below take about 0.03 s. So :func:`build` takes
+a function's LLVM IR from numba's compile once and adds an entry point, ``simtrain_entry(slots,
+ret)``, that reads the arguments from 8-byte slots and calls the function with numba's native
 calling convention (a status, 0 where it returned; a pointer for the return value and one for an
 exception's description; each array as numba's data model passes it: meminfo, parent, items,
-item size, data, shape, strides). Every function but the entry point is made internal, so that
-LLVM's global dead-code elimination drops what the entry point does not call (numba's Python
-wrappers, the only code that calls numba's C helpers); the object code is emitted for this CPU as
-numba's JIT would (:func:`target_machine`). :func:`load` links it into an MCJIT engine of its own;
+item size, data, shape, strides). Every other function is made internal, so that LLVM's global
+dead-code elimination drops what the entry point does not call (numba's Python wrappers, the only
+code that calls numba's C helpers); the object code is emitted for this CPU as numba's JIT would
+(:func:`target_machine`). :func:`load` links it into an MCJIT engine of its own;
 :class:`NativeFunction` fills the slots (an array's only where the caller passes another array)
-and calls it through ctypes.
-
-:func:`save` and :func:`load_saved` keep the code in a folder (:func:`cache_folder`) under a key of
-everything it depends on (:func:`cache_key`): the source files, the Python, numba and llvmlite
-versions, and the CPU (name, features, triple), as numba keys its own cache. Only LLVM with opaque
-pointers (llvmlite 0.44 and later) is handled: elsewhere :func:`build` gives None and numba runs.
+and calls it through ctypes. :func:`save` and :func:`load_saved` keep it in a folder
+(:func:`cache_folder`) under a key of everything it depends on (:func:`cache_key`): the sources,
+the Python, numba and llvmlite versions and the CPU, as numba keys its own cache. Where numba's IR
+has typed pointers or llvmlite lacks the new pass manager, :func:`build` gives None and numba runs.
 """
 
 from __future__ import annotations
