@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from simtrain import machine_code
+from simtrain import code_cache, machine_code
 from simtrain.machine_code import Arg, NativeFunction
 
 __all__ = ["Kernel", "Kernels", "ENV_SWITCH"]
@@ -65,6 +65,18 @@ class Kernel:
         self._fast = native if native is not None else self.dispatcher()
         return native is not None
 
+    def saved(self, args: Sequence[Arg]) -> bool:
+        """Whether the machine code for ``args`` is loaded in this process or saved by an earlier
+        one (looked up, not loaded)."""
+        key = tuple(args)
+        if self._by_args.get(key) is not None:
+            return True
+        folder = code_cache.cache_folder() if os.environ.get(ENV_SWITCH, "1") != "0" else None
+        return folder is not None and code_cache.is_saved(self._file_name(), self.sources, key, folder)
+
+    def _file_name(self) -> str:
+        return f"{self.module.rsplit('.', 1)[-1]}.{self.name}"
+
     def release(self) -> None:
         """Let go of the arrays the machine code's last call in this thread passed."""
         if isinstance(self._fast, NativeFunction) or hasattr(self._fast, "release"):
@@ -87,9 +99,9 @@ class Kernel:
 
     def _native_for(self, args: tuple[Arg, ...]) -> NativeFunction | None:
         if args not in self._by_args:
-            folder = machine_code.cache_folder()
-            self._by_args[args] = None if folder is None else machine_code.obtain(
-                f"{self.module.rsplit('.', 1)[-1]}.{self.name}", self.sources, args, folder, self.dispatcher)
+            folder = code_cache.cache_folder()
+            self._by_args[args] = None if folder is None else code_cache.obtain(
+                self._file_name(), self.sources, args, folder, self.dispatcher)
         return self._by_args[args]
 
 

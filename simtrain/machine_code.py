@@ -12,35 +12,27 @@ dead-code elimination drops what the entry point does not call (numba's Python w
 code that calls numba's C helpers); the object code is emitted for this CPU as numba's JIT would
 (:func:`target_machine`). :func:`load` links it into an MCJIT engine of its own;
 :class:`NativeFunction` fills the slots (an array's only where the caller passes another array)
-and calls it through ctypes. :func:`save` and :func:`load_saved` keep it in a folder
-(:func:`cache_folder`) under a key of everything it depends on (:func:`cache_key`): the sources,
-the Python, numba and llvmlite versions and the CPU, as numba keys its own cache. Where numba's IR
-has typed pointers or llvmlite lacks the new pass manager, :func:`build` gives None and numba runs.
+and calls it through ctypes. :mod:`simtrain.code_cache` keeps it on disk. Where numba's IR has
+typed pointers or llvmlite lacks the new pass manager, :func:`build` gives None and numba runs.
 """
 
 from __future__ import annotations
 
 import ctypes
 import hashlib
-import importlib.util
 import json
-import os
-import sys
-import tempfile
 import operator
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-__all__ = ["ObjectCode", "NativeFunction", "NativeError", "build", "load", "save", "load_saved", "obtain",
-           "cache_key", "cache_folder", "target_machine", "arg_of", "ENV_FOLDER", "ENTRY"]
+__all__ = ["ObjectCode", "NativeFunction", "NativeError", "build", "load", "target_machine", "arg_of",
+           "parameters", "llvm", "ENTRY", "FORMAT", "Arg"]
 
 FORMAT = 2  #: the saved file's layout; part of every key
-ENV_FOLDER = "SIMTRAIN_CACHE_DIR"  #: where the saved code goes, where set
 ENTRY = "simtrain_entry"  #: the entry point's symbol
 #: An argument: (numpy dtype name, dimensions); 0 dimensions is a scalar.
 Arg = tuple[str, int]
@@ -203,7 +195,8 @@ def target_machine(ll: Any) -> Any:
                                         opt=3, reloc=reloc, codemodel="jitdefault", jit=True)
 
 
-def _llvm() -> Any:
+def llvm() -> Any:
+    """llvmlite's binding, its native target set up."""
     import llvmlite.binding as ll
 
     ll.initialize_native_target()
@@ -242,7 +235,7 @@ def build(dispatcher: Any, args: Sequence[Arg]) -> ObjectCode | None:
     numba helper), or this LLVM lacks opaque pointers or a dead-code elimination pass."""
     from numba import types
 
-    ll = _llvm()
+    ll = llvm()
     result, text = _compiled(dispatcher, _numba_types(args))
     ret = result.signature.return_type
     returns = {types.none: "none", types.int64: "int64", types.float64: "float64", types.boolean: "bool"}.get(ret)
@@ -295,104 +288,9 @@ def _drop_unused(ll: Any, module: Any, tm: Any) -> bool:
 
 def load(code: ObjectCode) -> NativeFunction | None:
     """``code`` linked into an MCJIT engine of its own; None where its entry point is not there."""
-    ll = _llvm()
+    ll = llvm()
     engine = ll.create_mcjit_compiler(ll.parse_assembly(""), target_machine(ll))
     engine.add_object_file(ll.ObjectFileRef.from_data(code.code))
     engine.finalize_object()
     address = engine.get_function_address(ENTRY)
     return NativeFunction(engine, address, code.args, code.returns) if address else None
-
-
-def cache_folder() -> Path | None:
-    """Where saved code goes: ``$SIMTRAIN_CACHE_DIR`` where set, else this package's
-    ``__pycache__`` (as numba's cache) where it can be written, else the user's cache folder
-    (``$XDG_CACHE_HOME/simtrain`` or ``~/.cache/simtrain``); None where none can be written."""
-    env = os.environ.get(ENV_FOLDER)
-    user = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "simtrain"
-    for folder in ([Path(env)] if env else [Path(__file__).parent / "__pycache__", user]):
-        try:
-            folder.mkdir(parents=True, exist_ok=True)
-        except OSError:
-            continue
-        if os.access(folder, os.W_OK):
-            return folder
-    return None
-
-
-def cache_key(name: str, sources: Sequence[Path], args: Sequence[Arg]) -> str:
-    """A hash of what the machine code of ``name`` depends on: its source files' bytes, its
-    arguments, the file format, Python's, numba's and llvmlite's versions and the CPU."""
-    import llvmlite
-
-    ll = _llvm()
-    h = hashlib.sha256()
-    for part in (str(FORMAT), name, json.dumps(list(args)), sys.version, llvmlite.__version__, _numba_version(),
-                 ll.get_process_triple(), ll.get_host_cpu_name(), ll.get_host_cpu_features().flatten()):
-        h.update(part.encode() + b"\0")
-    for path in sources:
-        h.update(path.read_bytes() + b"\0")
-    return h.hexdigest()
-
-
-def _numba_version() -> str:
-    """numba's version file, read without importing numba (whose import this module avoids)."""
-    spec = importlib.util.find_spec("numba")
-    origin = spec.origin if spec is not None else None
-    if origin is None:
-        return ""
-    path = Path(origin).parent / "_version.py"
-    return path.read_text() if path.is_file() else origin
-
-
-def _path(folder: Path, name: str, key: str) -> Path:
-    return folder / f"{name}-{key[:32]}.o"
-
-
-def save(code: ObjectCode, name: str, key: str, folder: Path) -> Path:
-    """Write ``code`` under ``key`` in ``folder`` (atomically: a temporary file, then renamed)."""
-    path = _path(folder, name, key)
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=path.name, suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(code.to_bytes())
-        os.chmod(tmp, 0o644)  # (mkstemp's 0600 would keep it from the installation's other users)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
-
-
-def obtain(name: str, sources: Sequence[Path], args: Sequence[Arg], folder: Path,
-           dispatcher: Callable[[], Any]) -> NativeFunction | None:
-    """The machine code of ``name`` for ``args``: saved in ``folder`` by an earlier process, or
-    built now from ``dispatcher()`` (numba's) and saved; None where it cannot be had."""
-    try:
-        key = cache_key(name, sources, args)
-        loaded = load_saved(name, key, folder)
-        if loaded is not None:
-            return loaded
-        try:
-            code = build(dispatcher(), args)
-        except Exception:  # (numba's or LLVM's: numba's dispatcher runs the same function)
-            return None
-        if code is None:
-            return None
-        try:
-            save(code, name, key, folder)
-        except OSError:
-            pass  # (a folder another user owns, a full disk: this process still has the code)
-        return load(code)
-    except (OSError, RuntimeError):  # (llvmlite's errors are RuntimeErrors)
-        return None
-
-
-def load_saved(name: str, key: str, folder: Path) -> NativeFunction | None:
-    """The function saved under ``key`` in ``folder``, loaded; None where there is none (or it is
-    not a whole file)."""
-    try:
-        data = _path(folder, name, key).read_bytes()
-    except OSError:
-        return None
-    code = ObjectCode.from_bytes(data)
-    return load(code) if code is not None else None

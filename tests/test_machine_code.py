@@ -141,33 +141,3 @@ def test_a_file_cut_short_or_changed_is_refused(code):
     assert mc.ObjectCode.from_bytes(bytes(changed)) is None
     assert mc.ObjectCode.from_bytes(b"not json\n" + code.code) is None
     assert mc.ObjectCode.from_bytes(data.replace(b'"format": 2', b'"format": 99')) is None
-
-
-@pytest.mark.quick
-def test_saved_code_loads_under_its_key_only(code, tmp_path):
-    path = mc.save(code, "f", "k" * 64, tmp_path)
-    assert path.parent == tmp_path and mc.load_saved("f", "k" * 64, tmp_path) is not None
-    assert mc.load_saved("f", "j" * 64, tmp_path) is None
-    path.write_bytes(path.read_bytes()[:100])
-    assert mc.load_saved("f", "k" * 64, tmp_path) is None
-    assert [p.name for p in tmp_path.iterdir()] == [path.name]  # no temporary file left
-
-
-@pytest.mark.quick
-def test_the_key_is_the_sources_and_the_arguments(tmp_path):
-    src = tmp_path / "a.py"
-    src.write_text("x = 1\n")
-    key = mc.cache_key("f", [src], [("int32", 1)])
-    assert key == mc.cache_key("f", [src], [("int32", 1)])
-    assert key != mc.cache_key("f", [src], [("int64", 1)])
-    assert key != mc.cache_key("g", [src], [("int32", 1)])
-    src.write_text("x = 2\n")
-    assert key != mc.cache_key("f", [src], [("int32", 1)])
-
-
-@pytest.mark.quick
-def test_the_folder_is_the_environments_where_set(tmp_path, monkeypatch):
-    monkeypatch.setenv(mc.ENV_FOLDER, str(tmp_path / "cache"))
-    assert mc.cache_folder() == tmp_path / "cache" and (tmp_path / "cache").is_dir()
-    monkeypatch.delenv(mc.ENV_FOLDER)
-    assert mc.cache_folder() is not None

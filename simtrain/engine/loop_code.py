@@ -15,7 +15,7 @@ import numpy as np
 from simtrain.kernels import Kernels
 from simtrain.machine_code import Arg, NativeError
 
-__all__ = ["LOOP", "RECORDS", "ARGS", "FILL_ARGS", "SOURCES", "run"]
+__all__ = ["LOOP", "RECORDS", "ARGS", "FILL_ARGS", "SOURCES", "run", "ready"]
 
 #: the loop's arguments ``I``, ``F`` and ``o``
 ARGS: tuple[Arg, ...] = (("int32", 1), ("float64", 1), ("int64", 1))
@@ -39,3 +39,9 @@ def run(I: np.ndarray, F: np.ndarray, o: np.ndarray) -> bool:
     except NativeError:
         return False
     return True
+
+
+def ready() -> bool:
+    """Whether the loop's machine code is saved (or loaded): a compiled run then costs its load,
+    not numba's compile."""
+    return LOOP.run_loop.saved(ARGS)

@@ -23,7 +23,8 @@ Where the network prices every op up front (its ``fixed_duration`` answers a pri
 included), the run is :mod:`~simtrain.engine.compiled`'s loop instead: the same moves in the same
 order over the program's columns, compiled, with the same spans, checks and errors; by default
 only for programs of :data:`COMPILED_MIN_OPS` ops or more, where it pays for loading its machine
-code (:mod:`~simtrain.engine.loop_code`), or once this process has loaded it (:func:`loop_loaded`).
+code (:mod:`~simtrain.engine.loop_code`), and of :data:`BUILD_MIN_OPS` or more while that code is not
+built yet, or once this process has loaded it (:func:`loop_loaded`).
 The flow network runs on SimPy's queue.
 
 Speed: a stream (:class:`~simtrain.engine.streams.Stream`) walks op ids over the program's columns
@@ -63,6 +64,23 @@ from simtrain.specs.budget import DEFAULT_MAX_EVENTS
 #: under 1 us. Measured there, a process's whole run of the 70B example at gbs 16 (10,556 ops):
 #: 0.10 s on SimPy, 0.09 s compiled; at gbs 64 (41,708 ops): 0.25 and 0.13 s.
 COMPILED_MIN_OPS = 20_000
+#: While the loop's machine code is not built yet, only programs this long run compiled: numba's
+#: compile of the loop takes about 15 s on a 2-core machine, once per installation (a program of
+#: 200,000 ops takes 0.6-0.8 s on SimPy's queue).
+BUILD_MIN_OPS = 200_000
+
+
+def compiled_by_default(ops: int) -> bool:
+    """Whether a program of ``ops`` ops priced up front runs compiled by default: the loop is
+    loaded in this process, or the program is :data:`BUILD_MIN_OPS` long, or it is
+    :data:`COMPILED_MIN_OPS` long and the loop's machine code is saved (so costs its load only)."""
+    if loop_loaded() or ops >= BUILD_MIN_OPS:
+        return True
+    if ops < COMPILED_MIN_OPS:
+        return False
+    from simtrain.engine import loop_code
+
+    return loop_code.ready()
 
 
 def loop_loaded() -> bool:
@@ -94,7 +112,7 @@ class _Run:
     def __init__(self, program: Program, network: NetworkModel, max_events: int, comm_interference: float,
                  compiled: bool | None = None):
         self.prog, self.net, self.max_events = program, network, max_events
-        self.compiled = (len(program.ops) >= COMPILED_MIN_OPS or loop_loaded()) if compiled is None else compiled
+        self.compiled = compiled_by_default(len(program.ops)) if compiled is None else compiled
         self.interference, self.slow_factor = comm_interference, 1.0 + comm_interference
         table = program.ops  # the columns the streams read
         self.dep0, self.dep1, self.more, self.comm = table.dep0, table.dep1, table.more, table.comm_code

@@ -26,7 +26,7 @@ def _recorded(monkeypatch, switch: str, loop=None):
     on or off (or the loop's replaced by ``loop``)."""
     out = []
     monkeypatch.setenv(kernels.ENV_SWITCH, switch)
-    monkeypatch.setattr(simulator, "COMPILED_MIN_OPS", 0)
+    monkeypatch.setattr(simulator, "BUILD_MIN_OPS", 0)  # compiled, whether its code is saved or not
     monkeypatch.setattr(loop_code, "LOOP", kernels.Kernels("simtrain.engine.compiled", loop_code.SOURCES, False))
     monkeypatch.setattr(loop_code, "RECORDS", kernels.Kernels("simtrain.engine.records", loop_code.SOURCES, False))
     if loop is not None:
@@ -50,7 +50,7 @@ def test_the_machine_code_records_what_numbas_dispatchers_record(monkeypatch):
     assert loop_code.LOOP.run_loop._fast._slots.bound == [None] * 3  # the run's arrays let go
     theirs = _recorded(monkeypatch, "0")
     assert not isinstance(loop_code.LOOP.run_loop._fast, machine_code.NativeFunction)
-    assert mine and len(mine) == len(theirs)
+    assert mine and len(mine) == len(theirs) and sum(len(r.rows) for r in mine) > 1000
     _same(mine, theirs)
 
 
@@ -68,7 +68,7 @@ def test_where_the_machine_code_raises_numba_runs_the_loop_afresh(monkeypatch):
 
     raising = Raising()
     mine = _recorded(monkeypatch, "1", loop=raising)
-    assert raising.released
+    assert raising.released and mine
     _same(mine, _recorded(monkeypatch, "0"))
 
 
@@ -79,7 +79,7 @@ def test_a_fresh_process_runs_compiled_without_importing_numba():
         import sys
         from simtrain import api
         from simtrain.engine import simulator
-        simulator.COMPILED_MIN_OPS = 0
+        simulator.COMPILED_MIN_OPS = 0  # (its code is saved: compiled from any length)
         api.simulate(api.resolve(%r))
         assert simulator.loop_loaded(), "not compiled"
         print("numba" in sys.modules)
@@ -89,3 +89,14 @@ def test_a_fresh_process_runs_compiled_without_importing_numba():
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, cwd=ROOT)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False"
+
+
+@pytest.mark.quick
+def test_a_short_program_runs_compiled_once_the_loops_code_is_saved(monkeypatch):
+    monkeypatch.setattr(simulator, "loop_loaded", lambda: False)
+    for saved in (True, False):
+        monkeypatch.setattr(loop_code, "ready", lambda saved=saved: saved)
+        assert [simulator.compiled_by_default(n) for n in (19_999, 20_000, 199_999, 200_000)] == \
+            [False, saved, saved, True]
+    monkeypatch.setattr(simulator, "loop_loaded", lambda: True)
+    assert simulator.compiled_by_default(1)
