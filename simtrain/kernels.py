@@ -61,7 +61,7 @@ class Kernel:
     def prepare(self, args: Sequence[Arg]) -> bool:
         """Have the machine code for ``args`` ready (loaded, or built and saved) for the next call;
         whether there is any (else numba's dispatcher runs)."""
-        native = self._native_for(tuple(args)) if os.environ.get(ENV_SWITCH, "1") != "0" else None
+        native = self._native_for(tuple(args))
         self._fast = native if native is not None else self.dispatcher()
         return native is not None
 
@@ -71,7 +71,7 @@ class Kernel:
         key = tuple(args)
         if self._by_args.get(key) is not None:
             return True
-        folder = code_cache.cache_folder() if os.environ.get(ENV_SWITCH, "1") != "0" else None
+        folder = _folder()
         return folder is not None and code_cache.is_saved(self._file_name(), self.sources, key, folder)
 
     def _file_name(self) -> str:
@@ -79,8 +79,9 @@ class Kernel:
 
     def release(self) -> None:
         """Let go of the arrays the machine code's last call in this thread passed."""
-        if isinstance(self._fast, NativeFunction) or hasattr(self._fast, "release"):
-            self._fast.release()  # type: ignore[union-attr]  # (machine code, or what stands in for it)
+        release = getattr(self._fast, "release", None)  # (machine code has it; numba's dispatcher not)
+        if release is not None:
+            release()
 
     def dispatcher(self) -> Callable[..., Any]:
         """numba's dispatcher of the function (importing numba)."""
@@ -92,17 +93,23 @@ class Kernel:
         """The machine code for ``values``' types, or numba's dispatcher where there is none
         (numba's then runs every later call: it takes any types)."""
         args = tuple(map(machine_code.arg_of, values))
-        if any(a is None for a in args) or os.environ.get(ENV_SWITCH, "1") == "0":
+        if any(a is None for a in args):
             return self.dispatcher()
         native = self._native_for(args)  # type: ignore[arg-type]  # (no None, checked above)
         return self.dispatcher() if native is None else native
 
     def _native_for(self, args: tuple[Arg, ...]) -> NativeFunction | None:
         if args not in self._by_args:
-            folder = code_cache.cache_folder()
+            folder = _folder()
             self._by_args[args] = None if folder is None else code_cache.obtain(
                 self._file_name(), self.sources, args, folder, self.dispatcher)
         return self._by_args[args]
+
+
+def _folder() -> Path | None:
+    """Where machine code is kept; None where it is switched off (``SIMTRAIN_MACHINE_CODE=0``) or
+    no folder can be written."""
+    return code_cache.cache_folder() if os.environ.get(ENV_SWITCH, "1") != "0" else None
 
 
 class Kernels:
