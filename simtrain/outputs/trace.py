@@ -20,8 +20,9 @@ import numpy as np
 
 from simtrain import __version__
 from simtrain.outputs.counters import Counter, CounterTrack, _counter_texts, _expanded, counter_events
+from simtrain.outputs import trace_bytes
 from simtrain.outputs.files import atomic_open
-from simtrain.outputs.trace_text import (_F, _S, _dumps, _each_int_texts, _each_texts, _f, _gathered,
+from simtrain.outputs.trace_text import (_F, _S, Texts, _dumps, _each_int_texts, _each_texts, _f, _gathered,
                                          _ns_texts, _text)
 from simtrain.engine.timeline import Timeline
 from simtrain.workload.program import KINDS, STREAMS
@@ -140,17 +141,13 @@ class _Parts:
                         "tid": tid[ri], "ts": ts[ri]})
         return out
 
-    def span_texts(self, chunk: int) -> Iterator[str]:
-        """The spans' complete events as compact sorted-key JSON separated by commas, in pieces of
-        ``chunk`` events (each but the last ending in a comma), formatted directly by the encoder's
-        own rules (``float.__repr__`` for floats, ``str`` for ints, ASCII-escaped strings). Each
-        event is cut into pieces that each depend on one column (or on name and micro-batch, or on
-        pid and tid), formatted once per distinct value; a piece of events is then joined in one
-        ``str.join``, so no text of the whole trace is ever held. Only the start times, mostly
-        distinct, are spelt by numpy from their whole nanoseconds (:func:`_ns_texts`)."""
-        c, n = self.cols, len(self.ts)
-        if not n:
-            return
+    def span_columns(self) -> tuple[list[Texts], np.ndarray]:
+        """The spans' complete events as compact sorted-key JSON, cut into pieces that each depend
+        on one column (or on name and micro-batch, or on pid and tid), each column's distinct
+        pieces formatted once by the encoder's own rules (``float.__repr__`` for floats, ``str``
+        for ints, ASCII-escaped strings); and the start times in whole nanoseconds, spelt last in
+        each event, then ``}`` (and a comma between events)."""
+        c = self.cols
         mb = c["mb"].astype(np.int64)
         mb_lo = min(int(mb.min()), 0)
         n_mb = int(mb.max()) - mb_lo + 1
@@ -169,7 +166,17 @@ class _Parts:
                             + ',"ph":"X","pid":'),
             _each_int_texts(self.pid * tid_hi + self.tid, lambda k: f'{k // tid_hi},"tid":{k % tid_hi},"ts":'),
         ]
-        ts_ns = self.ts_ns.astype(np.int64)
+        return columns, self.ts_ns.astype(np.int64)
+
+    def span_texts(self, chunk: int) -> Iterator[str]:
+        """The spans' complete events (:meth:`span_columns`) separated by commas, in pieces of
+        ``chunk`` events (each but the last ending in a comma). A piece of events is joined in
+        one ``str.join``, so no text of the whole trace is ever held. Only the start times, mostly
+        distinct, are spelt by numpy from their whole nanoseconds (:func:`_ns_texts`)."""
+        n = len(self.ts)
+        if not n:
+            return
+        columns, ts_ns = self.span_columns()
         step = len(columns) + 2  # the pieces of span i at i * step ..., its start, then "}," (the last: "}")
         for a in range(0, n, chunk):
             b = min(n, a + chunk)
@@ -257,13 +264,15 @@ def write_trace(timeline: Timeline, path: str | os.PathLike, **kw) -> None:
                    kw.pop("gpus_per_node", None))
     if kw:
         raise TypeError(f"write_trace() got unexpected arguments {sorted(kw)}")
-    spans: Iterable[str]
+    spans: Iterable[str | memoryview]
     if not parts.finite:  # NaN or infinity: the encoder's spelling of them
         spans = [",".join(_dumps(e) for e in parts.span_dicts())]
         flows = [_dumps(e) for e in parts.flow_dicts()]
+    elif trace_bytes.wanted(parts.ts_ns):  # a long trace: its events' bytes made by compiled code
+        spans, flows = trace_bytes.span_bytes(*parts.span_columns(), CHUNK_EVENTS), parts.flow_texts()
     else:
         spans, flows = parts.span_texts(CHUNK_EVENTS), parts.flow_texts()
-    sections: tuple[Iterable[str], ...] = (
+    sections: tuple[Iterable[str | memoryview], ...] = (
         [",".join(_dumps(e) for e in parts.meta)], spans, [",".join(flows)],
         [",".join(_dumps(e) for e in parts.steps)], [",".join(_counter_texts(counters))])
     head = f'{{"displayTimeUnit":"ms","otherData":{_dumps(parts.other)},"traceEvents":['
@@ -276,7 +285,7 @@ def write_trace(timeline: Timeline, path: str | os.PathLike, **kw) -> None:
                 if text:
                     if wrote and not opened:
                         fh.write(b",")
-                    fh.write(text.encode())
+                    fh.write(text if isinstance(text, memoryview) else text.encode())
                     opened = wrote = True
         fh.write(b"]}")
 
