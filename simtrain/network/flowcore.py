@@ -135,6 +135,10 @@ def settle(sf: np.ndarray, si: np.ndarray, ef: np.ndarray, busy: np.ndarray, chg
     ist[NODE] = ment[e, E_NEXT]
     ist[RECOMPUTES] += 1
     lrate = ef[LRATE]
+    if record:  # the rates before, where the entry's values will go: only changed ones are kept
+        at, boff = hst[N_HVALS], ment[e, E_BOTH]
+        for j in range(nboth):
+            hrates[at + j] = lrate[mint[boff + j]]
     if ment[e, E_NTOUCHED] < 0:
         for j in range(ist[N_BUSY]):
             lrate[busy[j]] = 0.0
@@ -170,18 +174,21 @@ def settle(sf: np.ndarray, si: np.ndarray, ef: np.ndarray, busy: np.ndarray, chg
             lrate[u] = mflt[loff + j]
             ef[PEAK, u] = max(ef[PEAK, u], lrate[u] / ef[CAP, u])
     if record:
-        n, at = hst[N_HIST], hst[N_HVALS]
-        ht[n] = fs[NOW]
-        hmeta[0, n] = at
-        hmeta[1, n] = nboth
-        boff = ment[e, E_BOTH]
-        for j in range(nboth):
+        n, at, boff = hst[N_HIST], hst[N_HVALS], ment[e, E_BOTH]
+        kept = 0
+        for j in range(nboth):  # (kept <= j: a rate before is read before its place is reused)
             link = mint[boff + j]
-            hlinks[at + j] = link
-            hrates[at + j] = lrate[link]
-        hst[N_HIST] = n + 1
-        hst[N_HVALS] = at + nboth
-        hst[HIST_LIMIT] -= nboth
+            if lrate[link] != hrates[at + j]:
+                hlinks[at + kept] = link
+                hrates[at + kept] = lrate[link]
+                kept += 1
+        if kept > 0:
+            ht[n] = fs[NOW]
+            hmeta[0, n] = at
+            hmeta[1, n] = kept
+            hst[N_HIST] = n + 1
+            hst[N_HVALS] = at + kept
+            hst[HIST_LIMIT] -= kept
     return OK
 
 

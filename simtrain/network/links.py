@@ -31,8 +31,9 @@ def _widened(a: np.ndarray, used: int, size: int) -> np.ndarray:
 class LinkUsage:
     """Traffic statistics of the links ``edges`` (bandwidths ``capacity``, positions ``index``):
     bytes carried, time with traffic (busy) and peak utilisation per link; bytes and flows
-    added and delivered overall; with ``record``, :attr:`history`: (time, links, their summed
-    rates) after every rate change, at most :attr:`history_limit` link samples.
+    added and delivered overall; with ``record``, :attr:`history`: (time, the links whose summed
+    rate changed, their new rates) after every recomputation that changed one, at most
+    :attr:`history_limit` link samples.
 
     The per-link figures are rows of :attr:`ef` (:mod:`simtrain.network.flow_layout`), beside the
     flow model's summed rates, and the history lies in growable arrays: the flow model's compiled
@@ -79,8 +80,8 @@ class LinkUsage:
 
     @property
     def history(self) -> list[tuple[float, np.ndarray, np.ndarray]] | None:
-        """(time, links, their summed rates) after every rate change, in the order recorded;
-        None when not recording."""
+        """(time, the links whose summed rate changed, their new rates) after every recomputation
+        that changed one, in the order recorded; None when not recording."""
         if not self.hst[RECORD]:
             return None
         n = int(self.hst[N_HIST])

@@ -56,11 +56,27 @@ def first_non_finite(value: Any, path: str = "") -> tuple[str, float] | None:
                 return found
         return None
     if isinstance(value, (list, tuple)):
+        if _finite_numbers(value):
+            return None
         for i, item in enumerate(value):
             found = first_non_finite(item, f"{path}[{i}]")
             if found:
                 return found
     return None
+
+
+def _finite_numbers(items: list[Any] | tuple[Any, ...]) -> bool:
+    """Whether ``items`` is a long sequence of numbers (or of equal-length sequences of them) that
+    numpy finds all finite at once: a link's utilisation samples, tens of thousands of (time,
+    value) pairs. False for anything else, or any value not finite: the walk then judges them
+    (and names the first), so this only skips walks that would find nothing."""
+    if len(items) < 64 or not isinstance(items[0], (float, tuple)):
+        return False
+    try:
+        numbers = np.asarray(items, dtype=np.float64)
+    except (TypeError, ValueError, OverflowError):
+        return False
+    return bool(np.isfinite(numbers).all())
 
 
 def check_finite(value: Any, what: str) -> None:

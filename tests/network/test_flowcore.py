@@ -182,3 +182,32 @@ def test_the_history_keeps_its_samples_as_its_arrays_grow():
     assert all(t == u and np.array_equal(a, b) and np.array_equal(r, s) for (t, a, r), (u, b, s) in zip(got, written))
     recording = LinkUsage(edges, {e: i for i, e in enumerate(edges)}, np.full(8, 1e9), record=True)
     assert recording.hlinks.size > HISTORY_SAMPLES == recording.history_limit  # room for the whole history
+
+
+def _replayed(history, n_links: int) -> np.ndarray:
+    rates = np.zeros(n_links)
+    for _, links, values in history:
+        rates[links] = values
+    return rates
+
+
+def test_the_history_holds_each_rate_change_and_only_changes():
+    """Replaying the recorded entries gives the model's link rates at every point of a run; no
+    entry is empty or repeats a link's rate before it."""
+    cluster = load_topology("h100-ib")
+    router = Router(cluster)
+    transfers = _transfers(random.Random(11), router, list(range(0, 64, 3)), 30)
+    model = FlowModel(cluster, record=True)
+    for start, tid, specs, latency in transfers:
+        model.advance(start)
+        model.add(start, tid, specs, latency)
+        model.settle_ahead()
+        model._settle()
+        assert np.array_equal(_replayed(model.usage.history, len(model.edges)), model.link_rate)
+    model.advance(1e3)
+    history = model.usage.history
+    assert len(history) > 20 and not _replayed(history, len(model.edges)).any()
+    before = np.zeros(len(model.edges))
+    for _, links, values in history:
+        assert links.size > 0 and (before[links] != values).all()
+        before[links] = values

@@ -57,3 +57,17 @@ def test_times_beyond_the_bound_are_refused():
     b.add(0, 0, 0, b.name_id("F"), 0, 0, 1, 1e15, 2e15)
     with pytest.raises(SimulationError, match=r"a span's end_s = 2e\+15 s is beyond 1e\+15 s"):
         check_timeline(b.build())
+
+
+def test_long_sequences_of_numbers_are_judged_at_once_and_the_first_bad_one_named():
+    """A link's samples (thousands of (time, value) pairs) are checked by numpy; a value that is
+    not finite, or anything numpy cannot read as numbers, is still found and named by the walk."""
+    samples = [(float(i), 0.5) for i in range(200)]
+    assert first_non_finite({"link": samples}) is None
+    bad = list(samples)
+    bad[150] = (150.0, math.inf)
+    assert first_non_finite({"link": bad}) == ("link[150][1]", math.inf)
+    mixed = [1.0] * 100 + [{"x": math.nan}]
+    path, value = first_non_finite({"a": mixed})
+    assert path == "a[100].x" and math.isnan(value)
+    assert first_non_finite({"a": [1.0] * 100 + [None, "nan", 10 ** 400]}) is None  # as the walk judges them
