@@ -65,18 +65,23 @@ def _pool(columns: Sequence[Texts]) -> tuple[np.ndarray, np.ndarray, list[int], 
 def span_bytes(columns: Sequence[Texts], ts_ns: np.ndarray, chunk: int) -> Iterator[memoryview]:
     """The events of ``columns`` (each a table of pieces and each span's place in it) and start
     times ``ts_ns`` (whole nanoseconds, ``0 <= ts_ns <`` :data:`MAX_TS_NS`), comma-separated, in
-    pieces of ``chunk`` events (each but the last ending in a comma)."""
+    pieces of ``chunk`` events (each but the last ending in a comma). The pieces share one
+    buffer: each is valid until the next is asked for (a new buffer per piece would be touched
+    afresh, page by page, which costs more than filling it on some machines)."""
     n = len(ts_ns)
     if not n:
         return
     pool, starts, bases, longest = _pool(columns)
     ts = np.ascontiguousarray(ts_ns, dtype=np.int64)
     per_event = longest + len(str(int(ts.max()) // 1000)) + 4 + 2  # the pieces, "<int>.ddd", "},"
+    rows = min(chunk, n)
+    out = np.empty(per_event * rows, dtype=np.uint8)  # one buffer for every piece: fresh pages are slow
+    ids = np.empty((len(columns), rows), dtype=np.int32)
     for a in range(0, n, chunk):
         b = min(n, a + chunk)
-        ids = np.empty((len(columns), b - a), dtype=np.int32)
+        if b - a < rows:  # the last piece, shorter
+            ids = np.ascontiguousarray(ids[:, :b - a])
         for j, (_, index) in enumerate(columns):
             np.add(index[a:b], bases[j], out=ids[j], casting="unsafe")
-        out = np.empty(per_event * (b - a), dtype=np.uint8)
         written = FILL.fill(out, pool, starts, ids, ts[a:b], b == n)
         yield memoryview(out)[:written]
