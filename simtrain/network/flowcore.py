@@ -312,10 +312,7 @@ def step(t: float, flows_end: bool, sf: np.ndarray, si: np.ndarray, act: np.ndar
     if n == 0:
         fs[NOW] = t
         return
-    live, rem, rate = si[LIVE], sf[REM], sf[RATE]
-    if flows_end:
-        for i in range(n):
-            sf[FIN, i] = now + sf[FIN, i]
+    live, rem, rate, fin = si[LIVE], sf[REM], sf[RATE], sf[FIN]
     if dt > 0:
         for j in range(ist[N_BUSY]):
             b = busy[j]
@@ -328,7 +325,7 @@ def step(t: float, flows_end: bool, sf: np.ndarray, si: np.ndarray, act: np.ndar
         s = live[i]
         if dt > 0:
             rem[s] -= rate[s] * dt
-        if rem[s] <= REL_TOL * sf[SIZE, s] or (flows_end and sf[FIN, i] <= due):
+        if rem[s] <= REL_TOL * sf[SIZE, s] or (flows_end and now + fin[i] <= due):
             si[ENDS, k] = s
             k += 1
     if k:
