@@ -366,12 +366,11 @@ def run_until(t: float, first_done: bool, sf: np.ndarray, si: np.ndarray, act: n
 
 
 @compiled
-def place(pids: np.ndarray, sizes: np.ndarray, tix: int, sf: np.ndarray, si: np.ndarray, act: np.ndarray,
+def place(pids: np.ndarray, sizes: np.ndarray, k: int, tix: int, sf: np.ndarray, si: np.ndarray, act: np.ndarray,
           chg: np.ndarray, ist: np.ndarray) -> None:
-    """Start flows of transfer index ``tix``: ``sizes[k]`` bytes along path ``pids[k]``, at rate 0,
-    each in the smallest free slot in turn (there must be room), kept in the live slots' order;
-    their paths count as started."""
-    k = pids.size
+    """Start ``k`` flows of transfer index ``tix``: ``sizes[f]`` bytes along path ``pids[f]``
+    (``f < k``), at rate 0, each in the smallest free slot in turn (there must be room), kept in the
+    live slots' order; their paths count as started."""
     n = ist[N_LIVE]
     ns = ist[N_STARTED]
     live, ends = si[LIVE], si[ENDS]  # ends: scratch, the new slots (ascending)

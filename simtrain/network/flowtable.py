@@ -18,7 +18,7 @@ from simtrain.network.links import Link
 
 #: A transfer's flows as :meth:`PathTable.batch` gives them: every size, the sizes of the flows
 #: without links or bytes, the path ids and the sizes of the others.
-Batch = tuple[list[float], list[float], list[int], list[float]]
+Batch = tuple[list[float], list[float], np.ndarray, np.ndarray]
 
 
 class PathTable:
@@ -50,7 +50,8 @@ class PathTable:
             raise ValueError(f"transfer {tid}: flow sizes must be >= 0")
         moving = [(links, b) for links, b in specs if b != 0 and links]
         out = ([b for _, b in specs], [b for links, b in specs if b == 0 or not links],
-               [self.intern(links) for links, _ in moving], [b for _, b in moving])
+               np.array([self.intern(links) for links, _ in moving], dtype=np.int64),
+               np.array([b for _, b in moving], dtype=np.float64))
         if isinstance(flows, tuple):
             self._batches[id(flows)] = (flows, out)
         return out
@@ -102,6 +103,7 @@ class FlowTable:
         self.act = np.zeros(n, dtype=bool)
         self.chg = np.zeros((2, n), dtype=np.int64)
         self.key = np.zeros(2 * n, dtype=np.int64)  # scratch: a memo key
+        self._pids, self._sizes = np.zeros(64, dtype=np.int64), np.zeros(64)  # scratch: the flows being placed
 
     rem = property(lambda self: self.sf[REM], doc="Bytes left per slot.")
     rate = property(lambda self: self.sf[RATE], doc="Rate per slot, B/s.")
@@ -115,7 +117,7 @@ class FlowTable:
         """Each slot's path (its link indices), None for a free slot."""
         return SlotPaths(self)
 
-    def start(self, tix: int, pids: Sequence[int], nbytes: Sequence[float]) -> None:
+    def start(self, tix: int, pids: np.ndarray | Sequence[int], nbytes: np.ndarray | Sequence[float]) -> None:
         """Flows of transfer index ``tix``: ``nbytes[k]`` to carry along path ``pids[k]``, at rate
         0 until the next rate computation; slots as if started one by one, smallest free first."""
         from simtrain.network.flow_kernels import CORE  # compiled: loaded with the flow model
@@ -124,8 +126,10 @@ class FlowTable:
         while self.act.size - int(self.ist[N_LIVE]) < k:
             self._grow()
         self._room(int(self.ist[N_STARTED]) + k)
-        CORE.place(np.asarray(pids, dtype=np.int64), np.asarray(nbytes, dtype=float), tix, self.sf, self.si,
-                   self.act, self.chg, self.ist)
+        if k > self._pids.size:
+            self._pids, self._sizes = np.zeros(2 * k, dtype=np.int64), np.zeros(2 * k)
+        self._pids[:k], self._sizes[:k] = pids, nbytes  # (the same arrays at every call: passed as they are)
+        CORE.place(self._pids, self._sizes, k, tix, self.sf, self.si, self.act, self.chg, self.ist)
 
     def end(self, slots: np.ndarray) -> np.ndarray:
         """Free ``slots`` (ascending); the transfer index each one's flow belonged to."""
