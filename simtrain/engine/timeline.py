@@ -139,7 +139,8 @@ class Timeline:
 
     @property
     def ranks(self) -> list[int]:
-        return sorted(set(self.cols["rank"].tolist()))
+        """The ranks with spans, ascending."""
+        return _present(self.cols["rank"])
 
     def step_ends(self) -> list[float]:
         """The end of each simulated step: the k-th optimizer step's latest end over the ranks
@@ -147,7 +148,7 @@ class Timeline:
         c = self.cols
         opt = c["kind"] == KINDS.index("opt")
         ends, owner = c["end_s"][opt], c["rank"][opt]  # the optimizer spans alone: a few per rank
-        per_rank = [np.sort(ends[owner == r]) for r in self.ranks]
+        per_rank = [np.sort(ends[owner == r]) for r in _present(owner)]
         per_rank = [e for e in per_rank if len(e)]
         if not per_rank:
             return []
@@ -212,6 +213,17 @@ class Timeline:
         for c in _FLOAT_COLUMNS:
             cols[c] = np.asarray(data["columns"][c], dtype=np.float64)
         return cls(cols, list(data["names"]))
+
+
+def _present(values: np.ndarray) -> list[int]:
+    """The distinct values of an integer column, ascending: counted where they are small and not
+    negative (ranks: one pass), else sorted."""
+    if not len(values):
+        return []
+    lo, hi = int(values.min()), int(values.max())
+    if lo >= 0 and hi <= 4 * len(values) + 4096:
+        return np.flatnonzero(np.bincount(values, minlength=hi + 1)).tolist()
+    return np.unique(values).tolist()
 
 
 def span_order(start_s: np.ndarray, rank: np.ndarray, stream: np.ndarray) -> np.ndarray:

@@ -202,3 +202,18 @@ def test_check_spans_finds_an_op_that_started_before_its_dependency_ended(deps, 
     check_spans(prog, rows, starts, ends)  # every dependency ended first
     with pytest.raises(AssertionError, match="dependency violated: .*late.* started before .*op0.* ended"):
         check_spans(prog, rows, starts, [1.5, 1.0, 1.0, 2.0])  # op 0 ends after op 3 started
+
+
+def test_the_ranks_are_those_with_spans_in_order():
+    """Counted where the ranks are small, sorted where they are far apart: the same list."""
+    from simtrain.engine.timeline import TimelineBuilder
+    from simtrain.workload.program import KIND, STREAM
+
+    for ranks in ([5, 0, 5, 3], [10**9, 2, 10**9, 7]):
+        b = TimelineBuilder()
+        f = b.name_id("F")
+        for i, r in enumerate(ranks):
+            b.add(r, STREAM["compute"], KIND["F"], f, 0, -1, 0, float(i), i + 1.0)
+        assert b.build().ranks == sorted(set(ranks))
+        assert all(type(r) is int for r in b.build().ranks)
+    assert _two_ranks().ranks == [0, 1]
