@@ -7,7 +7,8 @@ Megatron-LM runs them fused (``megatron/core/fusions``: ``fused_bias_gelu``, ``f
 * norm (LayerNorm or RMSNorm): forward reads x, writes y: ``2A``; backward reads x and dy,
   writes dx, then the residual branch's gradient is added to the stream's (reads two, writes
   one): ``6A`` in two kernels. Their per-row statistics are negligible.
-* rotary position embedding on q and k: read and write, forward and backward alike: ``2A``.
+* rotary position embedding on q and k: read and write, forward and backward alike: ``2A``;
+  MLA's query, key and value are then laid out for the core (:func:`mla_layout`).
 * activation: GeLU with its bias reads and writes the ``f`` wide tensor, ``2A`` forward and
   ``3A`` backward (also reads its input); SwiGLU reads gate and up and writes one, ``3A``, and
   backward reads three and writes two, ``5A``.
@@ -60,14 +61,36 @@ def activation(model: ModelSpec, shape: Shape, width: float, kind: str, tokens: 
 
 
 def rotary(model: ModelSpec, shape: Shape, kind: str) -> tuple[Kernel, ...]:
-    """Rotary embedding of q and k (none for a learned position embedding)."""
+    """Rotary embedding of q and k (none for a learned position embedding); with MLA, then the
+    layout of its query, key and value (:func:`mla_layout`)."""
     if model.learned_pos or kind not in ("F", "I"):
         return ()
     if model.is_mla:  # only the rope part: heads x qk_rope of q and the shared qk_rope of k
         width = model.heads * model.qk_rope_head_dim / shape.tp + model.qk_rope_head_dim
     else:
         width = (model.q_width + model.kv_width) / shape.tp
-    return (Elementwise("attn.rope" if kind == "F" else "attn.rope.bwd", 2 * A * shape.tokens * width),)
+    rope = Elementwise("attn.rope" if kind == "F" else "attn.rope.bwd", 2 * A * shape.tokens * width)
+    return (rope, *mla_layout(model, shape, kind))
+
+
+def mla_layout(model: ModelSpec, shape: Shape, kind: str) -> tuple[Kernel, ...]:
+    """MLA's query, key and value laid out for the attention core, as Megatron-LM builds them
+    after the up projections and the rope (``megatron/core/transformer/multi_latent_attention.py``,
+    ``qkv_up_proj_and_rope_apply``): the query concatenated from its no-rope and rope parts
+    (``torch.cat``: reads and writes ``heads (nope + rope)``), the key from its no-rope part and
+    the one rope key expanded over the heads (reads ``heads nope + rope``, writes ``heads (nope +
+    rope)``), and the value copied out of the key-value projection's output (``.contiguous()``:
+    reads and writes ``heads v``), per rank ``heads / t`` of them, in bf16. The backward moves
+    as many bytes: the query's gradient split and concatenated back into the up projection's
+    output, the key's no-rope and the value's gradients concatenated into the key-value
+    projection's, the rope key's summed over the heads. Megatron-LM recomputes it with the up
+    projections (``mla_up_proj``). None without MLA."""
+    if not model.is_mla or kind not in ("F", "I"):
+        return ()
+    nope, rope, v = model.qk_nope_head_dim, model.qk_rope_head_dim, model.v_head_dim
+    per_token = model.heads / shape.tp * (2 * (nope + rope) + nope + (nope + rope) + 2 * v) + rope
+    return (Elementwise("attn.mla_layout" if kind == "F" else "attn.mla_layout.bwd", A * shape.tokens * per_token,
+                        launches=3),)
 
 
 def bias_grads(name: str, model: ModelSpec, shape: Shape, widths: tuple[float, ...]) -> tuple[Kernel, ...]:

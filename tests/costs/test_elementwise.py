@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from helpers import tiny_model
-from simtrain.costs.elementwise import activation, bias_grads, norm, residual, rotary
+from simtrain.costs.elementwise import activation, bias_grads, mla_layout, norm, residual, rotary
 from simtrain.costs.shape import Shape
 from simtrain.specs.model import load_model
 
@@ -39,3 +39,17 @@ def test_activation_rotary_and_bias():
     assert rotary(load_model("gpt3-175b"), SH, "F") == ()  # learned positions
     assert bias_grads("mlp", llama, SH, (10, 20)) == ()
     assert bias_grads("mlp", load_model("gpt3-175b"), SH, (10, 20))[0].launches == 2
+
+
+def test_mla_lays_out_its_query_key_and_value_after_the_rope():
+    """DeepSeek-V3 at TP 2 (64 heads per rank; nope 128, rope 64, v 128): the query's concatenation
+    reads and writes 64 x 192 per token, the key's reads 64 x 128 + 64 and writes 64 x 192, the
+    value's copy reads and writes 64 x 128; bf16, forward and backward alike."""
+    ds = load_model("deepseek-v3")
+    shape = Shape(tokens=4096, seq=4096, tp=2, sp=True)
+    per_token = 2 * 64 * 192 + (64 * 128 + 64) + 64 * 192 + 2 * 64 * 128
+    for kind, name in (("F", "attn.mla_layout"), ("I", "attn.mla_layout.bwd")):
+        rope, layout = rotary(ds, shape, kind)
+        assert rope.bytes == 2 * 2 * 4096 * (64 * 64 + 64)  # the rope parts alone
+        assert (layout.name, layout.bytes, layout.launches) == (name, 2 * 4096 * per_token, 3)
+    assert rotary(ds, shape, "W") == () and mla_layout(load_model("llama3-8b"), shape, "F") == ()
