@@ -221,9 +221,9 @@ def _present(values: np.ndarray) -> list[int]:
     if not len(values):
         return []
     lo, hi = int(values.min()), int(values.max())
-    if lo >= 0 and hi <= 4 * len(values) + 4096:
-        return np.flatnonzero(np.bincount(values, minlength=hi + 1)).tolist()
-    return np.unique(values).tolist()
+    present: list[int] = (np.flatnonzero(np.bincount(values, minlength=hi + 1)) if lo >= 0 and hi <= 4 * len(values) + 4096
+                          else np.unique(values)).tolist()
+    return present
 
 
 def span_order(start_s: np.ndarray, rank: np.ndarray, stream: np.ndarray) -> np.ndarray:
