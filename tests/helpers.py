@@ -177,6 +177,20 @@ def add_span(b: TimelineBuilder, rank, stream, kind, name, start, end, *, stage=
           start, end, flops=flops, nbytes=nbytes, arrow=arrow)
 
 
+def awkward_timeline():
+    """Spans whose JSON is easy to get wrong by hand: non-ASCII and quoted names, -0.0 and huge or
+    tiny floats, no micro-batch, two steps (a step mark), a flow."""
+    b = TimelineBuilder()
+    add_span(b, 0, "compute", "F", 'attn "q" \u00e9\u4e2d', 0.0, 1e-7, mb=3, layer=2, flops=-0.0, nbytes=1e22)
+    add_span(b, 0, "compute", "opt", "optimizer", 1e-7, 2.5e-7, flops=1.5e-300)
+    add_span(b, 0, "pp_send", "pp", "send", 2.5e-7, 3e-7, mb=0, arrow=4, nbytes=123456789012345678.0)
+    add_span(b, 1, "pp_recv", "pp", "recv", 2.5e-7, 3e-7, mb=0, arrow=4)
+    add_span(b, 0, "compute", "opt", "optimizer", 3e-7, 1.0 / 3.0)
+    add_span(b, 1, "compute", "opt", "optimizer", 3e-7, 0.5)
+    add_span(b, 1, "compute", "opt", "optimizer", 0.6, 0.7)
+    return b.build()
+
+
 def two_rank_timeline():
     """Two pipeline stages: F/B/I/W on compute, a TP collective, and two flows (F out, B back)."""
     b = TimelineBuilder()

@@ -8,7 +8,7 @@ from collections import Counter
 
 import pytest
 
-from helpers import add_span, two_rank_timeline
+from helpers import add_span, awkward_timeline, two_rank_timeline
 from simtrain.outputs.trace import counter_events, rank_pid, trace_events, write_trace
 from simtrain.engine.timeline import TimelineBuilder
 from simtrain.workload.program import STREAMS
@@ -105,27 +105,13 @@ def test_write_trace_is_deterministic(tmp_path):
     assert not list(tmp_path.glob(".*.tmp"))
 
 
-def _awkward_timeline():
-    """Spans whose JSON is easy to get wrong by hand: non-ASCII and quoted names, -0.0 and huge or
-    tiny floats, no micro-batch, two steps (a step mark), a flow."""
-    b = TimelineBuilder()
-    add_span(b, 0, "compute", "F", 'attn "q" \u00e9\u4e2d', 0.0, 1e-7, mb=3, layer=2, flops=-0.0, nbytes=1e22)
-    add_span(b, 0, "compute", "opt", "optimizer", 1e-7, 2.5e-7, flops=1.5e-300)
-    add_span(b, 0, "pp_send", "pp", "send", 2.5e-7, 3e-7, mb=0, arrow=4, nbytes=123456789012345678.0)
-    add_span(b, 1, "pp_recv", "pp", "recv", 2.5e-7, 3e-7, mb=0, arrow=4)
-    add_span(b, 0, "compute", "opt", "optimizer", 3e-7, 1.0 / 3.0)
-    add_span(b, 1, "compute", "opt", "optimizer", 3e-7, 0.5)
-    add_span(b, 1, "compute", "opt", "optimizer", 0.6, 0.7)
-    return b.build()
-
-
 @pytest.mark.parametrize("group_by", ["rank", "node"])
 def test_written_trace_is_the_encoders_json_byte_for_byte(tmp_path, group_by):
     """The directly formatted file equals ``json.dumps(..., sort_keys=True)`` of the event dicts,
     counters included (those of counter_events and any other shape), and parses back."""
     import numpy as np
 
-    tl = _awkward_timeline()
+    tl = awkward_timeline()
     counters = counter_events("memory \u00b5", rank_pid(0), [(0.0, 1.0), (1e-7, -0.0), (0.25, 1e300)], key="GiB")
     counters += [{"ph": "M", "name": "process_name", "pid": 1_000_000, "tid": 0, "args": {"name": "link a->b"}},
                  {"ph": "C", "name": "odd", "pid": 2, "ts": 1.0, "args": {"value": np.float64(0.5)}},
@@ -149,7 +135,7 @@ def test_a_trace_written_a_few_events_at_a_time_has_the_same_bytes(tmp_path, mon
     last piece short or full) give the bytes of the encoder's JSON all the same."""
     from simtrain.outputs import trace
 
-    tl = _awkward_timeline()
+    tl = awkward_timeline()
     expected = json.dumps(trace_events(tl), sort_keys=True, separators=(",", ":"))
     for chunk in (1, 2, 3, len(tl), len(tl) + 5):
         monkeypatch.setattr(trace, "CHUNK_EVENTS", chunk)
@@ -240,7 +226,7 @@ def test_a_counter_track_writes_the_bytes_of_its_events(tmp_path):
 
     from simtrain.outputs.trace import CounterTrack
 
-    tl = _awkward_timeline()
+    tl = awkward_timeline()
     tracks = [CounterTrack("memory \u00b5", rank_pid(0), np.array([0.0, 1e-7, 1e-7, 0.25, 0.3]),
                            np.array([1.0, -0.0, 0.0, 1e300, 1.0]), key="GiB"),
               CounterTrack("empty", 3, np.zeros(0), np.zeros(0)),
