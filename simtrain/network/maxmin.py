@@ -42,6 +42,18 @@ def max_min_rates(pair_flow: np.ndarray, pair_link: np.ndarray, capacity: np.nda
     return rate
 
 
+def filled_rates(pair_flow: np.ndarray, pair_link: np.ndarray, capacity: np.ndarray, num_flows: int) -> np.ndarray:
+    """:func:`max_min_rates` by its compiled rounds (:mod:`simtrain.network.maxmin_fill`): the same
+    rates, bit for bit."""
+    from simtrain.network.flow_kernels import FILL  # compiled: loaded with the flow model
+
+    links = capacity.size
+    rate = np.zeros(num_flows)
+    FILL.fill(pair_flow.astype(np.int64), pair_link.astype(np.int64), np.array(capacity, dtype=np.float64), rate,
+              np.zeros(num_flows, dtype=bool), np.zeros(links), np.zeros(links, dtype=np.int64), np.empty(links))
+    return rate
+
+
 class MaxMinMemo:
     """Max-min fair rates of a set of paths on links of bandwidth ``capacity``, memoised by the
     set: the same set (a TP ring alone on its links, say) recurs thousands of times, and its
@@ -67,7 +79,7 @@ class MaxMinMemo:
             pair_link = np.concatenate(ordered)
             pair_flow = np.repeat(np.arange(len(ordered)), lens)
             used, local = np.unique(pair_link, return_inverse=True)
-            sorted_rates = max_min_rates(pair_flow, local, self.capacity[used], len(ordered))
+            sorted_rates = filled_rates(pair_flow, local, self.capacity[used], len(ordered))
             link_rates = np.bincount(local, weights=sorted_rates[pair_flow], minlength=used.size)
             if len(self._memo) > 50_000:
                 self._memo.clear()

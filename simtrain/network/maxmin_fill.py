@@ -1,0 +1,63 @@
+"""Progressive filling compiled: :func:`simtrain.network.maxmin.max_min_rates`'s rounds in one
+pass each over the flow-link pairs, with its floating-point operations (numba; called through
+its saved machine code, :data:`simtrain.network.flow_kernels.FILL`).
+
+The flow model recomputes the rates of a connected component from scratch wherever its memo of
+recomputations misses (a few hundred times a run, each over hundreds of flows): NumPy's rounds
+make a dozen small arrays each, this loop none.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from simtrain.network.flowcore import compiled
+from simtrain.network.maxmin import REL_TOL
+
+
+@compiled
+def fill(pf: np.ndarray, pl: np.ndarray, capacity: np.ndarray, rate: np.ndarray, frozen: np.ndarray,
+         load: np.ndarray, count: np.ndarray, share: np.ndarray) -> None:
+    """Max-min fair ``rate`` of each flow (zeros in, with ``frozen`` all False and ``load`` zero)
+    where pair ``i`` puts flow ``pf[i]`` on link ``pl[i]`` (both overwritten: the pairs left
+    each round); ``count`` and ``share`` are scratch per link. Each round: every link's share,
+    its capacity left over its unfrozen flows (``np.maximum(left, 0.0) / count``), the level
+    (the smallest share), the flows on the links within ``REL_TOL`` of it frozen there, and
+    their links' load raised by the level times the flows frozen on each, as
+    :func:`~simtrain.network.maxmin.max_min_rates` does it."""
+    n = pf.size
+    links = capacity.size
+    while n > 0:
+        for j in range(links):
+            count[j] = 0
+        for i in range(n):
+            count[pl[i]] += 1
+        level = np.inf
+        for j in range(links):
+            if count[j] > 0:
+                left = capacity[j] - load[j]
+                if left <= 0.0:  # (NaN stays NaN, -0.0 becomes 0.0: np.maximum's result)
+                    left = 0.0
+                share[j] = left / count[j]
+                if share[j] < level:
+                    level = share[j]
+            else:
+                share[j] = np.inf
+        bound = level * (1 + REL_TOL)
+        for i in range(n):
+            if share[pl[i]] <= bound:
+                rate[pf[i]] = level
+                frozen[pf[i]] = True
+        for j in range(links):
+            count[j] = 0
+        kept = 0
+        for i in range(n):
+            if frozen[pf[i]]:
+                count[pl[i]] += 1
+            else:
+                pf[kept], pl[kept] = pf[i], pl[i]
+                kept += 1
+        for j in range(links):
+            if count[j] > 0:
+                load[j] += level * count[j]
+        n = kept

@@ -1,0 +1,49 @@
+"""Progressive filling compiled: bit for bit the rates of the NumPy definition, through numba's
+dispatcher and through the saved machine code, on the hand example and on random flow sets
+(equal capacities, so that links saturate together and rates meet the tolerance)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from simtrain.network.flow_kernels import FILL
+from simtrain.network.maxmin import filled_rates, max_min_rates
+from simtrain.network.maxmin_fill import fill
+
+pytestmark = pytest.mark.quick
+
+
+def _run(through, pf, pl, capacity, flows):
+    rate = np.zeros(flows)
+    links = capacity.size
+    through(pf.astype(np.int64), pl.astype(np.int64), capacity.astype(np.float64), rate,
+            np.zeros(flows, dtype=bool), np.zeros(links), np.zeros(links, dtype=np.int64), np.empty(links))
+    return rate
+
+
+@pytest.mark.parametrize("through", [fill, FILL.fill], ids=["numba", "machine code"])
+def test_the_hand_example(through):
+    # links A (1 B/s) and B (2 B/s); flow 0 crosses both, flow 1 only A, flow 2 only B
+    rates = _run(through, np.array([0, 0, 1, 2]), np.array([0, 1, 0, 1]), np.array([1.0, 2.0]), 3)
+    assert rates.tolist() == [0.5, 0.5, 1.5]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.data())
+def test_random_flow_sets_get_the_definitions_rates_bit_for_bit(data):
+    links = data.draw(st.integers(1, 6))
+    flows = data.draw(st.integers(1, 12))
+    capacity = np.array(data.draw(st.lists(st.sampled_from([1.0, 3.0, 1e9, 46.5e9, 0.1]), min_size=links,
+                                           max_size=links)))
+    pairs = sorted({(f, data.draw(st.integers(0, links - 1))) for f in range(flows)}
+                   | set(data.draw(st.lists(st.tuples(st.integers(0, flows - 1), st.integers(0, links - 1)),
+                                            max_size=20))))
+    pf = np.array([p[0] for p in pairs])
+    pl = np.array([p[1] for p in pairs])
+    want = max_min_rates(pf, pl, capacity, flows)
+    for through in (fill, FILL.fill):
+        assert _run(through, pf, pl, capacity, flows).tobytes() == want.tobytes()
+    assert filled_rates(pf, pl, capacity, flows).tobytes() == want.tobytes()
