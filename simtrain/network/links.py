@@ -138,20 +138,31 @@ class LinkUsage:
         return {self.edges[i]: {"bytes": float(self.bytes[i]), "busy_s": float(self.busy[i]),
                                 "peak_utilisation": float(self.peak[i])} for i in used}
 
-    def series(self, links: Sequence[Link]) -> dict[Link, list[tuple[float, float]]]:
+    def series(self, links: Sequence[Link], per: Sequence[float] | None = None) -> dict[Link, list[tuple[float, float]]]:
         """(time, bytes/s) steps of each link's load from :attr:`history`, in time order (empty
-        lists when not recorded)."""
+        lists when not recorded); with ``per``, each link's rates divided by its number there
+        (its bandwidth: utilisation). One pass over the history picks the samples of every link
+        asked for; each link's are then sorted by time, stably (isolated flows are booked out of
+        order)."""
         out: dict[Link, list[tuple[float, float]]] = {link: [] for link in links}
         n, at = int(self.hst[N_HIST]), int(self.hst[N_HVALS])
         if not self.hst[RECORD] or n == 0 or not links:
             return out
-        times = np.repeat(self.ht[:n], self.hmeta[1, :n])
-        idx = self.hlinks[:at]
-        rates = self.hrates[:at]
-        for link in links:
-            sel = np.flatnonzero(idx == self.index[link])
-            order = np.argsort(times[sel], kind="stable")  # isolated flows are booked out of order
-            out[link] = list(zip(times[sel][order].tolist(), rates[sel][order].tolist()))
+        wanted = np.full(len(self.edges), -1, dtype=np.int64)
+        wanted[[self.index[link] for link in links]] = np.arange(len(links))
+        which = wanted[self.hlinks[:at]]
+        picked = np.flatnonzero(which >= 0)
+        entry = np.searchsorted(self.hmeta[0, :n], picked, side="right") - 1  # the entry each sample belongs to
+        times, rates, which = self.ht[entry], self.hrates[picked], which[picked]
+        order = np.lexsort((times, which))  # by link, then time; ties as recorded
+        times, rates, which = times[order], rates[order], which[order]
+        if per is not None:
+            rates = rates / np.asarray(per, dtype=np.float64)[which]
+        bounds = np.searchsorted(which, np.arange(len(links) + 1))
+        t_list, r_list = times.tolist(), rates.tolist()
+        for k, link in enumerate(links):
+            a, b = int(bounds[k]), int(bounds[k + 1])
+            out[link] = list(zip(t_list[a:b], r_list[a:b]))
         return out
 
 
@@ -170,8 +181,8 @@ def link_report(cluster: Cluster, usage: LinkUsage, step_s: float, represented: 
                      "busy_s": st["busy_s"], "utilisation": st["bytes"] / (bw * step_s) if step_s > 0 else 0.0,
                      "peak_utilisation": st["peak_utilisation"], "_edge": (u, v), "_bw": bw})
     rows.sort(key=lambda r: (-r["utilisation"], r["link"]))
-    raw = usage.series([r["_edge"] for r in rows[:top]])
-    series = {r["link"]: [(t, rate / r["_bw"]) for t, rate in raw[r["_edge"]]] for r in rows[:top]}
+    raw = usage.series([r["_edge"] for r in rows[:top]], [r["_bw"] for r in rows[:top]])
+    series = {r["link"]: raw[r["_edge"]] for r in rows[:top]}
     for r in rows:
         del r["_edge"], r["_bw"]
     by_tier: dict[str, float] = {}

@@ -295,6 +295,8 @@ class Transfers:
         """The ids of the transfers the loop completed since the last call, in order; their
         indices freed, their completion times kept."""
         n = int(ist[N_DONE])
+        if n == 0:
+            return []
         out = []
         for tix, ft in zip(self.ti[O_IX, :n].tolist(), self.tf[O_T, :n].tolist()):
             tid = int(self.ti[T_ID, tix])

@@ -211,3 +211,27 @@ def test_the_history_holds_each_rate_change_and_only_changes():
     for _, links, values in history:
         assert links.size > 0 and (before[links] != values).all()
         before[links] = values
+
+
+def test_a_links_series_is_its_samples_in_time_order():
+    """Each link's (time, rate) samples, sorted by time with ties as recorded (isolated flows are
+    booked out of order), divided by its number in ``per``: as read off the history one link at
+    a time."""
+    edges = [(f"a{i}", f"b{i}") for i in range(6)]
+    usage = LinkUsage(edges, {e: i for i, e in enumerate(edges)}, np.full(6, 1e9), record=True)
+    rng = np.random.default_rng(7)
+    times = rng.choice([0.5, 1.0, 1.5, 2.0, 3.0], size=300)  # out of order, with ties
+    for t in times:
+        links = np.sort(rng.choice(6, size=int(rng.integers(1, 4)), replace=False)).astype(np.int64)
+        usage._append(float(t), links, rng.random(links.size))
+    want = [edges[4], edges[1], edges[5]]
+    per = [2.0, 4.0, 0.5]
+    got = usage.series(want, per)
+    flat = [(t, int(link), r) for t, ls, rs in usage.history for link, r in zip(ls.tolist(), rs.tolist())]
+    for link, p in zip(want, per):
+        mine = [(t, r / p) for t, link_i, r in flat if link_i == usage.index[link]]
+        assert got[link] == sorted(mine, key=lambda x: x[0])  # (sorted is stable)
+        assert len(got[link]) > 20
+    assert usage.series(want)[edges[1]] == [(t, r) for t, link_i, r in sorted(
+        ((t, link_i, r) for t, link_i, r in flat if link_i == 1), key=lambda x: x[0])]
+    assert usage.series([]) == {}
