@@ -16,9 +16,10 @@ from helpers import awkward_timeline
 pytestmark = pytest.mark.quick
 
 
+@pytest.mark.parametrize("group_by", ["rank", "node"])
 @pytest.mark.parametrize("chunk", [1, 2, 4, 6, 10])
-def test_the_bytes_are_the_texts(chunk):
-    parts = trace._Parts(awkward_timeline(), {1: "stage \u00e9"}, "rank", None)
+def test_the_bytes_are_the_texts(chunk, group_by):
+    parts = trace._Parts(awkward_timeline(), {1: "stage \u00e9"}, group_by, 1 if group_by == "node" else None)
     columns, ts_ns = parts.span_columns()
     got = [bytes(v) for v in trace_bytes.span_bytes(columns, ts_ns, chunk)]
     assert got == [t.encode() for t in parts.span_texts(chunk)]
