@@ -49,7 +49,7 @@ def filled_rates(pair_flow: np.ndarray, pair_link: np.ndarray, capacity: np.ndar
 
     links = capacity.size
     rate = np.zeros(num_flows)
-    FILL.fill(pair_flow.astype(np.int64), pair_link.astype(np.int64), np.array(capacity, dtype=np.float64), rate,
+    FILL.fill(pair_flow.astype(np.int64), pair_link.astype(np.int64), np.ascontiguousarray(capacity, dtype=np.float64), rate,
               np.zeros(num_flows, dtype=bool), np.zeros(links), np.zeros(links, dtype=np.int64), np.empty(links))
     return rate
 

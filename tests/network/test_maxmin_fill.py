@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from simtrain.machine_code import NativeFunction
 from simtrain.network.flow_kernels import FILL
 from simtrain.network.maxmin import filled_rates, max_min_rates
 from simtrain.network.maxmin_fill import fill
@@ -29,6 +30,8 @@ def test_the_hand_example(through):
     # links A (1 B/s) and B (2 B/s); flow 0 crosses both, flow 1 only A, flow 2 only B
     rates = _run(through, np.array([0, 0, 1, 2]), np.array([0, 1, 0, 1]), np.array([1.0, 2.0]), 3)
     assert rates.tolist() == [0.5, 0.5, 1.5]
+    if through is FILL.fill:  # its machine code ran, not numba's dispatcher standing in
+        assert isinstance(FILL.fill._fast, NativeFunction)
 
 
 @settings(max_examples=60, deadline=None)
