@@ -195,6 +195,32 @@ def test_an_unknown_flag_points_to_the_help_of_its_command():
     assert assert_user_error("frobnicate").endswith("(see simtrain --help)")
 
 
+def _subparsers(parser):
+    return next(a for a in parser._actions if a.dest == "command").choices
+
+
+def _flags(parser) -> list[tuple]:
+    return [(a.option_strings, a.dest, a.default, a.nargs, a.const, a.choices, a.required, a.help, a.metavar,
+             getattr(a.type, "__qualname__", a.type), type(a).__name__) for a in parser._actions]
+
+
+@pytest.mark.quick
+def test_a_command_built_alone_parses_as_within_every_command():
+    """``main`` builds only the group of the command it is given; each command's parser is then
+    the one built with every command, and :data:`COMMANDS` names every command of the full parser
+    in the order its help lists them."""
+    from simtrain.cli.main import ADDERS, COMMANDS, build_parser
+
+    full = _subparsers(build_parser())
+    assert list(full) == list(COMMANDS)
+    assert list(dict.fromkeys(COMMANDS.values())) == list(ADDERS)
+    for command in COMMANDS:
+        alone = _subparsers(build_parser(command))
+        assert command in alone and set(alone) <= set(full)
+        assert _flags(alone[command]) == _flags(full[command]), command
+    assert list(_subparsers(build_parser("frobnicate"))) == list(COMMANDS)
+
+
 @pytest.mark.quick
 def test_an_unknown_model_says_a_config_json_or_a_toml_works(tmp_path):
     line = assert_user_error("run", "--no-plot", "--model", "Qwen/Qwen3-30B-A3B",
