@@ -38,16 +38,16 @@ class _Template:
     columns: tuple[Sequence[object], ...]  # per copied column of _COPIED: its values, in op order
     size: int  # ops
     not_own: tuple[int, ...]  # offsets of the ops that carry no micro-batch (-1)
-    dep0: np.ndarray  # per op: its first dependency, relative to the first op (or NONE, MORE); C ints
-    dep0_rebased: np.ndarray  # per op: 1 where dep0 is an op (rebased by adding the first op's id), else 0
-    dep1: np.ndarray  # per op: its second dependency, relative to the first op (or NONE)
-    dep1_rebased: np.ndarray
+    # what a copy rebases, as C ints laid end to end: per op its first dependency, per op its
+    # second (each relative to the first op, or NONE, MORE), then per stream the offsets of its ops
+    rel: np.ndarray
+    rebased: np.ndarray  # 1 where ``rel`` holds an op (the first op's id is added), else 0; C ints
     more: tuple[tuple[int, tuple[int, ...]], ...]  # (op offset, its dependencies relative to the first op)
-    key_at: tuple[int, ...]  # offsets of the collectives (ops with a key)
+    key_of: tuple[int, ...]  # per op: 0 where it has no key, else 1 + the index of its key in ``key_parts``
     # their (stream, key[0], key[1], key[2] relative to the stream's counter)
     key_parts: tuple[tuple[int, str, int | tuple[int, ...], int], ...]
     counts: tuple[tuple[int, int], ...]  # (stream, collectives it numbered)
-    streams: tuple[tuple[int, np.ndarray], ...]  # (stream, offsets of its ops in order, as C ints)
+    streams: tuple[tuple[int, int, int], ...]  # (stream, where its offsets start and end in ``rel``), in bytes
     grads: tuple[tuple[tuple[int, int], int], ...]  # (stage, layer) -> offset of its last B or W op
     last: int | None  # offset of the op the next one waits for
 
@@ -102,36 +102,28 @@ class ActionTemplates:
         for offset in tpl.not_own:
             mbs[offset] = -1
         table.mb.extend(mbs)
-        small = n <= _SMALL
-        for column, rel, own in ((table.dep0, tpl.dep0, tpl.dep0_rebased), (table.dep1, tpl.dep1, tpl.dep1_rebased)):
-            if small:  # (numpy's cost per call outweighs a few tens of values)
-                column.extend(array("i", [d + base if r else d for d, r in zip(rel.tolist(), own.tolist())]))
-            else:
-                column.frombytes((rel + own * base).tobytes())  # C ints, as the column holds
+        rebased = memoryview((tpl.rel + tpl.rebased * base).tobytes())  # one pass for every column below
+        width = tpl.rel.itemsize * n
+        table.dep0.frombytes(rebased[:width])
+        table.dep1.frombytes(rebased[width:2 * width])
         for offset, ds in tpl.more:
             table.more[base + offset] = [base + d for d in ds]
-        keys: list[Key | None] = [None] * n
         new = prog.shared_keys([(k0, k1, k2 + now[stream]) for stream, k0, k1, k2 in tpl.key_parts])
-        for offset, key in zip(tpl.key_at, new):
-            keys[offset] = key
         members = prog.members  # the template's keys are distinct: counted in one pass
         members.update(zip(new, map((1).__add__, map(members.get, new, repeat(0)))))
-        table.key.extend(keys)
+        pool: list[Key | None] = [None]
+        pool += new
+        table.key.extend(map(pool.__getitem__, tpl.key_of))
         order = prog.order
-        for stream, offsets in tpl.streams:
+        for stream, lo, hi in tpl.streams:
             queue = order.get((rank, stream))
             if queue is None:
                 order[(rank, stream)] = queue = array("i")
-            if small:
-                queue.extend(array("i", [k + base for k in offsets.tolist()]))
-            else:
-                queue.frombytes((offsets + base).tobytes())
+            queue.frombytes(rebased[lo:hi])
         self.dp.grads_done([(layer, base + offset) for layer, offset in tpl.grads])
         return None if tpl.last is None else base + tpl.last
 
 
-#: Templates of at most this many ops are rebased in Python, larger ones with numpy.
-_SMALL = 64
 #: The columns a template copies as they are (rank, micro-batch, dependencies and keys are rebased).
 _COPIED = ("stream", "kind", "name_code", "stage", "layer", "duration_s", "flops", "nbytes", "comm_code", "group_set", "peer",
            "peer_stage", "alloc", "free")
@@ -166,9 +158,16 @@ def _capture(table: OpTable, start: int, mb: int, last: int | None, before: dict
     by_stream: dict[int, list[int]] = {}
     for offset, s in enumerate(table.stream[start:end]):
         by_stream.setdefault(s, []).append(offset)
-    return _Template(start, mb, tuple(getattr(table, c)[start:end] for c in _COPIED), end - start,
-                     tuple(k for k, m in enumerate(table.mb[start:end]) if m != mb),
-                     dep0, (dep0 >= 0).astype(np.intc), dep1, (dep1 >= 0).astype(np.intc), more,
-                     tuple(k for k, _, _ in keys), tuple((st, k0, k1, k2) for _, st, (k0, k1, k2) in keys), counts,
-                     tuple((s, np.array(o, dtype=np.intc)) for s, o in by_stream.items()), tuple(grads.items()),
-                     None if last is None else last - start)
+    size = end - start
+    key_of = [0] * size
+    for j, (offset, _, _) in enumerate(keys):
+        key_of[offset] = 1 + j
+    offsets = [np.array(o, dtype=np.intc) for o in by_stream.values()]
+    rel = np.concatenate([dep0, dep1, *offsets]).astype(np.intc)
+    cuts = np.cumsum([2 * size] + [len(o) for o in offsets]) * rel.itemsize  # where each stream's offsets start
+    streams = tuple((s, int(lo), int(hi)) for s, lo, hi in zip(by_stream, cuts[:-1], cuts[1:]))
+    rebased = np.concatenate([dep0 >= 0, dep1 >= 0, np.ones(len(rel) - 2 * size, dtype=bool)]).astype(np.intc)
+    return _Template(start, mb, tuple(getattr(table, c)[start:end] for c in _COPIED), size,
+                     tuple(k for k, m in enumerate(table.mb[start:end]) if m != mb), rel, rebased, more,
+                     tuple(key_of), tuple((st, k0, k1, k2) for _, st, (k0, k1, k2) in keys), counts,
+                     streams, tuple(grads.items()), None if last is None else last - start)
