@@ -167,8 +167,7 @@ def gantt_figure(timeline: Timeline, *, title: str | None = None,
         t1 = t0 + US
     unit, scale = _time_unit(t1 - t0)
 
-    row_labels = [labels_of.get(r, f"rank {r}") if textbook else f"{labels_of.get(r, f'rank {r}')}  {s}"
-                  for r, s in rows]
+    row_labels = _row_labels(rows, labels_of, textbook)
     left_in = max(0.8, 0.2 + max((len(t) for t in row_labels), default=6) * _TICK_PT * 0.6 / 72)
     ax_w_in = _FIG_WIDTH_IN - left_in - _RIGHT_IN
     kind_counts = np.bincount(timeline["kind"][idx], minlength=len(KINDS))
@@ -245,6 +244,18 @@ def _step_marks(ax, ends: list[float], t0: float, t1: float, scale: float) -> No
             ax.axvline(t * scale, color="black", linestyle="--", linewidth=0.8, zorder=3)
             ax.annotate(f"end of step {k + 1}", (t * scale, 0), xycoords=("data", "axes fraction"),
                         xytext=(2, 2), textcoords="offset points", fontsize=7)
+
+
+def _row_labels(rows: list[tuple[int, str]], labels_of: Mapping[int, str], textbook: bool) -> list[str]:
+    """A row's label: its rank's label and its stream on the first row of a rank, the stream alone
+    on the rows below it (the darker separator marks where a rank's rows begin). A textbook chart
+    has one row per rank, its label. Each glyph costs matplotlib about 0.1 ms to draw, and the
+    rank's label repeated on every row made most of a chart's text."""
+    out = []
+    for i, (r, stream) in enumerate(rows):
+        rank = labels_of.get(r, f"rank {r}")
+        out.append(rank if textbook else stream if i and rows[i - 1][0] == r else f"{rank}  {stream}")
+    return out
 
 
 def _separators(ax, rows: list[tuple[int, str]], x_lo: float, x_hi: float) -> None:

@@ -153,7 +153,18 @@ def test_window_limits_the_axis_and_the_boxes():
 def test_ranks_and_streams_choose_the_rows():
     fig = gantt_figure(two_rank_timeline(), ranks=[1], streams=["compute", "pp_recv"],
                        rank_labels={1: "stage 1"})
-    assert [t.get_text() for t in fig.axes[0].get_yticklabels()] == ["stage 1  compute", "stage 1  pp_recv"]
+    assert [t.get_text() for t in fig.axes[0].get_yticklabels()] == ["stage 1  compute", "pp_recv"]
+
+
+@pytest.mark.quick
+def test_a_ranks_label_heads_its_rows():
+    """The rank's label on its first row, the stream alone below it; a textbook row is its rank."""
+    from simtrain.outputs.gantt import _row_labels
+
+    rows = [(0, "compute"), (0, "tp"), (1, "compute"), (2, "tp"), (2, "dp")]
+    assert _row_labels(rows, {0: "stage 0"}, False) == ["stage 0  compute", "tp", "rank 1  compute",
+                                                        "rank 2  tp", "dp"]
+    assert _row_labels([(0, "compute"), (1, "compute")], {1: "stage 1"}, True) == ["rank 0", "stage 1"]
 
 
 def test_run_draws_what_the_chart_flags_ask_for(tmp_path, monkeypatch):
