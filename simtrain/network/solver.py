@@ -181,8 +181,15 @@ class FlowModel:
     # ---- transfers ------------------------------------------------------------------------
     # ---- time -----------------------------------------------------------------------------
     def _run_until(self, t: float) -> list[int]:
-        if self._ahead is not None and t < float(self.fs[NOW]):  # back from ahead: to before that completion
+        ahead = self._ahead
+        if ahead is not None and t < ahead.at:  # back from ahead: to before that completion
             self._restore()
+        elif ahead is not None and t == ahead.at and self.ist[N_ENDED] == 0:
+            # The run ahead stopped at a transfer's completion after its latency, no flow ending
+            # then: the rates stand and every completion due by ``t`` is in the done rows. A run to
+            # ``t`` could only end a flow whose finish rounds to ``t``; the next run ends it then.
+            self._ahead = None
+            return self.transfers.collect(self.ist)
         self._ahead = None
         now = self.now
         if t < now - 1e-12 * max(1.0, abs(now)):
@@ -214,7 +221,11 @@ class FlowModel:
 
     # ---- rates ----------------------------------------------------------------------------
     def _settle(self) -> None:
-        """Recompute the rates of the component(s) touched since the last recompute, if any."""
+        """Recompute the rates of the component(s) touched since the last recompute, if any (none
+        started or ended: the compiled settle would return at once, after the cost of its call)."""
+        ist = self.ist
+        if ist[N_STARTED] == 0 and ist[N_ENDED] == 0:
+            return
         while self._handled(self._apply()):
             pass
 
