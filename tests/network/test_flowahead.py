@@ -60,31 +60,36 @@ def test_looking_ahead_changes_nothing_a_run_reads(seed, record):
     """Two models take the same transfers; one asks for the next event before every step and
     moves to it, or to a time before it (where a transfer starts first, or the caller is early),
     the other never asks: the same completions at every step, link statistics, history and
-    counts, bit for bit. (Where the look-ahead stopped at a completion after its latency, the
-    move to it runs no compiled step.)"""
+    counts, bit for bit; and both as a third model that runs the compiled loop at every move,
+    where the others skip it (a move to the clock's own time with nothing due, or to a completion
+    after its latency the look-ahead reached)."""
     cluster = load_topology("h100-ib")
     router = Router(cluster)
     rng = random.Random(seed)
     transfers = _transfers(rng, router, list(range(0, 64, 3)), rng.randint(1, 20))
-    ahead, plain = FlowModel(cluster, record=record), FlowModel(cluster, record=record)
+    ahead, plain, full = (FlowModel(cluster, record=record) for _ in range(3))
+    full._still = lambda t: False  # every move runs the compiled loop, even where it has nothing to do
     for start, tid, specs, latency in transfers:
         while True:  # the engine's loop: wake at the next event, or at the next start if it comes first
             t = ahead.next_event_s()
             if t is None or t > start:
                 break
             early = t if rng.random() < 0.7 else ahead.now + (t - ahead.now) * rng.random()
-            assert ahead.advance(early) == plain.advance(early)  # the same completions, in order
+            done = ahead.advance(early)  # the same completions, in order
+            assert plain.advance(early) == done and full.advance(early) == done
         if rng.random() < 0.5:
             ahead.next_event_s()  # ahead beyond the start: put back by the add
-        for model in (ahead, plain):
+        for model in (ahead, plain, full):
             model.advance(start)
             model.add(start, tid, specs, latency)
     while (t := ahead.next_event_s()) is not None:
-        assert ahead.advance(t) == plain.advance(t)
-    plain.advance(plain.now)
-    assert plain.next_event_s() is None
-    plain.settle_ahead()
-    assert _state(ahead) == _state(plain)
+        done = ahead.advance(t)
+        assert plain.advance(t) == done and full.advance(t) == done
+    for model in (plain, full):
+        model.advance(model.now)
+        assert model.next_event_s() is None
+        model.settle_ahead()
+    assert _state(ahead) == _state(plain) == _state(full)
     assert ahead.active_flows == 0 and ahead.active_transfers == 0
 
 
