@@ -181,33 +181,20 @@ class FlowModel:
     # ---- transfers ------------------------------------------------------------------------
     # ---- time -----------------------------------------------------------------------------
     def _run_until(self, t: float) -> list[int]:
-        ahead = self._ahead
-        if ahead is not None and t < ahead.at:  # back from ahead: to before that completion
+        if self._ahead is not None and t < float(self.fs[NOW]):  # back from ahead: to before that completion
             self._restore()
-        elif ahead is not None and t == ahead.at and self.ist[N_ENDED] == 0:
-            # The run ahead stopped at a transfer's completion after its latency, no flow ending
-            # then: the rates stand and every completion due by ``t`` is in the done rows. A run to
-            # ``t`` could only end a flow whose finish rounds to ``t``; the next run ends it then.
-            self._ahead = None
-            return self.transfers.collect(self.ist)
         self._ahead = None
         now = self.now
         if t < now - 1e-12 * max(1.0, abs(now)):
             raise ValueError(f"time goes backwards: {t} < {now}")
         t = max(t, now)
-        if not self._still(t):
+        if not self._still(t):  # (as where the run ahead reached ``t`` with no flow ending then)
             while self._handled(self._run(t, False)):
                 pass
         return self.transfers.collect(self.ist)
 
     def _still(self, t: float) -> bool:
-        """Whether a run to ``t`` has nothing to do: the clock is at ``t`` (a run left it there, so
-        no flow's finish is due by then), no flow started or ended since the rates were set, and no
-        transfer waits out a latency due by ``t``. (Flows placed at ``t`` and given rates since
-        finish after ``t``, unless their bytes take less time than ``t``'s last digit holds.)"""
-        ist = self.ist
-        return (float(self.fs[NOW]) == t and ist[N_STARTED] == 0 and ist[N_ENDED] == 0
-                and (ist[N_HEAP] == 0 or float(self.transfers.tf[H_T, 0]) > t))
+        return _at_rest(self.ist, self.fs, self.transfers.tf, t)
 
     def _run(self, t: float, first_done: bool) -> int:
         """The compiled loop to ``t`` (to the first completion with ``first_done``), history room
@@ -231,8 +218,7 @@ class FlowModel:
 
     # ---- rates ----------------------------------------------------------------------------
     def _settle(self) -> None:
-        """Recompute the rates of the component(s) touched since the last recompute, if any (none
-        started or ended: the compiled settle would return at once, after the cost of its call)."""
+        """Recompute the rates of the component(s) touched since the last recompute, if any."""
         ist = self.ist
         if ist[N_STARTED] == 0 and ist[N_ENDED] == 0:
             return
@@ -254,23 +240,38 @@ class FlowModel:
             return True
         if status != MISS:
             return False
-        ist, chg = self.ist, self.flows.chg
-        started = np.sort(chg[STARTED, :ist[N_STARTED]])
-        ended = np.sort(chg[ENDED, :ist[N_ENDED]])
-        busy = self.busy[:ist[N_BUSY]].copy()
-        share = self.reshares.compute(self.flows, busy, set(started.tolist()) | set(ended.tolist()))
-        reshares, memo = self.reshares, self.memo
-        reshares.misses += 1
-        reshares.held += share.size + started.size + ended.size
-        if reshares.held > reshares.limit:
-            memo.clear()
-            reshares.forget()
-        memo.insert(int(ist[NODE]), started, ended, share)
+        _memoise_reshare(self)
         while self._handled(self._apply()):  # applied now, found where it was just stored
             pass
-        if reshares.limit <= 0:
-            memo.clear()
+        if self.reshares.limit <= 0:
+            self.memo.clear()
         return True
+
+
+def _at_rest(ist: np.ndarray, fs: np.ndarray, tf: np.ndarray, t: float) -> bool:
+    """Whether a run to ``t`` has nothing to do: the clock is at ``t`` (a run left it there, so
+    no flow's finish is due by then), no flow started or ended since the rates were set, and no
+    transfer waits out a latency due by ``t``. (Flows placed at ``t`` and given rates since
+    finish after ``t``, unless their bytes take less time than ``t``'s last digit holds.)"""
+    return (float(fs[NOW]) == t and ist[N_STARTED] == 0 and ist[N_ENDED] == 0
+            and (ist[N_HEAP] == 0 or float(tf[H_T, 0]) > t))
+
+
+def _memoise_reshare(model: FlowModel) -> None:
+    """Compute the recomputation ``model``'s compiled loop missed in its memo, and store it there
+    (the memo cleared first where it would hold more than its limit)."""
+    ist, chg = model.ist, model.flows.chg
+    started = np.sort(chg[STARTED, :ist[N_STARTED]])
+    ended = np.sort(chg[ENDED, :ist[N_ENDED]])
+    busy = model.busy[:ist[N_BUSY]].copy()
+    share = model.reshares.compute(model.flows, busy, set(started.tolist()) | set(ended.tolist()))
+    reshares, memo = model.reshares, model.memo
+    reshares.misses += 1
+    reshares.held += share.size + started.size + ended.size
+    if reshares.held > reshares.limit:
+        memo.clear()
+        reshares.forget()
+    memo.insert(int(ist[NODE]), started, ended, share)
 
 
 def check_capacity(model: FlowModel) -> float:
