@@ -62,6 +62,12 @@ class Emitter:
         """Let simulated ``rank`` stand for the ranks at its pipeline position in ``pp_groups``."""
         self._stands_for[rank] = pp_groups
 
+    @property
+    def keys_name_their_rank(self) -> bool:
+        """Whether a collective's key names its rank (folding without representatives standing for
+        other ranks, :meth:`collective`): no other simulated rank then holds it, so it has one member."""
+        return self.fold and not self._stands_for
+
     def pp_group(self, rank: int) -> list[int]:
         """``rank``'s pipeline group (do not change it: it is kept for the next call)."""
         group = self._pp_group.get(rank)

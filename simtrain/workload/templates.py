@@ -108,9 +108,11 @@ class ActionTemplates:
         table.dep1.frombytes(rebased[width:2 * width])
         for offset, ds in tpl.more:
             table.more[base + offset] = [base + d for d in ds]
-        new = prog.shared_keys([(k0, k1, k2 + now[stream]) for stream, k0, k1, k2 in tpl.key_parts])
-        members = prog.members  # the template's keys are distinct: counted in one pass
-        members.update(zip(new, map((1).__add__, map(members.get, new, repeat(0)))))
+        new: list[Key] = [(k0, k1, k2 + now[stream]) for stream, k0, k1, k2 in tpl.key_parts]
+        if not em.keys_name_their_rank:  # (else each has one member: none to share, none to count)
+            new = prog.shared_keys(new)
+            members = prog.members  # the template's keys are distinct: counted in one pass
+            members.update(zip(new, map((1).__add__, map(members.get, new, repeat(0)))))
         pool: list[Key | None] = [None]
         pool += new
         table.key.extend(map(pool.__getitem__, tpl.key_of))

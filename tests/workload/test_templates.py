@@ -21,7 +21,7 @@ def _program(monkeypatch, templated: bool, **settings):
     par = sc.parallel
     mesh = build_mesh(par.tp, par.cp, par.dp, par.pp, ep=par.ep, etp=par.etp, order=par.order,
                       gpus_per_node=sc.cluster.gpus_per_node)
-    opts = WorkloadOptions(fold=sc.fold, steps=settings.get("steps", 1))
+    opts = WorkloadOptions(fold=sc.fold, steps=settings.get("steps", 1), routing=sc.routing)
     if not templated:  # no template is ever stored: every action is emitted in full
         monkeypatch.setattr(templates, "_capture", lambda *a, **k: None)
     return lower(sc.model, par, sc.gpu, api.build_schedule(sc, opts), mesh, opts)
@@ -33,6 +33,7 @@ def _program(monkeypatch, templated: bool, **settings):
     dict(gpus=16, tp=4, pp=2, gbs=16, schedule="zb-h1", recompute="selective"),
     dict(gpus=16, tp=2, pp=2, gbs=16, steps=2, overlap_p2p_comm=False, fold=False),
     dict(gpus=8, tp=2, pp=2, gbs=16, zero=3),
+    dict(model="mixtral-8x7b", gpus=16, tp=2, pp=2, ep=4, gbs=16, routing_skew=1.0),  # folded by EP position
 ])
 def test_instantiated_actions_equal_emitted_ones(monkeypatch, settings):
     fast = _program(monkeypatch, True, **settings)
@@ -70,3 +71,26 @@ def test_the_members_of_a_collective_hold_one_key_object(monkeypatch, templated)
     keys = [k for k in prog.ops.key if k is not None]
     assert len({id(k) for k in keys}) == len(set(keys)) < len(keys)
     assert max(prog.members.values()) > 1
+
+
+@pytest.mark.quick
+@pytest.mark.parametrize("settings, by_rank", [
+    (dict(gpus=16, tp=2, pp=2, gbs=16), True),  # folded: a key names its rank, one member each
+    (dict(gpus=16, tp=2, pp=2, gbs=16, fold=False), False),
+    (dict(model="mixtral-8x7b", gpus=16, tp=2, pp=2, ep=4, gbs=16, routing_skew=1.0), False),
+])
+def test_copies_count_members_only_where_keys_are_shared(monkeypatch, settings, by_rank):
+    """Where a key names its rank, a copy neither shares nor counts its keys: the program keeps no
+    collective's member count (each has one member; the gradient norm's reduction over the stages,
+    emitted in full, has several); elsewhere collectives of several members are counted."""
+    seen = []
+    real = templates.ActionTemplates._instantiate
+
+    def spy(self, *args):
+        seen.append(self.em.keys_name_their_rank)
+        return real(self, *args)
+
+    monkeypatch.setattr(templates.ActionTemplates, "_instantiate", spy)
+    prog = _program(monkeypatch, True, **settings)
+    assert seen and set(seen) == {by_rank}
+    assert (not [k for k in prog.members if len(k) == 3]) == by_rank  # (stream, group or rank, number)
