@@ -12,6 +12,7 @@ asked to.
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import re
 import shutil
@@ -36,14 +37,12 @@ class _Parser(argparse.ArgumentParser):
     ``-1`` and ``-1.5`` so), so its flag's own check names what is valid."""
 
     def __init__(self, *args, **kwargs) -> None:
-        self._help_width = shutil.get_terminal_size().columns - 2  # as argparse's HelpFormatter
+        # argparse makes a formatter for every flag it adds (to check its metavar), and each read
+        # the terminal's width again: here it is read once per parser, as the formatter reads it
+        width = shutil.get_terminal_size().columns - 2
+        kwargs.setdefault("formatter_class", functools.partial(argparse.HelpFormatter, width=width))
         super().__init__(*args, **kwargs)
         self._negative_number_matcher = re.compile(r"^-\.?\d")
-
-    def _get_formatter(self) -> argparse.HelpFormatter:
-        """argparse's, with the terminal's width read once per parser: argparse makes a formatter
-        for every flag it adds (to check its metavar), and each read the width again."""
-        return self.formatter_class(prog=self.prog, width=self._help_width)
 
     def parse_args(self, args=None, namespace=None):  # type: ignore[override]
         """As argparse's, but words no command takes are refused in the words of the command
