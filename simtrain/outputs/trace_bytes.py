@@ -16,7 +16,7 @@ import numpy as np
 
 from simtrain.kernels import Kernels
 from simtrain.machine_code import Arg
-from simtrain.outputs.trace_text import Texts
+from simtrain.outputs.trace_text import _NS_TEXT_MAX_US, Texts
 
 __all__ = ["FILL", "ARGS", "SOURCES", "MIN_SPANS", "BUILD_MIN_SPANS", "MAX_TS_NS", "wanted", "span_bytes"]
 
@@ -30,10 +30,10 @@ MIN_SPANS = 20_000
 #: While the fill's machine code is not built yet, only traces this long build it (numba's compile
 #: takes a few seconds, once per installation).
 BUILD_MIN_SPANS = 200_000
-#: Start times from this many nanoseconds on (1e12 us) are left to ``float.__repr__`` (the text's
-#: path): the fill's spelling is ``float.__repr__``'s below it
+#: Start times from this many nanoseconds on are left to ``float.__repr__`` (the text's path): the
+#: fill's spelling is ``float.__repr__``'s below it, the bound of the text's own spelling
 #: (:func:`simtrain.outputs.trace_text._ns_texts`).
-MAX_TS_NS = 10**15
+MAX_TS_NS = _NS_TEXT_MAX_US * 1000
 
 
 def wanted(ts_ns: np.ndarray) -> bool:
