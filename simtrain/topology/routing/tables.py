@@ -62,14 +62,14 @@ def static_tables(g: Any) -> tuple[EdgeCosts, dict, dict, dict, dict]:
     a port is routed from. The per-node and per-neighbour loops run inside ``map`` and ``filter``
     (a million edges on 131,072 GPUs)."""
     attrs = g._node  # networkx's own node dict (what ``g.nodes`` views), read as plain dicts
-    kind = {n: d.get("kind") for n, d in attrs.items()}
     succ = plain_adjacency(g)  # plain dicts, not views
     edges = EdgeCosts(succ)
     node_lat = {n: d.get("latency_s", 0.0) for n, d in attrs.items()}
-    switch = {n for n, k in kind.items() if k != "gpu"}.__contains__
-    nbrs = {n: tuple(sorted(filter(switch, out))) for n, out in succ.items()}
-    adj = {n: nb for n, nb in nbrs.items() if kind[n] != "gpu"}
-    ports = {n: nb for n, nb in nbrs.items() if kind[n] == "gpu"}
+    gpus = [n for n, d in attrs.items() if d.get("kind") == "gpu"]  # each in the graph's order
+    switches = [n for n, d in attrs.items() if d.get("kind") != "gpu"]
+    switch = set(switches).__contains__
+    adj = {n: tuple(sorted(filter(switch, succ[n]))) for n in switches}
+    ports = {n: tuple(sorted(filter(switch, succ[n]))) for n in gpus}
     # a port with a single non-GPU neighbour (a NIC under its leaf) is routed from there
     anchor = {n: (nb[0], (n,)) if len(nb) == 1 else (n, ()) for n, nb in adj.items()}
     return edges, node_lat, adj, ports, anchor
