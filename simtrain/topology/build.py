@@ -64,25 +64,15 @@ def plain_adjacency(g: nx.DiGraph) -> dict[str, dict[str, dict[str, Any]]]:
 
 @contextmanager
 def paused_gc() -> Iterator[None]:
-    """Pause Python's cyclic garbage collector while a large structure is built (and restore its
+    """Pause Python's cyclic garbage collector while a large graph is built (and restore its
     state after): every dictionary created would otherwise count towards collections that
     traverse the growing graph again and again, about half of the build time at 100,000 GPUs.
-    The graph holds no reference cycles that need collecting.
-
-    On leaving, what was built goes to the collector's oldest generation without a traversal
-    (``gc.freeze()`` then ``gc.unfreeze()``, which puts every tracked object there; Python's
-    ``gc`` documentation): left young, the first collection after the pause would walk all of it,
-    and again as it is promoted (0.94 s of 8.8 s in three collections at 131,072 GPUs). Skipped
-    where objects are frozen already (a caller's ``gc.freeze()``, such as ``simtrain run``'s,
-    which keeps them out of every collection meanwhile): unfreezing would give back theirs too."""
+    The graph holds no reference cycles that need collecting."""
     enabled = gc.isenabled()
     gc.disable()
     try:
         yield
     finally:
-        if gc.get_freeze_count() == 0:
-            gc.freeze()
-            gc.unfreeze()
         if enabled:
             gc.enable()
 
