@@ -156,10 +156,10 @@ class Reshares:
             slots, touched, comp = live, None, None
         else:
             comp = np.asarray(found[0], dtype=np.int64)
-            slots = live[np.isin(pid_live, comp)]
+            slots = live[_member(comp, pid_live)]
             touched = np.asarray(found[1], dtype=np.int64)
         hit = busy if touched is None else touched
-        rest = busy[:0] if touched is None else busy[~np.isin(busy, touched)]
+        rest = busy[:0] if touched is None else busy[~_member(touched, busy)]
         if slots.size == 0:
             return Reshare(self.node(counts, rest), comp, None, None, touched, None, None, rest, hit)
         pids = flows.pidx[slots]
@@ -169,3 +169,13 @@ class Reshares:
         both = touched if touched is not None else np.union1d(hit, used)
         return Reshare(self.node(counts, new_busy), comp, rate_paths, rates[first], touched, used,
                        link_rates, new_busy, both)
+
+
+def _member(ids: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """``numpy.isin(values, ids)`` for non-negative integers: a table of flags as long as the
+    largest of either (a recomputation asks twice, on tens of values, where ``isin`` sorts)."""
+    if not values.size:
+        return np.zeros(0, dtype=bool)
+    flags = np.zeros(max(int(ids.max(initial=-1)), int(values.max())) + 1, dtype=bool)
+    flags[ids] = True
+    return flags[values]

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from simtrain.network.sharing import LinkPaths, component
+from simtrain.network.sharing import LinkPaths, _member, component
 from simtrain.network.solver import FlowModel
 from simtrain.topology.cluster import load_topology
 from simtrain.topology.routing.router import Router
@@ -99,3 +99,12 @@ def test_a_recurring_transfer_is_recomputed_by_lookup():
     pairs = [(0, 9), (9, 0), (1, 17), (17, 2)]
     model = _run([(pairs, 1e7, 1e-2)] * 5, memo=True)
     assert model.reshares.hits >= 4 * model.reshares.misses
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(0, 300), unique=True, max_size=40), st.lists(st.integers(0, 400), max_size=60))
+def test_membership_flags_are_numpys_isin(ids, values):
+    """The component's flows and the links it leaves busy are picked with a table of flags, as
+    ``numpy.isin`` picks them (empty sides, values past every id, repeats)."""
+    ids_a, values_a = np.array(ids, dtype=np.int64), np.array(values, dtype=np.int64)
+    assert np.array_equal(_member(ids_a, values_a), np.isin(values_a, ids_a))
