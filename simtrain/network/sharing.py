@@ -178,4 +178,5 @@ def _member(ids: np.ndarray, values: np.ndarray) -> np.ndarray:
         return np.zeros(0, dtype=bool)
     flags = np.zeros(max(int(ids.max(initial=-1)), int(values.max())) + 1, dtype=bool)
     flags[ids] = True
-    return flags[values]
+    picked: np.ndarray = flags[values]
+    return picked
