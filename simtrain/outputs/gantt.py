@@ -36,6 +36,9 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 SUFFIX_FORMATS = {".png": "png", ".svg": "svg"}
+#: zlib's level for a PNG chart (Pillow's default is 6): S1's 1600 x 894 chart encodes in 39-58 ms
+#: instead of 67-100 ms, in 188 KB instead of 164 KB
+PNG_COMPRESS_LEVEL = 3
 #: Most memory lines drawn (the first ranks of the chart).
 MAX_MEMORY_LINES = 12
 
@@ -133,8 +136,10 @@ def draw_gantt(timeline: Timeline, path: str | os.PathLike, *, title: str | None
 
     with atomic_open(path, "wb") as fh, matplotlib.rc_context(
             {"svg.hashsalt": "simtrain", "svg.fonttype": "none", "hatch.linewidth": 0.6}):
-        metadata = {"Date": None} if fmt == "svg" else None
-        fig.savefig(fh, format=fmt, dpi=DPI, metadata=metadata)
+        if fmt == "svg":
+            fig.savefig(fh, format=fmt, dpi=DPI, metadata={"Date": None})
+        else:
+            fig.savefig(fh, format=fmt, dpi=DPI, pil_kwargs={"compress_level": PNG_COMPRESS_LEVEL})
 
 
 def gantt_figure(timeline: Timeline, *, title: str | None = None,
