@@ -175,8 +175,9 @@ def _capture(table: OpTable, start: int, mb: int, last: int | None, before: dict
     streams = tuple((s, int(lo), int(hi)) for s, lo, hi in zip(by_stream, cuts[:-1], cuts[1:]))
     rebased = np.concatenate([dep0 >= 0, dep1 >= 0, np.ones(len(rel) - 2 * size, dtype=bool)]).astype(np.intc)
     # the keys' streams, first, second and relative third parts, each a tuple in key order
-    key_parts = tuple(zip(*[(st, k0, k1, k2) for _, st, (k0, k1, k2) in keys])) or ((), (), (), ())
+    key_streams, key_k0, key_k1, key_k2 = tuple(zip(*[(st, k0, k1, k2) for _, st, (k0, k1, k2) in keys])) or (
+        (), (), (), ())
     return _Template(start, mb, tuple(getattr(table, c)[start:end] for c in _COPIED), size,
                      tuple(k for k, m in enumerate(table.mb[start:end]) if m != mb), rel, rebased, more,
-                     tuple(key_of), *key_parts, counts,
+                     tuple(key_of), key_streams, key_k0, key_k1, key_k2, counts,
                      streams, tuple(grads.items()), None if last is None else last - start)
