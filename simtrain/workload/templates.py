@@ -20,7 +20,6 @@ from __future__ import annotations
 from array import array
 from collections.abc import Callable, Sequence
 from itertools import repeat
-from operator import add
 from dataclasses import dataclass
 
 import numpy as np
@@ -44,12 +43,9 @@ class _Template:
     rel: np.ndarray
     rebased: np.ndarray  # 1 where ``rel`` holds an op (the first op's id is added), else 0; C ints
     more: tuple[tuple[int, tuple[int, ...]], ...]  # (op offset, its dependencies relative to the first op)
-    key_of: tuple[int, ...]  # per op: 0 where it has no key, else 1 + the index of its key below
-    # per key: its stream, key[0], key[1] and key[2] relative to the stream's counter
-    key_streams: tuple[int, ...]
-    key_k0: tuple[str, ...]
-    key_k1: tuple[int | tuple[int, ...], ...]
-    key_k2: tuple[int, ...]
+    key_of: tuple[int, ...]  # per op: 0 where it has no key, else 1 + the index of its key in ``key_parts``
+    # their (stream, key[0], key[1], key[2] relative to the stream's counter)
+    key_parts: tuple[tuple[int, str, int | tuple[int, ...], int], ...]
     counts: tuple[tuple[int, int], ...]  # (stream, collectives it numbered)
     streams: tuple[tuple[int, int, int], ...]  # (stream, where its offsets start and end in ``rel``), in bytes
     grads: tuple[tuple[tuple[int, int], int], ...]  # (stage, layer) -> offset of its last B or W op
@@ -112,8 +108,7 @@ class ActionTemplates:
         table.dep1.frombytes(rebased[width:2 * width])
         for offset, ds in tpl.more:
             table.more[base + offset] = [base + d for d in ds]
-        # (k0, k1, k2 + the stream's counter) per key, built by C loops (a comprehension took 2.5x as long)
-        new: list[Key] = list(zip(tpl.key_k0, tpl.key_k1, map(add, tpl.key_k2, map(now.__getitem__, tpl.key_streams))))
+        new: list[Key] = [(k0, k1, k2 + now[stream]) for stream, k0, k1, k2 in tpl.key_parts]
         if not em.keys_name_their_rank:  # (else each has one member: none to share, none to count)
             new = prog.shared_keys(new)
             members = prog.members  # the template's keys are distinct: counted in one pass
@@ -174,10 +169,7 @@ def _capture(table: OpTable, start: int, mb: int, last: int | None, before: dict
     cuts = np.cumsum([2 * size] + [len(o) for o in offsets]) * rel.itemsize  # where each stream's offsets start
     streams = tuple((s, int(lo), int(hi)) for s, lo, hi in zip(by_stream, cuts[:-1], cuts[1:]))
     rebased = np.concatenate([dep0 >= 0, dep1 >= 0, np.ones(len(rel) - 2 * size, dtype=bool)]).astype(np.intc)
-    # the keys' streams, first, second and relative third parts, each a tuple in key order
-    key_streams, key_k0, key_k1, key_k2 = tuple(zip(*[(st, k0, k1, k2) for _, st, (k0, k1, k2) in keys])) or (
-        (), (), (), ())
     return _Template(start, mb, tuple(getattr(table, c)[start:end] for c in _COPIED), size,
                      tuple(k for k, m in enumerate(table.mb[start:end]) if m != mb), rel, rebased, more,
-                     tuple(key_of), key_streams, key_k0, key_k1, key_k2, counts,
+                     tuple(key_of), tuple((st, k0, k1, k2) for _, st, (k0, k1, k2) in keys), counts,
                      streams, tuple(grads.items()), None if last is None else last - start)
