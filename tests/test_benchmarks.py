@@ -52,8 +52,9 @@ def test_a_repeated_scenario_keeps_its_run_of_least_cpu_time():
     assert best["cpu_s"] == 1.5 and best["wall_s"] == 3.0  # the first of equals: a row of one run, whole
     assert best["runs"] == 4 and best["cpu_s_runs"] == [2.0, 1.5, 1.5, 1.7]
     assert "runs" not in runs[1]  # the runs' own rows are left as they were
-    with pytest.raises(SystemExit):
+    with pytest.raises(SystemExit) as refused:  # argparse's one line and exit status 2
         bench.main(["--repeat", "0"])
+    assert refused.value.code == 2
 
 
 @pytest.mark.quick
