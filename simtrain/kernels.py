@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -102,8 +103,26 @@ class Kernel:
         if args not in self._by_args:
             folder = _folder()
             self._by_args[args] = None if folder is None else code_cache.obtain(
-                self._file_name(), self.sources, args, folder, self.dispatcher)
+                self._file_name(), self.sources, args, folder, self._fresh_dispatcher)
         return self._by_args[args]
+
+    def _fresh_dispatcher(self) -> Callable[..., Any]:
+        """numba's dispatcher, numba's own saved code of every compiled function of the source
+        files' modules forgotten first (called only to build machine code for sources not seen
+        before). numba keys its saved code by each function's own file, so a function whose
+        callee in another file changed would load its code from before the change, and that
+        code would then be saved under the new sources' key."""
+        dispatcher = self.dispatcher()  # (its module imported, and with it those it calls)
+        files = {path.resolve() for path in self.sources}
+        for module in list(sys.modules.values()):
+            file = getattr(module, "__file__", None)
+            if file is None or Path(file).resolve() not in files:
+                continue
+            for value in vars(module).values():
+                cache = getattr(value, "_cache", None)
+                if hasattr(value, "py_func") and cache is not None and hasattr(cache, "flush"):
+                    cache.flush()
+        return dispatcher
 
 
 def _folder() -> Path | None:

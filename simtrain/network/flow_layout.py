@@ -10,11 +10,20 @@ from __future__ import annotations
 #: computes and stores it, then calls again); the rate history is full (the model makes room).
 OK, MISS, NEED_HISTORY = 0, 1, 2
 
-#: Rows of ``sf``, per flow slot: bytes left, rate (B/s), size (bytes), scratch (finish times, s).
-REM, RATE, SIZE, FIN = 0, 1, 2, 3
+#: Rows of ``sf``, per flow slot: bytes left, rate (B/s), size (bytes); then per class of alike
+#: flows (:mod:`simtrain.network.flowclass`, by class number): its flows' bytes left, rate (B/s),
+#: size (bytes) and time to finish at that rate (s, scratch).
+REM, RATE, SIZE, C_REM, C_RATE, C_SIZE, C_FIN = range(7)
+SF_ROWS = 7
 #: Rows of ``si``, per flow slot: path id (-1: free), transfer index, the live slots (ascending,
-#: the first ``ist[N_LIVE]``), scratch (the slots ending at one step).
-PIDX, TIX, LIVE, ENDS = 0, 1, 2, 3
+#: the first ``ist[N_LIVE]``), scratch (the slots ending at one step), its class, the next and
+#: previous flow of its class and of its path (-1: none). Then per class: its first flow, its
+#: flows, the live classes (the first ``ist[N_CLS]``), its place among them, the recomputation
+#: that last split it (``ist[GEN]``), the first class split from it then, the next class split
+#: from the same one; the free class numbers (the first ``ist[N_CFREE]``).
+(PIDX, TIX, LIVE, ENDS, CLS, C_NEXT, C_PREV, P_NEXT, P_PREV, C_HEAD, C_COUNT, C_LIST, C_POS, C_GEN, C_TGT,
+ C_TNEXT, C_FREE) = range(17)
+SI_ROWS = 17
 #: Rows of ``ef``, per link: summed rate of its flows (B/s), bytes carried, time with traffic
 #: (s), peak utilisation (rate over capacity), capacity (B/s).
 LRATE, BYTES, BUSY_S, PEAK, CAP = 0, 1, 2, 3, 4
@@ -31,9 +40,13 @@ NOW = 0
 DELIVERED = 0
 #: Fields of ``ist``: live slots, paths started and ended since the last recomputation, busy
 #: links, the rates' state number, heap size, completed transfers not yet collected,
-#: recomputations, memo hits, the memo table's size minus one (a power of two minus one).
-N_LIVE, N_STARTED, N_ENDED, N_BUSY, NODE, N_HEAP, N_DONE, RECOMPUTES, HITS, MASK = range(10)
-ISTATE = 10
+#: recomputations, memo hits, the memo table's size minus one (a power of two minus one); the
+#: live classes of alike flows, the class numbers handed out, the free ones, the number of the
+#: last recomputation that moved flows between classes (it only grows), whether flows that
+#: behave alike share a class (1; 0: one class per flow).
+(N_LIVE, N_STARTED, N_ENDED, N_BUSY, NODE, N_HEAP, N_DONE, RECOMPUTES, HITS, MASK, N_CLS, C_HW, N_CFREE, GEN,
+ GROUP) = range(15)
+ISTATE = 15
 #: Fields of ``hst`` (the rate history): entries, link numbers held, the numbers it may still
 #: take (:attr:`~simtrain.network.links.LinkUsage.history_limit`), recording (0 or 1).
 N_HIST, N_HVALS, HIST_LIMIT, RECORD = 0, 1, 2, 3

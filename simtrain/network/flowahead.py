@@ -9,8 +9,8 @@ model runs to the new start instead. The loop only ever changes, while no flow s
 flows' slots and their transfers, the latency heap, the busy links (those of the live flows'
 paths) and their statistics, the counts, the clock and the bytes delivered; the rate history only grows past its counts.
 Those are what is kept. Argument groups as in :mod:`simtrain.network.flowcore`; the ``k*`` arrays
-hold what is kept: ``ksf`` bytes left, rate and size and ``ksi`` the live slots, path and transfer,
-by position among the live slots; ``kt`` the transfers' flows left (by live position) and the
+hold what is kept: ``ksf`` bytes left, rate and size and ``ksi`` the live slots, path, transfer
+and class (:mod:`simtrain.network.flowclass`), by position among the live slots; ``kt`` the transfers' flows left (by live position) and the
 heap's ids and indices, ``kh`` the heap's times; ``kbusy`` the busy links and ``kef`` their rate,
 bytes, busy time and peak; ``kist``, ``khst`` the counts; ``kfs`` the clock and the bytes
 delivered.
@@ -20,10 +20,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from simtrain.network.flow_jit import compiled
 from simtrain.network.flow_layout import (
-    BUSY_S, BYTES, DELIVERED, H_ID, H_IX, H_T, LIVE, LRATE, MASK, N_BUSY, N_HEAP, N_LIVE, NOW, PEAK, PIDX, RATE, REM,
-    SIZE, T_LEFT, TIX)
-from simtrain.network.flowcore import compiled
+    BUSY_S, BYTES, CLS, DELIVERED, H_ID, H_IX, H_T, LIVE, LRATE, MASK, N_BUSY, N_HEAP, N_LIVE, NOW, PEAK, PIDX,
+    RATE, REM, SIZE, T_LEFT, TIX)
+from simtrain.network.flowclass import rebuild
 
 #: Rows of ``kef``, per link kept: the rows of ``ef`` the loop changes.
 KEPT_ROWS = (LRATE, BYTES, BUSY_S, PEAK)
@@ -44,7 +45,7 @@ def save(sf: np.ndarray, si: np.ndarray, ef: np.ndarray, busy: np.ndarray, ti: n
     kfs[0], kfs[1] = fs[NOW], us[DELIVERED]
     for i in range(ist[N_LIVE]):
         s = si[LIVE, i]
-        ksi[0, i], ksi[1, i], ksi[2, i] = s, si[PIDX, s], si[TIX, s]
+        ksi[0, i], ksi[1, i], ksi[2, i], ksi[3, i] = s, si[PIDX, s], si[TIX, s], si[CLS, s]
         ksf[0, i], ksf[1, i], ksf[2, i] = sf[REM, s], sf[RATE, s], sf[SIZE, s]
         kt[0, i] = ti[T_LEFT, si[TIX, s]]
     for j in range(ist[N_HEAP]):
@@ -57,12 +58,13 @@ def save(sf: np.ndarray, si: np.ndarray, ef: np.ndarray, busy: np.ndarray, ti: n
 
 
 @compiled
-def restore(sf: np.ndarray, si: np.ndarray, act: np.ndarray, ef: np.ndarray, busy: np.ndarray, ti: np.ndarray,
-            tf: np.ndarray, fs: np.ndarray, us: np.ndarray, ist: np.ndarray, hst: np.ndarray, ksf: np.ndarray,
-            ksi: np.ndarray, kt: np.ndarray, kh: np.ndarray, kbusy: np.ndarray, kef: np.ndarray, kist: np.ndarray,
-            khst: np.ndarray, kfs: np.ndarray) -> None:
-    """Put back what :func:`save` kept: the state as it was then (a rate history recorded since is
-    dropped with its counts; the memo's table size, ``ist[MASK]``, is the memo's own)."""
+def restore(sf: np.ndarray, si: np.ndarray, act: np.ndarray, ef: np.ndarray, busy: np.ndarray, phead: np.ndarray,
+            ti: np.ndarray, tf: np.ndarray, fs: np.ndarray, us: np.ndarray, ist: np.ndarray, hst: np.ndarray,
+            ksf: np.ndarray, ksi: np.ndarray, kt: np.ndarray, kh: np.ndarray, kbusy: np.ndarray, kef: np.ndarray,
+            kist: np.ndarray, khst: np.ndarray, kfs: np.ndarray) -> None:
+    """Put back what :func:`save` kept: the state as it was then, its classes and paths' lists
+    rebuilt (a rate history recorded since is dropped with its counts; the memo's table size,
+    ``ist[MASK]``, is the memo's own)."""
     for j in range(ist.size):
         if j != MASK:
             ist[j] = kist[j]
@@ -71,7 +73,7 @@ def restore(sf: np.ndarray, si: np.ndarray, act: np.ndarray, ef: np.ndarray, bus
     fs[NOW], us[DELIVERED] = kfs[0], kfs[1]
     for i in range(ist[N_LIVE]):
         s = ksi[0, i]
-        si[LIVE, i], si[PIDX, s], si[TIX, s] = s, ksi[1, i], ksi[2, i]
+        si[LIVE, i], si[PIDX, s], si[TIX, s], si[CLS, s] = s, ksi[1, i], ksi[2, i], ksi[3, i]
         sf[REM, s], sf[RATE, s], sf[SIZE, s] = ksf[0, i], ksf[1, i], ksf[2, i]
         act[s] = True
         ti[T_LEFT, ksi[2, i]] = kt[0, i]
@@ -82,3 +84,4 @@ def restore(sf: np.ndarray, si: np.ndarray, act: np.ndarray, ef: np.ndarray, bus
         busy[j] = u
         for r in range(4):
             ef[KEPT_ROWS[r], u] = kef[r, j]
+    rebuild(sf, si, phead, ist)

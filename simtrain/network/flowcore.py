@@ -22,56 +22,24 @@ delivered, ``ist`` the other counts (:mod:`simtrain.network.flow_layout` names e
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, TypeVar, cast
-
 import numpy as np
-from numba import njit
-from numba.core.options import DefaultOptions
 
+from simtrain.network.flow_jit import OPTIONS, compiled
 from simtrain.network.flow_layout import (
-    BUSY_S, BYTES, CAP, DELIVERED, E_BOTH, E_BUSY, E_KEY, E_LRATES, E_NBOTH, E_NBUSY, E_NE, E_NEXT, E_NODE, E_NPATHS,
-    E_NRP, E_NS, E_NTOUCHED, E_NUSED, E_PATHS, E_RATES, E_RP, E_TOUCHED, E_USED, ENDED, ENDS, FIN, H_ID, H_IX, H_T,
-    HIST_LIMIT, HITS, LIVE, LRATE, MASK, MISS, N_BUSY, N_DONE, N_ENDED, N_HEAP, N_HIST, N_HVALS, N_LIVE, N_STARTED,
-    NEED_HISTORY, NODE, NOW, O_IX, O_T, OK, PEAK, PIDX, RATE, RECOMPUTES, RECORD, REM, SIZE, STARTED, T_ID, T_LAT,
-    T_LEFT, TIX)
+    BUSY_S, BYTES, C_FIN, C_HEAD, C_LIST, C_NEXT, C_RATE, C_REM, C_SIZE, CAP, CLS, DELIVERED, E_BOTH, E_BUSY,
+    E_KEY, E_LRATES, E_NBOTH, E_NBUSY, E_NE, E_NEXT, E_NODE, E_NRP, E_NS, E_NTOUCHED, E_NUSED, E_RATES, E_RP,
+    E_TOUCHED, E_USED, ENDED, ENDS, GEN, H_T, HIST_LIMIT, HITS, LIVE, LRATE, MASK, MISS, N_BUSY, N_CLS,
+    N_DONE, N_ENDED, N_HEAP, N_HIST, N_HVALS, N_LIVE, N_STARTED, NEED_HISTORY, NODE, NOW, OK, P_NEXT, PEAK, PIDX,
+    RATE, RECOMPUTES, RECORD, REM, SIZE, STARTED, T_ID, T_LAT, T_LEFT, TIX)
+from simtrain.network.flowheap import heap_push, pop_done, sort
+from simtrain.network.flowclass import leave, path_add, path_remove, place_in_class, reprice, sync
 from simtrain.network.maxmin import REL_TOL
 
-_F = TypeVar("_F", bound=Callable[..., Any])
-#: numba's options: cached; without its runtime where this numba has the option
-OPTIONS: dict[str, bool] = {"cache": True, **({"_nrt": False} if hasattr(DefaultOptions, "_nrt") else {})}
-
-
-def compiled(fn: _F) -> _F:
-    return cast(_F, njit(**OPTIONS)(fn))  # type: ignore[call-overload]  # (_nrt: not in the stubs)
-
+__all__ = ["OPTIONS", "compiled", "key_hash", "settle", "first_end", "heap_push", "pop_done", "step", "run_until",
+           "place"]
 
 _HASH_MUL = 1_000_003
 _HASH_MASK = (1 << 62) - 1
-
-
-@compiled
-def _sort(a: np.ndarray, n: int) -> None:
-    """Heapsort ``a[:n]`` in place (ascending)."""
-    for start in range(n // 2 - 1, -1, -1):
-        _sift(a, start, n)
-    for end in range(n - 1, 0, -1):
-        a[0], a[end] = a[end], a[0]
-        _sift(a, 0, end)
-
-
-@compiled
-def _sift(a: np.ndarray, root: int, n: int) -> None:
-    while True:
-        child = 2 * root + 1
-        if child >= n:
-            return
-        if child + 1 < n and a[child + 1] > a[child]:
-            child += 1
-        if a[root] >= a[child]:
-            return
-        a[root], a[child] = a[child], a[root]
-        root = child
 
 
 @compiled
@@ -106,13 +74,14 @@ def _lookup(mtab: np.ndarray, ment: np.ndarray, mkey: np.ndarray, node: int, key
 
 
 @compiled
-def settle(sf: np.ndarray, si: np.ndarray, ef: np.ndarray, busy: np.ndarray, chg: np.ndarray,
-           key: np.ndarray, pin: np.ndarray, prate: np.ndarray, mtab: np.ndarray, ment: np.ndarray,
-           mkey: np.ndarray, mint: np.ndarray, mflt: np.ndarray, ht: np.ndarray, hmeta: np.ndarray,
-           hlinks: np.ndarray, hrates: np.ndarray, hst: np.ndarray, fs: np.ndarray, ist: np.ndarray) -> int:
+def _settle(sf: np.ndarray, si: np.ndarray, ef: np.ndarray, busy: np.ndarray, chg: np.ndarray, key: np.ndarray,
+            phead: np.ndarray, mtab: np.ndarray, ment: np.ndarray, mkey: np.ndarray, mint: np.ndarray,
+            mflt: np.ndarray, ht: np.ndarray, hmeta: np.ndarray, hlinks: np.ndarray, hrates: np.ndarray,
+            hst: np.ndarray, fs: np.ndarray, ist: np.ndarray) -> int:
     """Apply the recomputation the changes since the last one call for (nothing without changes):
-    the rates of the flows it covers, the links' summed rates and peaks, the busy links, the
-    state; one history entry when recording. :data:`MISS` when the memo does not hold it."""
+    the rates of the flows it covers (through their classes, :func:`~simtrain.network.flowclass.reprice`),
+    the links' summed rates and peaks, the busy links, the state; one history entry when
+    recording. :data:`MISS` when the memo does not hold it."""
     ns, ne = ist[N_STARTED], ist[N_ENDED]
     if ns == 0 and ne == 0:
         return OK
@@ -120,8 +89,8 @@ def settle(sf: np.ndarray, si: np.ndarray, ef: np.ndarray, busy: np.ndarray, chg
         key[i] = chg[STARTED, i]
     for i in range(ne):
         key[ns + i] = chg[ENDED, i]
-    _sort(key, ns)
-    _sort(key[ns:], ne)
+    sort(key, ns)
+    sort(key[ns:], ne)
     e = _lookup(mtab, ment, mkey, ist[NODE], key, ns, ne, ist[MASK])
     if e < 0:
         return MISS
@@ -152,22 +121,19 @@ def settle(sf: np.ndarray, si: np.ndarray, ef: np.ndarray, busy: np.ndarray, chg
         busy[j] = mint[off + j]
     ist[N_BUSY] = nb
     nused = ment[e, E_NUSED]
-    if nused >= 0:
+    if nused >= 0:  # (the paths priced are those of every flow it covers)
+        gen = ist[GEN] + 1
+        ist[GEN] = gen
         roff, foff = ment[e, E_RP], ment[e, E_RATES]
+        crate, cls, pnext = sf[C_RATE], si[CLS], si[P_NEXT]
         for j in range(ment[e, E_NRP]):
-            prate[mint[roff + j]] = mflt[foff + j]
-        npaths = ment[e, E_NPATHS]
-        poff = ment[e, E_PATHS]
-        for j in range(npaths):
-            pin[mint[poff + j]] = 1
-        rate = sf[RATE]
-        for i in range(ist[N_LIVE]):
-            s = si[LIVE, i]
-            p = si[PIDX, s]
-            if npaths < 0 or pin[p] == 1:
-                rate[s] = prate[p]
-        for j in range(npaths):
-            pin[mint[poff + j]] = 0
+            r = mflt[foff + j]
+            s = phead[mint[roff + j]] - 1
+            while s >= 0:
+                nxt = pnext[s]
+                if crate[cls[s]] != r:
+                    reprice(s, r, gen, sf, si, ist)
+                s = nxt
         uoff, loff = ment[e, E_USED], ment[e, E_LRATES]
         for j in range(nused):
             u = mint[uoff + j]
@@ -193,78 +159,48 @@ def settle(sf: np.ndarray, si: np.ndarray, ef: np.ndarray, busy: np.ndarray, chg
 
 
 @compiled
+def settle(sf: np.ndarray, si: np.ndarray, act: np.ndarray, ef: np.ndarray, busy: np.ndarray, chg: np.ndarray,
+           key: np.ndarray, phead: np.ndarray, mtab: np.ndarray, ment: np.ndarray, mkey: np.ndarray, mint: np.ndarray,
+           mflt: np.ndarray, ht: np.ndarray, hmeta: np.ndarray, hlinks: np.ndarray, hrates: np.ndarray,
+           hst: np.ndarray, fs: np.ndarray, ist: np.ndarray) -> int:
+    """:func:`_settle`, the flows' own rates then written from their classes."""
+    status = _settle(sf, si, ef, busy, chg, key, phead, mtab, ment, mkey, mint, mflt, ht, hmeta, hlinks, hrates, hst,
+                     fs, ist)
+    sync(sf, si, act, ist)
+    return status
+
+
+@compiled
 def first_end(sf: np.ndarray, si: np.ndarray, ist: np.ndarray) -> float:
     """Seconds until the first flow delivers its last byte at current rates (inf: never); each
-    live flow's own (bytes left over rate, inf at rate 0) is left in ``sf[FIN]`` by its position
-    among the live slots, for :func:`step`."""
+    live class's own (bytes left over rate, inf at rate 0) is left in ``sf[C_FIN]``, for :func:`step`."""
     best = np.inf
-    fin = sf[FIN]
-    for i in range(ist[N_LIVE]):
-        s = si[LIVE, i]
-        r = sf[RATE, s]
+    fin, rem, rate, classes = sf[C_FIN], sf[C_REM], sf[C_RATE], si[C_LIST]
+    for i in range(ist[N_CLS]):
+        c = classes[i]
+        r = rate[c]
         if r > 0:
-            v = sf[REM, s] / r
-            fin[i] = v
+            v = rem[c] / r
+            fin[c] = v
             if v < best:
                 best = v
         else:
-            fin[i] = np.inf
+            fin[c] = np.inf
     return best
 
 
 @compiled
-def heap_push(ti: np.ndarray, tf: np.ndarray, ist: np.ndarray, t: float, tid: int, tix: int) -> None:
-    """Queue transfer ``tid`` (index ``tix``) to complete at ``t``; the heap orders by (time, id)."""
-    i = ist[N_HEAP]
-    ist[N_HEAP] = i + 1
-    while i > 0:
-        parent = (i - 1) // 2
-        pt, pid = tf[H_T, parent], ti[H_ID, parent]
-        if pt < t or (pt == t and pid < tid):
-            break
-        tf[H_T, i], ti[H_ID, i], ti[H_IX, i] = pt, pid, ti[H_IX, parent]
-        i = parent
-    tf[H_T, i], ti[H_ID, i], ti[H_IX, i] = t, tid, tix
-
-
-@compiled
-def pop_done(ti: np.ndarray, tf: np.ndarray, ist: np.ndarray, t: float) -> None:
-    """Move the transfers due by ``t`` from the heap to the done rows, in (time, id) order."""
-    while ist[N_HEAP] > 0 and tf[H_T, 0] <= t:
-        d = ist[N_DONE]
-        ti[O_IX, d], tf[O_T, d] = ti[H_IX, 0], tf[H_T, 0]
-        ist[N_DONE] = d + 1
-        n = ist[N_HEAP] - 1
-        ist[N_HEAP] = n
-        lt, lid, lix = tf[H_T, n], ti[H_ID, n], ti[H_IX, n]
-        i = 0
-        while True:
-            child = 2 * i + 1
-            if child >= n:
-                break
-            if child + 1 < n and (tf[H_T, child + 1] < tf[H_T, child] or (
-                    tf[H_T, child + 1] == tf[H_T, child] and ti[H_ID, child + 1] < ti[H_ID, child])):
-                child += 1
-            ct, cid = tf[H_T, child], ti[H_ID, child]
-            if lt < ct or (lt == ct and lid < cid):
-                break
-            tf[H_T, i], ti[H_ID, i], ti[H_IX, i] = ct, cid, ti[H_IX, child]
-            i = child
-        if n > 0:
-            tf[H_T, i], ti[H_ID, i], ti[H_IX, i] = lt, lid, lix
-
-
-@compiled
 def _end_flows(k: int, sf: np.ndarray, si: np.ndarray, act: np.ndarray, ef: np.ndarray, chg: np.ndarray,
-               pu: np.ndarray, puo: np.ndarray, ti: np.ndarray, tf: np.ndarray, fs: np.ndarray,
+               pu: np.ndarray, puo: np.ndarray, phead: np.ndarray, ti: np.ndarray, tf: np.ndarray, fs: np.ndarray,
                us: np.ndarray, ist: np.ndarray) -> None:
     """End the ``k`` flows in ``si[ENDS]`` (ascending): their bytes left (within the done
-    tolerance) booked on their links, their sizes delivered, their slots freed; a transfer whose
-    last flow this was waits out its latency."""
+    tolerance) booked on their links, their sizes delivered, their slots freed (left in the live
+    slots until :func:`~simtrain.network.flowclass.sync`); a transfer whose last flow this was
+    waits out its latency."""
     ends = si[ENDS]
     for i in range(k):
         s = ends[i]
-        left = sf[REM, s]
+        left = sf[C_REM, si[CLS, s]]
         if left > 0:
             p = si[PIDX, s]
             for j in range(puo[p], puo[p + 1]):
@@ -277,7 +213,10 @@ def _end_flows(k: int, sf: np.ndarray, si: np.ndarray, act: np.ndarray, ef: np.n
         act[s] = False
         sf[REM, s] = 0.0
         sf[RATE, s] = 0.0
-        chg[ENDED, ne + i] = si[PIDX, s]
+        p = si[PIDX, s]
+        chg[ENDED, ne + i] = p
+        path_remove(s, p, si, phead)
+        leave(s, si, ist)
         si[PIDX, s] = -1
     ist[N_ENDED] = ne + k
     now = fs[NOW]
@@ -286,33 +225,25 @@ def _end_flows(k: int, sf: np.ndarray, si: np.ndarray, act: np.ndarray, ef: np.n
         ti[T_LEFT, tix] -= 1
         if ti[T_LEFT, tix] == 0:
             heap_push(ti, tf, ist, now + tf[T_LAT, tix], ti[T_ID, tix], tix)
-    w, j = 0, 0
-    for i in range(ist[N_LIVE]):
-        s = si[LIVE, i]
-        if j < k and ends[j] == s:
-            j += 1
-        else:
-            si[LIVE, w] = s
-            w += 1
-    ist[N_LIVE] = w
 
 
 @compiled
 def step(t: float, flows_end: bool, sf: np.ndarray, si: np.ndarray, act: np.ndarray, ef: np.ndarray,
-         busy: np.ndarray, chg: np.ndarray, pu: np.ndarray, puo: np.ndarray, ti: np.ndarray, tf: np.ndarray,
-         fs: np.ndarray, us: np.ndarray, ist: np.ndarray) -> None:
-    """Move every flow to ``t`` at its rate and end those done (``flows_end``: also those whose
-    finish time at these rates is ``t``; :func:`first_end` must have run on this state just
-    before). A step that moves no time and ends no flow by its finish time changes nothing."""
+         busy: np.ndarray, chg: np.ndarray, pu: np.ndarray, puo: np.ndarray, phead: np.ndarray, ti: np.ndarray,
+         tf: np.ndarray, fs: np.ndarray, us: np.ndarray, ist: np.ndarray) -> None:
+    """Move every class of flows to ``t`` at its rate and end the flows of those done
+    (``flows_end``: also those whose finish time at these rates is ``t``; :func:`first_end` must
+    have run on this state just before). A step that moves no time and ends no flow by its finish
+    time changes nothing."""
     now = fs[NOW]
     dt = t - now
     if dt == 0 and not flows_end:
         return
-    n = ist[N_LIVE]
+    n = ist[N_CLS]
     if n == 0:
         fs[NOW] = t
         return
-    live, rem, rate, fin = si[LIVE], sf[REM], sf[RATE], sf[FIN]
+    classes, rem, rate, size, fin = si[C_LIST], sf[C_REM], sf[C_RATE], sf[C_SIZE], sf[C_FIN]
     if dt > 0:
         for j in range(ist[N_BUSY]):
             b = busy[j]
@@ -321,32 +252,32 @@ def step(t: float, flows_end: bool, sf: np.ndarray, si: np.ndarray, act: np.ndar
     fs[NOW] = t
     due = t * (1 + 1e-12)
     k = 0
+    ends = si[ENDS]
     for i in range(n):
-        s = live[i]
+        c = classes[i]
         if dt > 0:
-            rem[s] -= rate[s] * dt
-        if rem[s] <= REL_TOL * sf[SIZE, s] or (flows_end and now + fin[i] <= due):
-            si[ENDS, k] = s
-            k += 1
+            rem[c] -= rate[c] * dt
+        if rem[c] <= REL_TOL * size[c] or (flows_end and now + fin[c] <= due):
+            s = si[C_HEAD, c]
+            while s >= 0:
+                ends[k] = s
+                k += 1
+                s = si[C_NEXT, s]
     if k:
-        _end_flows(k, sf, si, act, ef, chg, pu, puo, ti, tf, fs, us, ist)
+        sort(ends, k)
+        _end_flows(k, sf, si, act, ef, chg, pu, puo, phead, ti, tf, fs, us, ist)
 
 
 @compiled
-def run_until(t: float, first_done: bool, sf: np.ndarray, si: np.ndarray, act: np.ndarray, ef: np.ndarray, busy: np.ndarray,
-              chg: np.ndarray, key: np.ndarray, pu: np.ndarray, puo: np.ndarray, pin: np.ndarray,
-              prate: np.ndarray, ti: np.ndarray, tf: np.ndarray, mtab: np.ndarray, ment: np.ndarray,
-              mkey: np.ndarray, mint: np.ndarray, mflt: np.ndarray, ht: np.ndarray, hmeta: np.ndarray,
-              hlinks: np.ndarray, hrates: np.ndarray, hst: np.ndarray, fs: np.ndarray, us: np.ndarray,
-              ist: np.ndarray) -> int:
-    """Every internal event up to ``t`` (>= the clock) in order, then the move to ``t``; the
-    transfers completed are added to the done rows. With ``first_done``, stop instead at the first
-    event that completes a transfer (``t`` may then be inf; the clock stays where it is when no
-    transfer ever completes). Returns :data:`OK`, or the status of a recomputation that needs the
-    caller (the state is then as at that recomputation: call again)."""
+def _run(t: float, first_done: bool, sf: np.ndarray, si: np.ndarray, act: np.ndarray, ef: np.ndarray,
+         busy: np.ndarray, chg: np.ndarray, key: np.ndarray, pu: np.ndarray, puo: np.ndarray, phead: np.ndarray,
+         ti: np.ndarray, tf: np.ndarray, mtab: np.ndarray, ment: np.ndarray, mkey: np.ndarray, mint: np.ndarray,
+         mflt: np.ndarray, ht: np.ndarray, hmeta: np.ndarray, hlinks: np.ndarray, hrates: np.ndarray,
+         hst: np.ndarray, fs: np.ndarray, us: np.ndarray, ist: np.ndarray) -> int:
+    """:func:`run_until` before the flows' own numbers are written from their classes."""
     while True:
-        status = settle(sf, si, ef, busy, chg, key, pin, prate, mtab, ment, mkey, mint, mflt, ht, hmeta,
-                        hlinks, hrates, hst, fs, ist)
+        status = _settle(sf, si, ef, busy, chg, key, phead, mtab, ment, mkey, mint, mflt, ht, hmeta, hlinks, hrates,
+                         hst, fs, ist)
         if status != OK:
             return status
         te = fs[NOW] + first_end(sf, si, ist)
@@ -356,21 +287,39 @@ def run_until(t: float, first_done: bool, sf: np.ndarray, si: np.ndarray, act: n
             break
         if at == np.inf:  # (t is inf): nothing ever completes
             return OK
-        step(at, te <= at, sf, si, act, ef, busy, chg, pu, puo, ti, tf, fs, us, ist)
+        step(at, te <= at, sf, si, act, ef, busy, chg, pu, puo, phead, ti, tf, fs, us, ist)
         pop_done(ti, tf, ist, at)
         if first_done and ist[N_DONE] > 0:
             return OK
-    step(t, False, sf, si, act, ef, busy, chg, pu, puo, ti, tf, fs, us, ist)
+    step(t, False, sf, si, act, ef, busy, chg, pu, puo, phead, ti, tf, fs, us, ist)
     pop_done(ti, tf, ist, t)
     return OK
 
 
 @compiled
+def run_until(t: float, first_done: bool, sf: np.ndarray, si: np.ndarray, act: np.ndarray, ef: np.ndarray,
+              busy: np.ndarray, chg: np.ndarray, key: np.ndarray, pu: np.ndarray, puo: np.ndarray, phead: np.ndarray,
+              ti: np.ndarray, tf: np.ndarray, mtab: np.ndarray, ment: np.ndarray, mkey: np.ndarray, mint: np.ndarray,
+              mflt: np.ndarray, ht: np.ndarray, hmeta: np.ndarray, hlinks: np.ndarray, hrates: np.ndarray,
+              hst: np.ndarray, fs: np.ndarray, us: np.ndarray, ist: np.ndarray) -> int:
+    """Every internal event up to ``t`` (>= the clock) in order, then the move to ``t``; the
+    transfers completed are added to the done rows. With ``first_done``, stop instead at the first
+    event that completes a transfer (``t`` may then be inf; the clock stays where it is when no
+    transfer ever completes). Returns :data:`OK`, or the status of a recomputation that needs the
+    caller (the state is then as at that recomputation: call again). The flows' own bytes left
+    and rates are those of their classes on return."""
+    status = _run(t, first_done, sf, si, act, ef, busy, chg, key, pu, puo, phead, ti, tf, mtab, ment, mkey, mint,
+                  mflt, ht, hmeta, hlinks, hrates, hst, fs, us, ist)
+    sync(sf, si, act, ist)
+    return status
+
+
+@compiled
 def place(pids: np.ndarray, sizes: np.ndarray, k: int, tix: int, sf: np.ndarray, si: np.ndarray, act: np.ndarray,
-          chg: np.ndarray, ist: np.ndarray) -> None:
+          chg: np.ndarray, phead: np.ndarray, ist: np.ndarray) -> None:
     """Start ``k`` flows of transfer index ``tix``: ``sizes[f]`` bytes along path ``pids[f]``
     (``f < k``), at rate 0, each in the smallest free slot in turn (there must be room), kept in the
-    live slots' order; their paths count as started."""
+    live slots' order, on its path's list and in a class; their paths count as started."""
     n = ist[N_LIVE]
     ns = ist[N_STARTED]
     live, ends = si[LIVE], si[ENDS]  # ends: scratch, the new slots (ascending)
@@ -383,6 +332,8 @@ def place(pids: np.ndarray, sizes: np.ndarray, k: int, tix: int, sf: np.ndarray,
         si[PIDX, slot], si[TIX, slot] = pids[f], tix
         chg[STARTED, ns + f] = pids[f]
         ends[f] = slot
+        path_add(slot, pids[f], si, phead)
+        place_in_class(slot, sf, si, ist)
     i, j, w = n - 1, k - 1, n + k - 1
     while j >= 0:  # merge the new slots into the live ones, from the back
         if i >= 0 and live[i] > ends[j]:

@@ -12,8 +12,8 @@ from typing import Iterable, Sequence, cast
 
 import numpy as np
 
-from simtrain.network.flow_layout import (ENDED, ISTATE, LIVE, N_ENDED, N_LIVE, N_STARTED, PIDX, RATE, REM,
-                                          SIZE, TIX)
+from simtrain.network.flow_layout import (ENDED, GROUP, ISTATE, LIVE, N_ENDED, N_LIVE, N_STARTED, PIDX, RATE, REM,
+                                          SF_ROWS, SI_ROWS, SIZE, TIX)
 from simtrain.network.links import Link
 
 #: A transfer's flows as :meth:`PathTable.batch` gives them: every size, the sizes of the flows
@@ -34,8 +34,7 @@ class PathTable:
         self.sizes: list[int] = []
         self.pu = np.zeros(256, dtype=np.int64)  # every path's distinct links, end to end
         self.puo = np.zeros(65, dtype=np.int64)  # where each path's lie in pu (one more than paths)
-        self.pin = np.zeros(65, dtype=np.int64)  # scratch by path id: in a recomputation (0/1)
-        self.prate = np.zeros(65)  # scratch by path id: its rate, B/s
+        self.phead = np.zeros(65, dtype=np.int64)  # by path id: one more than its first live flow's slot (0: none)
         self._batches: dict[int, tuple[object, Batch]] = {}  # id of a flow tuple -> it, its batch
 
     def batch(self, tid: int, flows: Iterable[tuple[Sequence[Link], float]]) -> Batch:
@@ -76,9 +75,8 @@ class PathTable:
     def _pool(self, pid: int, links: np.ndarray) -> None:
         """Append path ``pid``'s distinct ``links`` to the pools the compiled loop reads."""
         if pid + 2 > self.puo.size:
+            self.phead = np.concatenate([self.phead, np.zeros(self.puo.size, dtype=np.int64)])
             self.puo = np.concatenate([self.puo, np.zeros(self.puo.size, dtype=np.int64)])
-            self.pin = np.zeros(self.puo.size, dtype=np.int64)
-            self.prate = np.zeros(self.puo.size)
         at = int(self.puo[pid])
         while at + links.size > self.pu.size:
             self.pu = np.concatenate([self.pu, np.zeros(self.pu.size, dtype=np.int64)])
@@ -89,16 +87,18 @@ class PathTable:
 class FlowTable:
     """The active flows in slots (reused smallest first, grown by doubling): each one's bytes
     left, rate, size, path and transfer index, as rows of ``sf`` and ``si``
-    (:mod:`simtrain.network.flow_layout`), with the live slots in ascending order and the path ids
-    of the flows started and ended since the rates were last computed (rows of ``chg``); the
+    (:mod:`simtrain.network.flow_layout`), with the live slots in ascending order, the classes of
+    alike flows (:mod:`simtrain.network.flowclass`; ``group=False``: one flow each) and the path
+    ids of the flows started and ended since the rates were last computed (rows of ``chg``); the
     counts sit in ``ist``, shared with the model."""
 
-    def __init__(self, paths: PathTable, ist: np.ndarray | None = None) -> None:
+    def __init__(self, paths: PathTable, ist: np.ndarray | None = None, group: bool = True) -> None:
         n = 64
         self.path_table = paths
         self.ist = np.zeros(ISTATE, dtype=np.int64) if ist is None else ist
-        self.sf = np.zeros((4, n))
-        self.si = np.zeros((4, n), dtype=np.int64)
+        self.ist[GROUP] = int(group)
+        self.sf = np.zeros((SF_ROWS, n))
+        self.si = np.zeros((SI_ROWS, n), dtype=np.int64)
         self.si[PIDX] = -1
         self.act = np.zeros(n, dtype=bool)
         self.chg = np.zeros((2, n), dtype=np.int64)
@@ -129,11 +129,15 @@ class FlowTable:
         if k > self._pids.size:
             self._pids, self._sizes = np.zeros(2 * k, dtype=np.int64), np.zeros(2 * k)
         self._pids[:k], self._sizes[:k] = pids, nbytes  # (the same arrays at every call: passed as they are)
-        CORE.place(self._pids, self._sizes, k, tix, self.sf, self.si, self.act, self.chg, self.ist)
+        CORE.place(self._pids, self._sizes, k, tix, self.sf, self.si, self.act, self.chg, self.path_table.phead,
+                   self.ist)
 
     def end(self, slots: np.ndarray) -> np.ndarray:
         """Free ``slots`` (ascending); the transfer index each one's flow belonged to."""
+        from simtrain.network.flow_kernels import CLASSES
+
         tix: np.ndarray = self.si[TIX, slots].copy()
+        CLASSES.drop(np.ascontiguousarray(slots, dtype=np.int64), self.si, self.path_table.phead, self.ist)
         ne = int(self.ist[N_ENDED])
         self._room(ne + slots.size)
         self.chg[ENDED, ne:ne + slots.size] = self.si[PIDX, slots]
@@ -160,8 +164,8 @@ class FlowTable:
 
     def _grow(self) -> None:
         n = self.act.size
-        self.sf = np.concatenate([self.sf, np.zeros((4, n))], axis=1)
-        self.si = np.concatenate([self.si, np.zeros((4, n), dtype=np.int64)], axis=1)
+        self.sf = np.concatenate([self.sf, np.zeros((SF_ROWS, n))], axis=1)
+        self.si = np.concatenate([self.si, np.zeros((SI_ROWS, n), dtype=np.int64)], axis=1)
         self.si[PIDX, n:] = -1
         self.act = np.concatenate([self.act, np.zeros(n, dtype=bool)])
         self._room(2 * n)

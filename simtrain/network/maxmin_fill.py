@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from simtrain.network.flowcore import compiled
+from simtrain.network.flow_jit import compiled
 from simtrain.network.maxmin import REL_TOL
 
 

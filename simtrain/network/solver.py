@@ -54,9 +54,11 @@ FlowSpec = tuple[Sequence[Link], float]  # (path as directed edges, bytes)
 class FlowModel:
     """Transfers of max-min fair flows on ``cluster.graph``; see the module docstring. ``record``
     keeps the link rates over time (:attr:`LinkUsage.history`) for the trace's counter tracks.
-    Its events run in :mod:`simtrain.network.flowcore` (compiled, loaded with the model)."""
+    Its events run in :mod:`simtrain.network.flowcore` (compiled, loaded with the model), once per
+    class of alike flows (:mod:`simtrain.network.flowclass`; ``group=False``: once per flow, the
+    same times to the last bit)."""
 
-    def __init__(self, cluster: Cluster, record: bool = False) -> None:
+    def __init__(self, cluster: Cluster, record: bool = False, group: bool = True) -> None:
         from simtrain.network.flow_kernels import AHEAD, CORE  # compiled: only where flows run
 
         self._core, self._look = CORE, AHEAD
@@ -67,7 +69,7 @@ class FlowModel:
         self.usage = LinkUsage(self.edges, self.index, self.capacity, record)
         self.ist = np.zeros(ISTATE, dtype=np.int64)
         self.paths = PathTable(self.index)
-        self.flows = FlowTable(self.paths, self.ist)
+        self.flows = FlowTable(self.paths, self.ist, group)
         self._max_min = MaxMinMemo(self.capacity)
         self.reshares = Reshares(self._max_min, self.paths.sets, self.ist)
         self.memo = ReshareMemo(self.ist, CORE.key_hash)
@@ -203,7 +205,7 @@ class FlowModel:
             flows, paths, usage = self.flows, self.paths, self.usage
             status = int(self._core.run_until(
                 float(t), first_done, flows.sf, flows.si, flows.act, usage.ef, self.busy, flows.chg, flows.key, paths.pu,
-                paths.puo, paths.pin, paths.prate, self.transfers.ti, self.transfers.tf, self.memo.tab, self.memo.ent,
+                paths.puo, paths.phead, self.transfers.ti, self.transfers.tf, self.memo.tab, self.memo.ent,
                 self.memo.keys, self.memo.ints, self.memo.flts, usage.ht, usage.hmeta, usage.hlinks, usage.hrates,
                 usage.hst, self.fs, usage.us, self.ist))
             if status != NEED_HISTORY:
@@ -228,7 +230,7 @@ class FlowModel:
     def _apply(self) -> int:
         flows, paths, usage, memo = self.flows, self.paths, self.usage, self.memo
         return int(self._core.settle(
-            flows.sf, flows.si, usage.ef, self.busy, flows.chg, flows.key, paths.pin, paths.prate, memo.tab,
+            flows.sf, flows.si, flows.act, usage.ef, self.busy, flows.chg, flows.key, paths.phead, memo.tab,
             memo.ent, memo.keys, memo.ints, memo.flts, usage.ht, usage.hmeta, usage.hlinks, usage.hrates,
             usage.hst, self.fs, self.ist))
 
@@ -344,7 +346,7 @@ class _Kept:
 
     def __init__(self, slots: int, transfers: int, links: int) -> None:
         self.sf = np.zeros((3, slots))
-        self.si = np.zeros((3, slots), dtype=np.int64)
+        self.si = np.zeros((4, slots), dtype=np.int64)
         self.t = np.zeros((3, max(slots, transfers)), dtype=np.int64)
         self.h = np.zeros(transfers)
         self.busy = np.zeros(links, dtype=np.int64)
@@ -369,5 +371,5 @@ class _Kept:
     def restore(self, m: FlowModel) -> None:
         """Put ``m``'s state back as :meth:`save` kept it."""
         flows, usage, tr = m.flows, m.usage, m.transfers
-        m._look.restore(flows.sf, flows.si, flows.act, usage.ef, m.busy, tr.ti, tr.tf, m.fs, usage.us, m.ist,
+        m._look.restore(flows.sf, flows.si, flows.act, usage.ef, m.busy, m.paths.phead, tr.ti, tr.tf, m.fs, usage.us, m.ist,
                         usage.hst, self.sf, self.si, self.t, self.h, self.busy, self.ef, self.ist, self.hst, self.fs)

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from simtrain.network.flow_layout import SF_ROWS
 from simtrain.network.solver import FlowModel
 from simtrain.topology.cluster import load_topology
 from simtrain.topology.routing.router import Router
@@ -116,4 +117,4 @@ def test_settle_ahead_puts_the_state_back():
     assert _state(model) == before[0]
     assert model.ist.tobytes() == before[2] and model.busy.tobytes() == before[3]
     live = model.flows.live()
-    assert np.array_equal(model.flows.sf[:3, live], np.frombuffer(before[1]).reshape(4, -1)[:3, live])
+    assert np.array_equal(model.flows.sf[:3, live], np.frombuffer(before[1]).reshape(SF_ROWS, -1)[:3, live])

@@ -12,8 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from simtrain.network import flowcore
-from simtrain.network.flow_layout import H_T, ISTATE, N_DONE, N_HEAP, O_IX, O_T, RECORD, T_ID
+from simtrain.network.flow_layout import RECORD, T_ID
 from simtrain.network.links import HISTORY_SAMPLES, LinkUsage
 from simtrain.network.maxmin import max_min_rates
 from simtrain.network.solver import FlowModel
@@ -21,30 +20,6 @@ from simtrain.topology.cluster import load_topology
 from simtrain.topology.routing.router import Router
 
 pytestmark = pytest.mark.quick
-
-
-@given(st.lists(st.integers(-50, 50), max_size=60))
-def test_the_sort_sorts(values):
-    a = np.array(values + [99, 98], dtype=np.int64)
-    flowcore._sort(a, len(values))
-    assert a[:len(values)].tolist() == sorted(values) and a[len(values):].tolist() == [99, 98]
-
-
-@given(st.lists(st.tuples(st.sampled_from([0.0, 1.0, 1.5, 2.0]), st.integers(0, 10 ** 6)), max_size=40, unique_by=lambda x: x[1]),
-       st.sampled_from([0.5, 1.5, 3.0]))
-def test_the_latency_heap_pops_by_time_then_id_as_heapq_does(items, until):
-    ti, tf, ist = np.zeros((5, 64), dtype=np.int64), np.zeros((3, 64)), np.zeros(ISTATE, dtype=np.int64)
-    ref: list[tuple[float, int]] = []
-    for ix, (t, tid) in enumerate(items):
-        flowcore.heap_push(ti, tf, ist, t, tid, ix)
-        heapq.heappush(ref, (t, tid))
-    flowcore.pop_done(ti, tf, ist, until)
-    want = []
-    while ref and ref[0][0] <= until:
-        want.append(heapq.heappop(ref))
-    got = [(float(tf[O_T, d]), items[int(ti[O_IX, d])][1]) for d in range(ist[N_DONE])]
-    assert got == want
-    assert ist[N_HEAP] == len(ref) and (not ref or tf[H_T, 0] == ref[0][0])
 
 
 def _reference(cluster, transfers):
