@@ -26,7 +26,7 @@ import numpy as np
 
 from simtrain.network.flow_jit import OPTIONS, compiled
 from simtrain.network.flow_layout import (
-    BUSY_S, BYTES, C_FIN, C_HEAD, C_LIST, C_NEXT, C_RATE, C_REM, C_SIZE, CAP, CLS, DELIVERED, E_BOTH, E_BUSY,
+    BUSY_S, BYTES, C_FIN, C_HEAD, C_LIST, C_NEXT, C_RATE, C_REM, C_SIZE, CLS, DELIVERED, E_BOTH, E_BUSY,
     E_KEY, E_LRATES, E_NBOTH, E_NBUSY, E_NE, E_NEXT, E_NODE, E_NRP, E_NS, E_NTOUCHED, E_NUSED, E_RATES, E_RP,
     E_TOUCHED, E_USED, ENDED, ENDS, GEN, H_T, HIST_LIMIT, HITS, LIVE, LRATE, MASK, MISS, N_BUSY, N_CLS,
     N_DONE, N_ENDED, N_HEAP, N_HIST, N_HVALS, N_LIVE, N_STARTED, NEED_HISTORY, NODE, NOW, OK, P_NEXT, PEAK, PIDX,
@@ -138,7 +138,7 @@ def _settle(sf: np.ndarray, si: np.ndarray, ef: np.ndarray, busy: np.ndarray, ch
         for j in range(nused):
             u = mint[uoff + j]
             lrate[u] = mflt[loff + j]
-            ef[PEAK, u] = max(ef[PEAK, u], lrate[u] / ef[CAP, u])
+            ef[PEAK, u] = max(ef[PEAK, u], mflt[loff + nused + j])  # (its utilisation, stored after the rates)
     if record:
         n, at, boff = hst[N_HIST], hst[N_HVALS], ment[e, E_BOTH]
         kept = 0

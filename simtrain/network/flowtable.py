@@ -14,11 +14,12 @@ import numpy as np
 
 from simtrain.network.flow_layout import (ENDED, GROUP, ISTATE, LIVE, N_ENDED, N_LIVE, N_STARTED, PIDX, RATE, REM,
                                           SF_ROWS, SI_ROWS, SIZE, TIX)
+from simtrain.network.flow_kernels import CLASSES, CORE
 from simtrain.network.links import Link
 
-#: A transfer's flows as :meth:`PathTable.batch` gives them: every size, the sizes of the flows
-#: without links or bytes, the path ids and the sizes of the others.
-Batch = tuple[list[float], list[float], np.ndarray, np.ndarray]
+#: A transfer's flows as :meth:`PathTable.batch` gives them: how many, their bytes summed, the
+#: sizes of the flows without links or bytes, the path ids and the sizes of the others.
+Batch = tuple[int, float, list[float], np.ndarray, np.ndarray]
 
 
 class PathTable:
@@ -38,9 +39,9 @@ class PathTable:
         self._batches: dict[int, tuple[object, Batch]] = {}  # id of a flow tuple -> it, its batch
 
     def batch(self, tid: int, flows: Iterable[tuple[Sequence[Link], float]]) -> Batch:
-        """The flows ``(links, bytes)`` of transfer ``tid`` as (every size, the sizes of flows
-        without links or bytes, the path ids and sizes of the others), kept per flow tuple: a
-        phase's flows recur."""
+        """The flows ``(links, bytes)`` of transfer ``tid`` as (how many, their bytes summed, the
+        sizes of flows without links or bytes, the path ids and sizes of the others), kept per
+        flow tuple: a phase's flows recur."""
         known = self._batches.get(id(flows)) if isinstance(flows, tuple) else None
         if known is not None and known[0] is flows:  # the tuple is kept, so its id stays its own
             return known[1]
@@ -48,7 +49,7 @@ class PathTable:
         if any(not b >= 0 for _, b in specs):
             raise ValueError(f"transfer {tid}: flow sizes must be >= 0")
         moving = [(links, b) for links, b in specs if b != 0 and links]
-        out = ([b for _, b in specs], [b for links, b in specs if b == 0 or not links],
+        out = (len(specs), sum(b for _, b in specs), [b for links, b in specs if b == 0 or not links],
                np.array([self.intern(links) for links, _ in moving], dtype=np.int64),
                np.array([b for _, b in moving], dtype=np.float64))
         if isinstance(flows, tuple):
@@ -104,6 +105,7 @@ class FlowTable:
         self.chg = np.zeros((2, n), dtype=np.int64)
         self.key = np.zeros(2 * n, dtype=np.int64)  # scratch: a memo key
         self._pids, self._sizes = np.zeros(64, dtype=np.int64), np.zeros(64)  # scratch: the flows being placed
+        self._core = CORE
 
     rem = property(lambda self: self.sf[REM], doc="Bytes left per slot.")
     rate = property(lambda self: self.sf[RATE], doc="Rate per slot, B/s.")
@@ -120,8 +122,6 @@ class FlowTable:
     def start(self, tix: int, pids: np.ndarray | Sequence[int], nbytes: np.ndarray | Sequence[float]) -> None:
         """Flows of transfer index ``tix``: ``nbytes[k]`` to carry along path ``pids[k]``, at rate
         0 until the next rate computation; slots as if started one by one, smallest free first."""
-        from simtrain.network.flow_kernels import CORE  # compiled: loaded with the flow model
-
         k = len(pids)
         while self.act.size - int(self.ist[N_LIVE]) < k:
             self._grow()
@@ -129,13 +129,11 @@ class FlowTable:
         if k > self._pids.size:
             self._pids, self._sizes = np.zeros(2 * k, dtype=np.int64), np.zeros(2 * k)
         self._pids[:k], self._sizes[:k] = pids, nbytes  # (the same arrays at every call: passed as they are)
-        CORE.place(self._pids, self._sizes, k, tix, self.sf, self.si, self.act, self.chg, self.path_table.phead,
+        self._core.place(self._pids, self._sizes, k, tix, self.sf, self.si, self.act, self.chg, self.path_table.phead,
                    self.ist)
 
     def end(self, slots: np.ndarray) -> np.ndarray:
         """Free ``slots`` (ascending); the transfer index each one's flow belonged to."""
-        from simtrain.network.flow_kernels import CLASSES
-
         tix: np.ndarray = self.si[TIX, slots].copy()
         CLASSES.drop(np.ascontiguousarray(slots, dtype=np.int64), self.si, self.path_table.phead, self.ist)
         ne = int(self.ist[N_ENDED])

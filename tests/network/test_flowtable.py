@@ -48,8 +48,8 @@ def test_paths_are_interned_and_batches_kept_per_flow_tuple():
     assert paths.arrays[0].tolist() == [0, 1] and paths.sets[0] == {0, 1} and paths.sizes == [2, 1]
     flows = (((AB, BC), 3.0), ((), 2.0), ((BC,), 0.0), ((BC,), 1.0))
     batch = paths.batch(1, flows)
-    assert batch[:2] == ([3.0, 2.0, 0.0, 1.0], [2.0, 0.0])
-    assert batch[2].tolist() == [0, 1] and batch[2].dtype == np.int64 and batch[3].tolist() == [3.0, 1.0]
+    assert batch[:3] == (4, 6.0, [2.0, 0.0])
+    assert batch[3].tolist() == [0, 1] and batch[3].dtype == np.int64 and batch[4].tolist() == [3.0, 1.0]
     assert paths.batch(2, flows) is batch
     with pytest.raises(ValueError, match="sizes must be >= 0"):
         paths.batch(3, (((AB,), -1.0),))
