@@ -8,7 +8,7 @@ transfer starts before it, the state is put back (:func:`restore`) as :func:`sav
 model runs to the new start instead. The loop only ever changes, while no flow starts: the live
 flows' slots and their transfers, the latency heap, the busy links (those of the live flows'
 paths) and their statistics, the counts, the clock and the bytes delivered; the rate history only grows past its counts.
-Those are what is kept. Argument groups as in :mod:`simtrain.network.flowcore`; the ``k*`` arrays
+Those are what is kept; :func:`run_ahead` keeps them and runs ahead in one call. Argument groups as in :mod:`simtrain.network.flowcore`; the ``k*`` arrays
 hold what is kept: ``ksf`` bytes left, rate and size and ``ksi`` the live slots, path, transfer
 and class (:mod:`simtrain.network.flowclass`), by position among the live slots; ``kt`` the transfers' flows left (by live position) and the
 heap's ids and indices, ``kh`` the heap's times; ``kbusy`` the busy links and ``kef`` their rate,
@@ -25,6 +25,7 @@ from simtrain.network.flow_layout import (
     BUSY_S, BYTES, CLS, DELIVERED, H_ID, H_IX, H_T, LIVE, LRATE, MASK, N_BUSY, N_HEAP, N_LIVE, NOW, PEAK, PIDX,
     RATE, REM, SIZE, T_LEFT, TIX)
 from simtrain.network.flowclass import rebuild
+from simtrain.network.flowcore import run_until
 
 #: Rows of ``kef``, per link kept: the rows of ``ef`` the loop changes.
 KEPT_ROWS = (LRATE, BYTES, BUSY_S, PEAK)
@@ -85,3 +86,19 @@ def restore(sf: np.ndarray, si: np.ndarray, act: np.ndarray, ef: np.ndarray, bus
         for r in range(4):
             ef[KEPT_ROWS[r], u] = kef[r, j]
     rebuild(sf, si, phead, ist)
+
+
+@compiled
+def run_ahead(sf: np.ndarray, si: np.ndarray, act: np.ndarray, ef: np.ndarray, busy: np.ndarray, chg: np.ndarray,
+              key: np.ndarray, pu: np.ndarray, puo: np.ndarray, phead: np.ndarray, ti: np.ndarray, tf: np.ndarray,
+              mtab: np.ndarray, ment: np.ndarray, mkey: np.ndarray, mint: np.ndarray, mflt: np.ndarray,
+              ht: np.ndarray, hmeta: np.ndarray, hlinks: np.ndarray, hrates: np.ndarray, hst: np.ndarray,
+              fs: np.ndarray, us: np.ndarray, ist: np.ndarray, ksf: np.ndarray, ksi: np.ndarray, kt: np.ndarray,
+              kh: np.ndarray, kbusy: np.ndarray, kef: np.ndarray, kist: np.ndarray, khst: np.ndarray,
+              kfs: np.ndarray) -> int:
+    """:func:`save`, then the loop (:func:`~simtrain.network.flowcore.run_until`) to the first
+    event that completes a transfer: one call where the model looks ahead. Its status as the
+    loop's."""
+    save(sf, si, ef, busy, ti, tf, fs, us, ist, hst, ksf, ksi, kt, kh, kbusy, kef, kist, khst, kfs)
+    return run_until(np.inf, True, sf, si, act, ef, busy, chg, key, pu, puo, phead, ti, tf, mtab, ment, mkey, mint,
+                     mflt, ht, hmeta, hlinks, hrates, hst, fs, us, ist)

@@ -127,9 +127,11 @@ class FlowModel:
         if ist[N_LIVE] == 0 and ist[N_HEAP] == 0:
             return None
         self._kept = _Kept.fitting(self._kept, self)
-        self._kept.save(self)
         start = float(self.fs[NOW])
-        status = self._run(np.inf, True)
+        status = self._kept.run_ahead(self)
+        if status == NEED_HISTORY:
+            self.usage.make_room(1, len(self.edges))
+            status = self._run(np.inf, True)
         if status == OK and ist[N_DONE] > 0:
             self._ahead = _Ahead(start, float(self.fs[NOW]))
             return self._ahead.at
@@ -360,14 +362,18 @@ class _Kept:
         shape = (model.flows.sf.shape[1], model.transfers.ti.shape[1], model.busy.size)
         return old if old is not None and old.shape == shape else cls(*shape)
 
-    def save(self, m: FlowModel) -> None:
-        """Keep what running ahead may change of ``m``'s (settled) state."""
-        flows, usage, tr = m.flows, m.usage, m.transfers
-        m._look.save(flows.sf, flows.si, usage.ef, m.busy, tr.ti, tr.tf, m.fs, usage.us, m.ist, usage.hst, self.sf,
-                     self.si, self.t, self.h, self.busy, self.ef, self.ist, self.hst, self.fs)
+    def run_ahead(self, m: FlowModel) -> int:
+        """Keep what running ahead may change of ``m``'s (settled) state, then run ``m``'s loop to
+        the first event that completes a transfer, in one compiled call (:func:`simtrain.network.flowahead.run_ahead`); the loop's status."""
+        flows, paths, usage, tr, memo = m.flows, m.paths, m.usage, m.transfers, m.memo
+        return int(m._look.run_ahead(
+            flows.sf, flows.si, flows.act, usage.ef, m.busy, flows.chg, flows.key, paths.pu, paths.puo, paths.phead,
+            tr.ti, tr.tf, memo.tab, memo.ent, memo.keys, memo.ints, memo.flts, usage.ht, usage.hmeta, usage.hlinks,
+            usage.hrates, usage.hst, m.fs, usage.us, m.ist, self.sf, self.si, self.t, self.h, self.busy, self.ef,
+            self.ist, self.hst, self.fs))
 
     def restore(self, m: FlowModel) -> None:
-        """Put ``m``'s state back as :meth:`save` kept it."""
+        """Put ``m``'s state back as :meth:`run_ahead` kept it."""
         flows, usage, tr = m.flows, m.usage, m.transfers
         m._look.restore(flows.sf, flows.si, flows.act, usage.ef, m.busy, m.paths.phead, tr.ti, tr.tf, m.fs, usage.us, m.ist,
                         usage.hst, self.sf, self.si, self.t, self.h, self.busy, self.ef, self.ist, self.hst, self.fs)
