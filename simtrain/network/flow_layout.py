@@ -16,7 +16,7 @@ OK, MISS, NEED_HISTORY = 0, 1, 2
 REM, RATE, SIZE, C_REM, C_RATE, C_SIZE, C_FIN = range(7)
 SF_ROWS = 7
 #: Rows of ``si``, per flow slot: path id (-1: free), transfer index, the live slots (ascending,
-#: the first ``ist[N_LIVE]``), scratch (the slots ending at one step), its class, the next and
+#: the first ``ist[N_LISTED]``, of which those ended since are dropped by the next compaction), scratch (the slots ending at one step), its class, the next and
 #: previous flow of its class and of its path (-1: none). Then per class: its first flow, its
 #: flows, the live classes (the first ``ist[N_CLS]``), its place among them, the recomputation
 #: that last split it (``ist[GEN]``), the first class split from it then, the next class split
@@ -43,10 +43,11 @@ DELIVERED = 0
 #: recomputations, memo hits, the memo table's size minus one (a power of two minus one); the
 #: live classes of alike flows, the class numbers handed out, the free ones, the number of the
 #: last recomputation that moved flows between classes (it only grows), whether flows that
-#: behave alike share a class (1; 0: one class per flow).
+#: behave alike share a class (1; 0: one class per flow); the entries of the live slots' row,
+#: which may still hold flows ended since it was last compacted (``N_LIVE`` counts only the live).
 (N_LIVE, N_STARTED, N_ENDED, N_BUSY, NODE, N_HEAP, N_DONE, RECOMPUTES, HITS, MASK, N_CLS, C_HW, N_CFREE, GEN,
- GROUP) = range(15)
-ISTATE = 15
+ GROUP, N_LISTED) = range(16)
+ISTATE = 16
 #: Fields of ``hst`` (the rate history): entries, link numbers held, the numbers it may still
 #: take (:attr:`~simtrain.network.links.LinkUsage.history_limit`), recording (0 or 1).
 N_HIST, N_HVALS, HIST_LIMIT, RECORD = 0, 1, 2, 3

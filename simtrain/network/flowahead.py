@@ -22,9 +22,9 @@ import numpy as np
 
 from simtrain.network.flow_jit import compiled
 from simtrain.network.flow_layout import (
-    BUSY_S, BYTES, CLS, DELIVERED, H_ID, H_IX, H_T, LIVE, LRATE, MASK, N_BUSY, N_HEAP, N_LIVE, NOW, PEAK, PIDX,
+    BUSY_S, BYTES, C_RATE, C_REM, CLS, DELIVERED, H_ID, H_IX, H_T, LIVE, LRATE, MASK, N_BUSY, N_HEAP, N_LISTED, NOW, PEAK, PIDX,
     RATE, REM, SIZE, T_LEFT, TIX)
-from simtrain.network.flowclass import rebuild
+from simtrain.network.flowclass import compact, rebuild
 from simtrain.network.flowcore import run_until
 
 #: Rows of ``kef``, per link kept: the rows of ``ef`` the loop changes.
@@ -32,22 +32,25 @@ KEPT_ROWS = (LRATE, BYTES, BUSY_S, PEAK)
 
 
 @compiled
-def save(sf: np.ndarray, si: np.ndarray, ef: np.ndarray, busy: np.ndarray, ti: np.ndarray, tf: np.ndarray,
+def save(sf: np.ndarray, si: np.ndarray, act: np.ndarray, ef: np.ndarray, busy: np.ndarray, ti: np.ndarray, tf: np.ndarray,
          fs: np.ndarray, us: np.ndarray, ist: np.ndarray, hst: np.ndarray, ksf: np.ndarray, ksi: np.ndarray,
          kt: np.ndarray, kh: np.ndarray, kbusy: np.ndarray, kef: np.ndarray, kist: np.ndarray, khst: np.ndarray,
          kfs: np.ndarray) -> None:
     """Keep what the loop may change of a settled state while no flow starts. The links it may
     change are those of the live flows' paths, which are the busy links: every live flow has a
-    rate once the rates are settled, and a link is busy while a flow crosses it."""
+    rate once the rates are settled, and a link is busy while a flow crosses it. The live slots'
+    row is compacted first; each flow's bytes left and rate are kept from its class."""
+    compact(si, act, ist)
     for j in range(ist.size):
         kist[j] = ist[j]
     for j in range(hst.size):
         khst[j] = hst[j]
     kfs[0], kfs[1] = fs[NOW], us[DELIVERED]
-    for i in range(ist[N_LIVE]):
+    for i in range(ist[N_LISTED]):
         s = si[LIVE, i]
-        ksi[0, i], ksi[1, i], ksi[2, i], ksi[3, i] = s, si[PIDX, s], si[TIX, s], si[CLS, s]
-        ksf[0, i], ksf[1, i], ksf[2, i] = sf[REM, s], sf[RATE, s], sf[SIZE, s]
+        c = si[CLS, s]
+        ksi[0, i], ksi[1, i], ksi[2, i], ksi[3, i] = s, si[PIDX, s], si[TIX, s], c
+        ksf[0, i], ksf[1, i], ksf[2, i] = sf[C_REM, c], sf[C_RATE, c], sf[SIZE, s]
         kt[0, i] = ti[T_LEFT, si[TIX, s]]
     for j in range(ist[N_HEAP]):
         kt[1, j], kt[2, j], kh[j] = ti[H_ID, j], ti[H_IX, j], tf[H_T, j]
@@ -72,7 +75,7 @@ def restore(sf: np.ndarray, si: np.ndarray, act: np.ndarray, ef: np.ndarray, bus
     for j in range(hst.size):
         hst[j] = khst[j]
     fs[NOW], us[DELIVERED] = kfs[0], kfs[1]
-    for i in range(ist[N_LIVE]):
+    for i in range(ist[N_LISTED]):
         s = ksi[0, i]
         si[LIVE, i], si[PIDX, s], si[TIX, s], si[CLS, s] = s, ksi[1, i], ksi[2, i], ksi[3, i]
         sf[REM, s], sf[RATE, s], sf[SIZE, s] = ksf[0, i], ksf[1, i], ksf[2, i]
@@ -99,6 +102,6 @@ def run_ahead(sf: np.ndarray, si: np.ndarray, act: np.ndarray, ef: np.ndarray, b
     """:func:`save`, then the loop (:func:`~simtrain.network.flowcore.run_until`) to the first
     event that completes a transfer: one call where the model looks ahead. Its status as the
     loop's."""
-    save(sf, si, ef, busy, ti, tf, fs, us, ist, hst, ksf, ksi, kt, kh, kbusy, kef, kist, khst, kfs)
+    save(sf, si, act, ef, busy, ti, tf, fs, us, ist, hst, ksf, ksi, kt, kh, kbusy, kef, kist, khst, kfs)
     return run_until(np.inf, True, sf, si, act, ef, busy, chg, key, pu, puo, phead, ti, tf, mtab, ment, mkey, mint,
                      mflt, ht, hmeta, hlinks, hrates, hst, fs, us, ist)

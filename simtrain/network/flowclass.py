@@ -11,8 +11,9 @@ that rate in the same recomputation (or takes the new rate with the class where 
 Flows started together with one size start in one class. Classes need not be as large as they
 could be (a class split never merges back): each holds flows whose numbers are equal, so running
 it once is running each of them, the same floating-point operations in the same order. A flow's
-own bytes left and rate (rows ``REM`` and ``RATE`` of ``sf``) are written back from its class
-when the loop returns (:func:`sync`); in between, its class's are the true ones.
+own bytes left and rate (rows ``REM`` and ``RATE`` of ``sf``) are written from its class only when
+asked (:func:`sync`, which Python's readers call); its class's are the true ones. Nor does the loop
+drop an ended flow from the live slots' row: the next compaction does (:func:`compact`).
 
 Arrays as in :mod:`simtrain.network.flowcore` (rows and fields by
 :mod:`simtrain.network.flow_layout`); ``phead[p]`` is one more than the first flow slot on path
@@ -25,7 +26,7 @@ import numpy as np
 
 from simtrain.network.flow_layout import (
     C_COUNT, C_FREE, C_GEN, C_HEAD, C_HW, C_LIST, C_NEXT, C_POS, C_PREV, C_RATE, C_REM, C_SIZE, C_TGT, C_TNEXT, CLS,
-    GROUP, LIVE, N_CFREE, N_CLS, N_LIVE, P_NEXT, P_PREV, PIDX, RATE, REM, SIZE)
+    GROUP, LIVE, N_CFREE, N_CLS, N_LISTED, P_NEXT, P_PREV, PIDX, RATE, REM, SIZE)
 from simtrain.network.flow_jit import compiled
 
 #: How many classes a flow looks through for one it may join (started together; split off its
@@ -147,18 +148,26 @@ def reprice(s: int, r: float, gen: int, sf: np.ndarray, si: np.ndarray, ist: np.
 
 
 @compiled
-def sync(sf: np.ndarray, si: np.ndarray, act: np.ndarray, ist: np.ndarray) -> None:
-    """Write each live flow's bytes left and rate from its class, and drop the flows ended since
-    the last call from the live slots (kept in order)."""
+def compact(si: np.ndarray, act: np.ndarray, ist: np.ndarray) -> None:
+    """Drop the flows ended since the last compaction from the live slots (kept in order)."""
     w = 0
-    for i in range(ist[N_LIVE]):
+    for i in range(ist[N_LISTED]):
         s = si[LIVE, i]
         if act[s]:
             si[LIVE, w] = s
             w += 1
-            c = si[CLS, s]
-            sf[REM, s], sf[RATE, s] = sf[C_REM, c], sf[C_RATE, c]
-    ist[N_LIVE] = w
+    ist[N_LISTED] = w
+
+
+@compiled
+def sync(sf: np.ndarray, si: np.ndarray, act: np.ndarray, ist: np.ndarray) -> None:
+    """The live slots compacted, and each live flow's own bytes left and rate written from its
+    class (the loop keeps them only there)."""
+    compact(si, act, ist)
+    for i in range(ist[N_LISTED]):
+        s = si[LIVE, i]
+        c = si[CLS, s]
+        sf[REM, s], sf[RATE, s] = sf[C_REM, c], sf[C_RATE, c]
 
 
 @compiled
@@ -171,7 +180,7 @@ def rebuild(sf: np.ndarray, si: np.ndarray, phead: np.ndarray, ist: np.ndarray) 
     for c in range(hw):
         si[C_COUNT, c], si[C_GEN, c] = 0, -1
     ist[N_CLS] = 0
-    n = ist[N_LIVE]
+    n = ist[N_LISTED]
     for i in range(n):
         phead[si[PIDX, si[LIVE, i]]] = 0
     for i in range(n):

@@ -29,10 +29,10 @@ from simtrain.network.flow_layout import (
     BUSY_S, BYTES, C_FIN, C_HEAD, C_LIST, C_NEXT, C_RATE, C_REM, C_SIZE, CLS, DELIVERED, E_BOTH, E_BUSY,
     E_KEY, E_LRATES, E_NBOTH, E_NBUSY, E_NE, E_NEXT, E_NODE, E_NRP, E_NS, E_NTOUCHED, E_NUSED, E_RATES, E_RP,
     E_TOUCHED, E_USED, ENDED, ENDS, GEN, H_T, HIST_LIMIT, HITS, LIVE, LRATE, MASK, MISS, N_BUSY, N_CLS,
-    N_DONE, N_ENDED, N_HEAP, N_HIST, N_HVALS, N_LIVE, N_STARTED, NEED_HISTORY, NODE, NOW, OK, P_NEXT, PEAK, PIDX,
+    N_DONE, N_ENDED, N_HEAP, N_HIST, N_HVALS, N_LISTED, N_LIVE, N_STARTED, NEED_HISTORY, NODE, NOW, OK, P_NEXT, PEAK, PIDX,
     RATE, RECOMPUTES, RECORD, REM, SIZE, STARTED, T_ID, T_LAT, T_LEFT, TIX)
 from simtrain.network.flowheap import heap_push, pop_done, sort
-from simtrain.network.flowclass import leave, path_add, path_remove, place_in_class, reprice, sync
+from simtrain.network.flowclass import compact, leave, path_add, path_remove, place_in_class, reprice
 from simtrain.network.maxmin import REL_TOL
 
 __all__ = ["OPTIONS", "compiled", "key_hash", "settle", "first_end", "heap_push", "pop_done", "step", "run_until",
@@ -163,11 +163,9 @@ def settle(sf: np.ndarray, si: np.ndarray, act: np.ndarray, ef: np.ndarray, busy
            key: np.ndarray, phead: np.ndarray, mtab: np.ndarray, ment: np.ndarray, mkey: np.ndarray, mint: np.ndarray,
            mflt: np.ndarray, ht: np.ndarray, hmeta: np.ndarray, hlinks: np.ndarray, hrates: np.ndarray,
            hst: np.ndarray, fs: np.ndarray, ist: np.ndarray) -> int:
-    """:func:`_settle`, the flows' own rates then written from their classes."""
-    status = _settle(sf, si, ef, busy, chg, key, phead, mtab, ment, mkey, mint, mflt, ht, hmeta, hlinks, hrates, hst,
-                     fs, ist)
-    sync(sf, si, act, ist)
-    return status
+    """:func:`_settle` (``act`` unused: the arguments as the loop's)."""
+    return _settle(sf, si, ef, busy, chg, key, phead, mtab, ment, mkey, mint, mflt, ht, hmeta, hlinks, hrates, hst,
+                   fs, ist)
 
 
 @compiled
@@ -195,8 +193,8 @@ def _end_flows(k: int, sf: np.ndarray, si: np.ndarray, act: np.ndarray, ef: np.n
                us: np.ndarray, ist: np.ndarray) -> None:
     """End the ``k`` flows in ``si[ENDS]`` (ascending): their bytes left (within the done
     tolerance) booked on their links, their sizes delivered, their slots freed (left in the live
-    slots until :func:`~simtrain.network.flowclass.sync`); a transfer whose last flow this was
-    waits out its latency."""
+    slots' row until :func:`~simtrain.network.flowclass.compact`); a transfer whose last flow this
+    was waits out its latency."""
     ends = si[ENDS]
     for i in range(k):
         s = ends[i]
@@ -219,6 +217,7 @@ def _end_flows(k: int, sf: np.ndarray, si: np.ndarray, act: np.ndarray, ef: np.n
         leave(s, si, ist)
         si[PIDX, s] = -1
     ist[N_ENDED] = ne + k
+    ist[N_LIVE] -= k
     now = fs[NOW]
     for i in range(k):
         tix = si[TIX, ends[i]]
@@ -269,12 +268,16 @@ def step(t: float, flows_end: bool, sf: np.ndarray, si: np.ndarray, act: np.ndar
 
 
 @compiled
-def _run(t: float, first_done: bool, sf: np.ndarray, si: np.ndarray, act: np.ndarray, ef: np.ndarray,
-         busy: np.ndarray, chg: np.ndarray, key: np.ndarray, pu: np.ndarray, puo: np.ndarray, phead: np.ndarray,
-         ti: np.ndarray, tf: np.ndarray, mtab: np.ndarray, ment: np.ndarray, mkey: np.ndarray, mint: np.ndarray,
-         mflt: np.ndarray, ht: np.ndarray, hmeta: np.ndarray, hlinks: np.ndarray, hrates: np.ndarray,
-         hst: np.ndarray, fs: np.ndarray, us: np.ndarray, ist: np.ndarray) -> int:
-    """:func:`run_until` before the flows' own numbers are written from their classes."""
+def run_until(t: float, first_done: bool, sf: np.ndarray, si: np.ndarray, act: np.ndarray, ef: np.ndarray,
+              busy: np.ndarray, chg: np.ndarray, key: np.ndarray, pu: np.ndarray, puo: np.ndarray, phead: np.ndarray,
+              ti: np.ndarray, tf: np.ndarray, mtab: np.ndarray, ment: np.ndarray, mkey: np.ndarray, mint: np.ndarray,
+              mflt: np.ndarray, ht: np.ndarray, hmeta: np.ndarray, hlinks: np.ndarray, hrates: np.ndarray,
+              hst: np.ndarray, fs: np.ndarray, us: np.ndarray, ist: np.ndarray) -> int:
+    """Every internal event up to ``t`` (>= the clock) in order, then the move to ``t``; the
+    transfers completed are added to the done rows. With ``first_done``, stop instead at the first
+    event that completes a transfer (``t`` may then be inf; the clock stays where it is when no
+    transfer ever completes). Returns :data:`OK`, or the status of a recomputation that needs the
+    caller (the state is then as at that recomputation: call again)."""
     while True:
         status = _settle(sf, si, ef, busy, chg, key, phead, mtab, ment, mkey, mint, mflt, ht, hmeta, hlinks, hrates,
                          hst, fs, ist)
@@ -297,30 +300,13 @@ def _run(t: float, first_done: bool, sf: np.ndarray, si: np.ndarray, act: np.nda
 
 
 @compiled
-def run_until(t: float, first_done: bool, sf: np.ndarray, si: np.ndarray, act: np.ndarray, ef: np.ndarray,
-              busy: np.ndarray, chg: np.ndarray, key: np.ndarray, pu: np.ndarray, puo: np.ndarray, phead: np.ndarray,
-              ti: np.ndarray, tf: np.ndarray, mtab: np.ndarray, ment: np.ndarray, mkey: np.ndarray, mint: np.ndarray,
-              mflt: np.ndarray, ht: np.ndarray, hmeta: np.ndarray, hlinks: np.ndarray, hrates: np.ndarray,
-              hst: np.ndarray, fs: np.ndarray, us: np.ndarray, ist: np.ndarray) -> int:
-    """Every internal event up to ``t`` (>= the clock) in order, then the move to ``t``; the
-    transfers completed are added to the done rows. With ``first_done``, stop instead at the first
-    event that completes a transfer (``t`` may then be inf; the clock stays where it is when no
-    transfer ever completes). Returns :data:`OK`, or the status of a recomputation that needs the
-    caller (the state is then as at that recomputation: call again). The flows' own bytes left
-    and rates are those of their classes on return."""
-    status = _run(t, first_done, sf, si, act, ef, busy, chg, key, pu, puo, phead, ti, tf, mtab, ment, mkey, mint,
-                  mflt, ht, hmeta, hlinks, hrates, hst, fs, us, ist)
-    sync(sf, si, act, ist)
-    return status
-
-
-@compiled
 def place(pids: np.ndarray, sizes: np.ndarray, k: int, tix: int, sf: np.ndarray, si: np.ndarray, act: np.ndarray,
           chg: np.ndarray, phead: np.ndarray, ist: np.ndarray) -> None:
     """Start ``k`` flows of transfer index ``tix``: ``sizes[f]`` bytes along path ``pids[f]``
     (``f < k``), at rate 0, each in the smallest free slot in turn (there must be room), kept in the
     live slots' order, on its path's list and in a class; their paths count as started."""
-    n = ist[N_LIVE]
+    compact(si, act, ist)  # (before a slot freed since is taken again)
+    n = ist[N_LISTED]
     ns = ist[N_STARTED]
     live, ends = si[LIVE], si[ENDS]  # ends: scratch, the new slots (ascending)
     slot = 0
@@ -343,5 +329,6 @@ def place(pids: np.ndarray, sizes: np.ndarray, k: int, tix: int, sf: np.ndarray,
             live[w] = ends[j]
             j -= 1
         w -= 1
-    ist[N_LIVE] = n + k
+    ist[N_LISTED] = n + k
+    ist[N_LIVE] += k
     ist[N_STARTED] = ns + k

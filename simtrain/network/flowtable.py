@@ -12,7 +12,7 @@ from typing import Iterable, Sequence, cast
 
 import numpy as np
 
-from simtrain.network.flow_layout import (ENDED, GROUP, ISTATE, LIVE, N_ENDED, N_LIVE, N_STARTED, PIDX, RATE, REM,
+from simtrain.network.flow_layout import (ENDED, GROUP, ISTATE, LIVE, N_ENDED, N_LISTED, N_LIVE, N_STARTED, PIDX, RATE, REM,
                                           SF_ROWS, SI_ROWS, SIZE, TIX)
 from simtrain.network.flow_kernels import CLASSES, CORE
 from simtrain.network.links import Link
@@ -107,8 +107,8 @@ class FlowTable:
         self._pids, self._sizes = np.zeros(64, dtype=np.int64), np.zeros(64)  # scratch: the flows being placed
         self._core = CORE
 
-    rem = property(lambda self: self.sf[REM], doc="Bytes left per slot.")
-    rate = property(lambda self: self.sf[RATE], doc="Rate per slot, B/s.")
+    rem = property(lambda self: self.synced()[REM], doc="Bytes left per slot.")
+    rate = property(lambda self: self.synced()[RATE], doc="Rate per slot, B/s.")
     size = property(lambda self: self.sf[SIZE], doc="Size per slot, bytes.")
     active = property(lambda self: self.act, doc="Whether a slot holds a flow.")
     pidx = property(lambda self: self.si[PIDX], doc="Path id per slot (-1: free).")
@@ -158,7 +158,7 @@ class FlowTable:
     def _relist(self) -> None:
         live = np.flatnonzero(self.act)
         self.si[LIVE, :live.size] = live
-        self.ist[N_LIVE] = live.size
+        self.ist[N_LIVE] = self.ist[N_LISTED] = live.size
 
     def _grow(self) -> None:
         n = self.act.size
@@ -168,13 +168,21 @@ class FlowTable:
         self.act = np.concatenate([self.act, np.zeros(n, dtype=bool)])
         self._room(2 * n)
 
+    def synced(self) -> np.ndarray:
+        """``sf`` with each live flow's bytes left and rate written from its class (the compiled
+        loop keeps them there) and the live slots compacted."""
+        CLASSES.sync(self.sf, self.si, self.act, self.ist)
+        return self.sf
+
     def live(self) -> np.ndarray:
         """The active slots, in order."""
+        self.synced()
         return self.si[LIVE, :self.ist[N_LIVE]]
 
     def load(self, num_links: int) -> np.ndarray:
         """The summed rate of the active flows on each link, from scratch."""
         load = np.zeros(num_links)
+        self.synced()
         arrays = self.path_table.arrays
         for s in np.flatnonzero(self.act):
             np.add.at(load, arrays[self.si[PIDX, s]], self.sf[RATE, s])

@@ -27,6 +27,7 @@ def _check_classes(model: FlowModel) -> None:
     """Every live flow in one live class and on its path's list, nothing else there; a class's
     size, bytes left and rate those of each of its flows."""
     sf, si, ist = model.flows.sf, model.flows.si, model.ist
+    assert ist[N_LIVE] == int(model.flows.active.sum())  # counted as flows end, before any compaction
     live = set(model.flows.live().tolist())
     assert live == set(np.flatnonzero(model.flows.active).tolist())
     members: set[int] = set()
