@@ -53,7 +53,7 @@ def _check_classes(model: FlowModel) -> None:
     assert on_paths == live
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.integers(0, 10 ** 6), st.booleans())
 def test_running_a_class_once_is_running_each_of_its_flows(seed, look_ahead):
     """The same transfers (many of one size, started together) on a model with classes and on one
