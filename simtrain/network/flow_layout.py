@@ -54,9 +54,9 @@ N_HIST, N_HVALS, HIST_LIMIT, RECORD = 0, 1, 2, 3
 #: Fields of a memo entry (a row of ``ment``): its key (state, counts of paths started and ended,
 #: offset of the sorted path ids in ``mkey``) and its result (the next state; then offset and
 #: count in ``mint``, or in ``mflt`` for rates, of: the paths it prices (count -1: every flow),
-#: the paths' ids and rates, the links it zeroes (-1: the busy ones), the links it prices and their
-#: rates (-1: none; their utilisations follow the rates in ``mflt``), the busy links after it,
-#: the links whose rates the history keeps).
+#: the paths' ids and rates, the links it zeroes (none of those it prices), the links it prices
+#: and their rates (-1: none; their utilisations follow the rates in ``mflt``), the busy links
+#: after it, the links whose rates may change (those zeroed and those priced)).
 (E_NODE, E_NS, E_NE, E_KEY, E_NEXT, E_PATHS, E_NPATHS, E_RP, E_NRP, E_RATES, E_TOUCHED, E_NTOUCHED,
  E_USED, E_NUSED, E_LRATES, E_BUSY, E_NBUSY, E_BOTH, E_NBOTH) = range(19)
 ENTRY = 19

@@ -26,7 +26,7 @@ import numpy as np
 
 from simtrain.network.flow_jit import OPTIONS, compiled
 from simtrain.network.flow_layout import (
-    BUSY_S, BYTES, C_FIN, C_HEAD, C_LIST, C_NEXT, C_RATE, C_REM, C_SIZE, CLS, DELIVERED, E_BOTH, E_BUSY,
+    BUSY_S, BYTES, C_FIN, C_HEAD, C_LIST, C_NEXT, C_RATE, C_REM, C_SIZE, CLS, DELIVERED, E_BUSY,
     E_KEY, E_LRATES, E_NBOTH, E_NBUSY, E_NE, E_NEXT, E_NODE, E_NRP, E_NS, E_NTOUCHED, E_NUSED, E_RATES, E_RP,
     E_TOUCHED, E_USED, ENDED, ENDS, GEN, H_T, HIST_LIMIT, HITS, LIVE, LRATE, MASK, MISS, N_BUSY, N_CLS,
     N_DONE, N_ENDED, N_HEAP, N_HIST, N_HVALS, N_LISTED, N_LIVE, N_STARTED, NEED_HISTORY, NODE, NOW, OK, P_NEXT, PEAK, PIDX,
@@ -104,17 +104,14 @@ def _settle(sf: np.ndarray, si: np.ndarray, ef: np.ndarray, busy: np.ndarray, ch
     ist[NODE] = ment[e, E_NEXT]
     ist[RECOMPUTES] += 1
     lrate = ef[LRATE]
-    if record:  # the rates before, where the entry's values will go: only changed ones are kept
-        at, boff = hst[N_HVALS], ment[e, E_BOTH]
-        for j in range(nboth):
-            hrates[at + j] = lrate[mint[boff + j]]
-    if ment[e, E_NTOUCHED] < 0:
-        for j in range(ist[N_BUSY]):
-            lrate[busy[j]] = 0.0
-    else:
-        off = ment[e, E_TOUCHED]
-        for j in range(ment[e, E_NTOUCHED]):
-            lrate[mint[off + j]] = 0.0
+    at, kept = hst[N_HVALS], 0  # (recording: each link whose rate changes, once: zeroed and priced are apart)
+    off = ment[e, E_TOUCHED]
+    for j in range(ment[e, E_NTOUCHED]):
+        z = mint[off + j]
+        if record and lrate[z] != 0.0:
+            hlinks[at + kept], hrates[at + kept] = z, 0.0
+            kept += 1
+        lrate[z] = 0.0
     off = ment[e, E_BUSY]
     nb = ment[e, E_NBUSY]
     for j in range(nb):
@@ -137,24 +134,20 @@ def _settle(sf: np.ndarray, si: np.ndarray, ef: np.ndarray, busy: np.ndarray, ch
         uoff, loff = ment[e, E_USED], ment[e, E_LRATES]
         for j in range(nused):
             u = mint[uoff + j]
-            lrate[u] = mflt[loff + j]
-            ef[PEAK, u] = max(ef[PEAK, u], mflt[loff + nused + j])  # (its utilisation, stored after the rates)
-    if record:
-        n, at, boff = hst[N_HIST], hst[N_HVALS], ment[e, E_BOTH]
-        kept = 0
-        for j in range(nboth):  # (kept <= j: a rate before is read before its place is reused)
-            link = mint[boff + j]
-            if lrate[link] != hrates[at + j]:
-                hlinks[at + kept] = link
-                hrates[at + kept] = lrate[link]
+            rate = mflt[loff + j]
+            if record and lrate[u] != rate:
+                hlinks[at + kept], hrates[at + kept] = u, rate
                 kept += 1
-        if kept > 0:
-            ht[n] = fs[NOW]
-            hmeta[0, n] = at
-            hmeta[1, n] = kept
-            hst[N_HIST] = n + 1
-            hst[N_HVALS] = at + kept
-            hst[HIST_LIMIT] -= kept
+            lrate[u] = rate
+            ef[PEAK, u] = max(ef[PEAK, u], mflt[loff + nused + j])  # (its utilisation, stored after the rates)
+    if kept > 0:
+        n = hst[N_HIST]
+        ht[n] = fs[NOW]
+        hmeta[0, n] = at
+        hmeta[1, n] = kept
+        hst[N_HIST] = n + 1
+        hst[N_HVALS] = at + kept
+        hst[HIST_LIMIT] -= kept
     return OK
 
 

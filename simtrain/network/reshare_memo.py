@@ -83,7 +83,7 @@ class ReshareMemo:
         row[E_PATHS], row[E_NPATHS] = self._ints(share.paths)
         row[E_RP], row[E_NRP] = self._ints(share.rate_paths)
         row[E_RATES] = self._floats(share.rates)
-        row[E_TOUCHED], row[E_NTOUCHED] = self._ints(share.touched if share.zeroed is None else share.zeroed)
+        row[E_TOUCHED], row[E_NTOUCHED] = self._ints(share.zeroed)
         row[E_USED], row[E_NUSED] = self._ints(share.used)
         row[E_LRATES] = self._floats(share.link_rates)
         self._floats(share.utilisations)  # (right after the link rates: the loop reads them there)

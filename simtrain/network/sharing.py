@@ -82,8 +82,8 @@ class Reshare:
     flows; ``touched`` links (None: those busy before) drop to 0, then ``used`` get
     ``link_rates`` (their utilisations, rate over capacity, with them: a link's peak is the
     largest); ``busy`` and ``both`` (the links whose rates are remembered) as the model keeps
-    them. ``zeroed``, where given, are the links of ``touched`` (or busy before) that ``used``
-    does not price: those that drop to 0 and stay there."""
+    them; ``zeroed`` are the links of ``touched`` (or busy before) that ``used`` does not price,
+    those that drop to 0 (``both`` is them and ``used``)."""
 
     node: int
     paths: np.ndarray | None
@@ -94,14 +94,14 @@ class Reshare:
     link_rates: np.ndarray | None
     busy: np.ndarray
     both: np.ndarray
+    zeroed: np.ndarray
     utilisations: np.ndarray | None = None
-    zeroed: np.ndarray | None = None
 
     @property
     def size(self) -> int:
         """Numbers held, for the memo's bound."""
         return sum(a.size for a in (self.paths, self.rate_paths, self.rates, self.touched, self.used,
-                                    self.link_rates, self.busy, self.both, self.utilisations, self.zeroed)
+                                    self.link_rates, self.busy, self.both, self.zeroed, self.utilisations)
                    if a is not None)
 
 
@@ -166,14 +166,14 @@ class Reshares:
         hit = busy if touched is None else touched
         rest = busy[:0] if touched is None else busy[~_member(touched, busy)]
         if slots.size == 0:
-            return Reshare(self.node(counts, rest), comp, None, None, touched, None, None, rest, hit, None, hit)
+            return Reshare(self.node(counts, rest), comp, None, None, touched, None, None, rest, hit, hit)
         pids = flows.pidx[slots]
         rates, used, link_rates = self.max_min.rates([table.arrays[p] for p in pids.tolist()], pids)
         rate_paths, first = np.unique(pids, return_index=True)  # a path's flows share one rate
         new_busy = np.sort(np.concatenate((rest, used[link_rates > 0])))  # disjoint: used lies in touched
         both = touched if touched is not None else np.union1d(hit, used)
         return Reshare(self.node(counts, new_busy), comp, rate_paths, rates[first], touched, used,
-                       link_rates, new_busy, both, link_rates / self.max_min.capacity[used], hit[~_member(used, hit)])
+                       link_rates, new_busy, both, hit[~_member(used, hit)], link_rates / self.max_min.capacity[used])
 
 
 def _member(ids: np.ndarray, values: np.ndarray) -> np.ndarray:
