@@ -56,7 +56,7 @@ N_HIST, N_HVALS, HIST_LIMIT, RECORD = 0, 1, 2, 3
 #: count in ``mint``, or in ``mflt`` for rates, of: the paths it prices (count -1: every flow),
 #: the paths' ids and rates, the links it zeroes (none of those it prices), the links it prices
 #: and their rates (-1: none; their utilisations follow the rates in ``mflt``), the busy links
-#: after it, the links whose rates may change (those zeroed and those priced)).
-(E_NODE, E_NS, E_NE, E_KEY, E_NEXT, E_PATHS, E_NPATHS, E_RP, E_NRP, E_RATES, E_TOUCHED, E_NTOUCHED,
- E_USED, E_NUSED, E_LRATES, E_BUSY, E_NBUSY, E_BOTH, E_NBOTH) = range(19)
-ENTRY = 19
+#: after it).
+(E_NODE, E_NS, E_NE, E_KEY, E_NEXT, E_PATHS, E_NPATHS, E_RP, E_NRP, E_RATES, E_ZEROED, E_NZEROED,
+ E_USED, E_NUSED, E_LRATES, E_BUSY, E_NBUSY) = range(17)
+ENTRY = 17

@@ -6,14 +6,15 @@ the engine wakes only there, not at every internal event of the flows (a flow en
 changing). Most of the time the engine then advances to that very time and the work is done; where a
 transfer starts before it, the state is put back (:func:`restore`) as :func:`save` kept it and the
 model runs to the new start instead. The loop only ever changes, while no flow starts: the live
-flows' slots and their transfers, the latency heap, the busy links (those of the live flows'
-paths) and their statistics, the counts, the clock and the bytes delivered; the rate history only grows past its counts.
-Those are what is kept; :func:`run_ahead` keeps them and runs ahead in one call. Argument groups as in :mod:`simtrain.network.flowcore`; the ``k*`` arrays
-hold what is kept: ``ksf`` bytes left, rate and size and ``ksi`` the live slots, path, transfer
-and class (:mod:`simtrain.network.flowclass`), by position among the live slots; ``kt`` the transfers' flows left (by live position) and the
-heap's ids and indices, ``kh`` the heap's times; ``kbusy`` the busy links and ``kef`` their rate,
-bytes, busy time and peak; ``kist``, ``khst`` the counts; ``kfs`` the clock and the bytes
-delivered.
+flows' slots and their transfers, the latency heap, the busy links (those of the live flows' paths)
+and their statistics, the counts, the clock and the bytes delivered; the rate history only grows
+past its counts. Those are what is kept; :func:`run_ahead` keeps them and runs ahead in one call.
+Argument groups as in :mod:`simtrain.network.flowcore`; the ``k*`` arrays hold what is kept: ``ksf``
+bytes left, rate and size and ``ksi`` the live slots, path, transfer and class
+(:mod:`simtrain.network.flowclass`), by position among the live slots; ``kt`` the transfers' flows
+left (by live position) and the heap's ids and indices, ``kh`` the heap's times; ``kbusy`` the busy
+links and ``kef`` their rate, bytes, busy time and peak; ``kist``, ``khst`` the counts; ``kfs`` the
+clock and the bytes delivered.
 """
 
 from __future__ import annotations

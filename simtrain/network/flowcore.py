@@ -24,18 +24,18 @@ from __future__ import annotations
 
 import numpy as np
 
-from simtrain.network.flow_jit import OPTIONS, compiled
+from simtrain.network.flow_jit import compiled
 from simtrain.network.flow_layout import (
     BUSY_S, BYTES, C_FIN, C_HEAD, C_LIST, C_NEXT, C_RATE, C_REM, C_SIZE, CLS, DELIVERED, E_BUSY,
-    E_KEY, E_LRATES, E_NBOTH, E_NBUSY, E_NE, E_NEXT, E_NODE, E_NRP, E_NS, E_NTOUCHED, E_NUSED, E_RATES, E_RP,
-    E_TOUCHED, E_USED, ENDED, ENDS, GEN, H_T, HIST_LIMIT, HITS, LIVE, LRATE, MASK, MISS, N_BUSY, N_CLS,
+    E_KEY, E_LRATES, E_NBUSY, E_NE, E_NEXT, E_NODE, E_NRP, E_NS, E_NZEROED, E_NUSED, E_RATES, E_RP,
+    E_ZEROED, E_USED, ENDED, ENDS, GEN, H_T, HIST_LIMIT, HITS, LIVE, LRATE, MASK, MISS, N_BUSY, N_CLS,
     N_DONE, N_ENDED, N_HEAP, N_HIST, N_HVALS, N_LISTED, N_LIVE, N_STARTED, NEED_HISTORY, NODE, NOW, OK, P_NEXT, PEAK, PIDX,
     RATE, RECOMPUTES, RECORD, REM, SIZE, STARTED, T_ID, T_LAT, T_LEFT, TIX)
 from simtrain.network.flowheap import heap_push, pop_done, sort
 from simtrain.network.flowclass import compact, leave, path_add, path_remove, place_in_class, reprice
 from simtrain.network.maxmin import REL_TOL
 
-__all__ = ["OPTIONS", "compiled", "key_hash", "settle", "first_end", "heap_push", "pop_done", "step", "run_until",
+__all__ = ["key_hash", "settle", "first_end", "heap_push", "pop_done", "step", "run_until",
            "place"]
 
 _HASH_MUL = 1_000_003
@@ -74,10 +74,10 @@ def _lookup(mtab: np.ndarray, ment: np.ndarray, mkey: np.ndarray, node: int, key
 
 
 @compiled
-def _settle(sf: np.ndarray, si: np.ndarray, ef: np.ndarray, busy: np.ndarray, chg: np.ndarray, key: np.ndarray,
-            phead: np.ndarray, mtab: np.ndarray, ment: np.ndarray, mkey: np.ndarray, mint: np.ndarray,
-            mflt: np.ndarray, ht: np.ndarray, hmeta: np.ndarray, hlinks: np.ndarray, hrates: np.ndarray,
-            hst: np.ndarray, fs: np.ndarray, ist: np.ndarray) -> int:
+def settle(sf: np.ndarray, si: np.ndarray, ef: np.ndarray, busy: np.ndarray, chg: np.ndarray, key: np.ndarray,
+           phead: np.ndarray, mtab: np.ndarray, ment: np.ndarray, mkey: np.ndarray, mint: np.ndarray,
+           mflt: np.ndarray, ht: np.ndarray, hmeta: np.ndarray, hlinks: np.ndarray, hrates: np.ndarray,
+           hst: np.ndarray, fs: np.ndarray, ist: np.ndarray) -> int:
     """Apply the recomputation the changes since the last one call for (nothing without changes):
     the rates of the flows it covers (through their classes, :func:`~simtrain.network.flowclass.reprice`),
     the links' summed rates and peaks, the busy links, the state; one history entry when
@@ -94,9 +94,9 @@ def _settle(sf: np.ndarray, si: np.ndarray, ef: np.ndarray, busy: np.ndarray, ch
     e = _lookup(mtab, ment, mkey, ist[NODE], key, ns, ne, ist[MASK])
     if e < 0:
         return MISS
-    nboth = ment[e, E_NBOTH]
+    changing = ment[e, E_NZEROED] + max(ment[e, E_NUSED], 0)  # links whose rates it may change
     record = hst[RECORD] == 1 and hst[HIST_LIMIT] > 0
-    if record and (hst[N_HIST] >= ht.size or hst[N_HVALS] + nboth > hlinks.size):
+    if record and (hst[N_HIST] >= ht.size or hst[N_HVALS] + changing > hlinks.size):
         return NEED_HISTORY
     ist[HITS] += 1
     ist[N_STARTED] = 0
@@ -105,8 +105,8 @@ def _settle(sf: np.ndarray, si: np.ndarray, ef: np.ndarray, busy: np.ndarray, ch
     ist[RECOMPUTES] += 1
     lrate = ef[LRATE]
     at, kept = hst[N_HVALS], 0  # (recording: each link whose rate changes, once: zeroed and priced are apart)
-    off = ment[e, E_TOUCHED]
-    for j in range(ment[e, E_NTOUCHED]):
+    off = ment[e, E_ZEROED]
+    for j in range(ment[e, E_NZEROED]):
         z = mint[off + j]
         if record and lrate[z] != 0.0:
             hlinks[at + kept], hrates[at + kept] = z, 0.0
@@ -149,16 +149,6 @@ def _settle(sf: np.ndarray, si: np.ndarray, ef: np.ndarray, busy: np.ndarray, ch
         hst[N_HVALS] = at + kept
         hst[HIST_LIMIT] -= kept
     return OK
-
-
-@compiled
-def settle(sf: np.ndarray, si: np.ndarray, act: np.ndarray, ef: np.ndarray, busy: np.ndarray, chg: np.ndarray,
-           key: np.ndarray, phead: np.ndarray, mtab: np.ndarray, ment: np.ndarray, mkey: np.ndarray, mint: np.ndarray,
-           mflt: np.ndarray, ht: np.ndarray, hmeta: np.ndarray, hlinks: np.ndarray, hrates: np.ndarray,
-           hst: np.ndarray, fs: np.ndarray, ist: np.ndarray) -> int:
-    """:func:`_settle` (``act`` unused: the arguments as the loop's)."""
-    return _settle(sf, si, ef, busy, chg, key, phead, mtab, ment, mkey, mint, mflt, ht, hmeta, hlinks, hrates, hst,
-                   fs, ist)
 
 
 @compiled
@@ -272,7 +262,7 @@ def run_until(t: float, first_done: bool, sf: np.ndarray, si: np.ndarray, act: n
     transfer ever completes). Returns :data:`OK`, or the status of a recomputation that needs the
     caller (the state is then as at that recomputation: call again)."""
     while True:
-        status = _settle(sf, si, ef, busy, chg, key, phead, mtab, ment, mkey, mint, mflt, ht, hmeta, hlinks, hrates,
+        status = settle(sf, si, ef, busy, chg, key, phead, mtab, ment, mkey, mint, mflt, ht, hmeta, hlinks, hrates,
                          hst, fs, ist)
         if status != OK:
             return status

@@ -105,7 +105,6 @@ class FlowTable:
         self.chg = np.zeros((2, n), dtype=np.int64)
         self.key = np.zeros(2 * n, dtype=np.int64)  # scratch: a memo key
         self._pids, self._sizes = np.zeros(64, dtype=np.int64), np.zeros(64)  # scratch: the flows being placed
-        self._core = CORE
 
     rem = property(lambda self: self.synced()[REM], doc="Bytes left per slot.")
     rate = property(lambda self: self.synced()[RATE], doc="Rate per slot, B/s.")
@@ -129,8 +128,7 @@ class FlowTable:
         if k > self._pids.size:
             self._pids, self._sizes = np.zeros(2 * k, dtype=np.int64), np.zeros(2 * k)
         self._pids[:k], self._sizes[:k] = pids, nbytes  # (the same arrays at every call: passed as they are)
-        self._core.place(self._pids, self._sizes, k, tix, self.sf, self.si, self.act, self.chg, self.path_table.phead,
-                   self.ist)
+        CORE.place(self._pids, self._sizes, k, tix, self.sf, self.si, self.act, self.chg, self.path_table.phead, self.ist)
 
     def end(self, slots: np.ndarray) -> np.ndarray:
         """Free ``slots`` (ascending); the transfer index each one's flow belonged to."""

@@ -15,8 +15,8 @@ from __future__ import annotations
 import numpy as np
 
 from simtrain.network.flow_layout import (
-    E_BOTH, E_BUSY, E_KEY, E_LRATES, E_NBOTH, E_NBUSY, E_NE, E_NEXT, E_NODE, E_NPATHS, E_NRP, E_NS, E_NTOUCHED,
-    E_NUSED, E_PATHS, E_RATES, E_RP, E_TOUCHED, E_USED, ENTRY, MASK)
+    E_BUSY, E_KEY, E_LRATES, E_NBUSY, E_NE, E_NEXT, E_NODE, E_NPATHS, E_NRP, E_NS, E_NZEROED,
+    E_NUSED, E_PATHS, E_RATES, E_RP, E_ZEROED, E_USED, ENTRY, MASK)
 from simtrain.network.sharing import Reshare
 
 
@@ -83,12 +83,11 @@ class ReshareMemo:
         row[E_PATHS], row[E_NPATHS] = self._ints(share.paths)
         row[E_RP], row[E_NRP] = self._ints(share.rate_paths)
         row[E_RATES] = self._floats(share.rates)
-        row[E_TOUCHED], row[E_NTOUCHED] = self._ints(share.zeroed)
+        row[E_ZEROED], row[E_NZEROED] = self._ints(share.zeroed)
         row[E_USED], row[E_NUSED] = self._ints(share.used)
         row[E_LRATES] = self._floats(share.link_rates)
         self._floats(share.utilisations)  # (right after the link rates: the loop reads them there)
         row[E_BUSY], row[E_NBUSY] = self._ints(share.busy)
-        row[E_BOTH], row[E_NBOTH] = self._ints(share.both)
         self._place(self.n, self.tab)
         self.n += 1
 

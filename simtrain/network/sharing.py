@@ -79,30 +79,25 @@ def component(counts: np.ndarray, pairs: int, dirty: set[int], on: dict[int, set
 class Reshare:
     """One recomputation: the state after it; ``paths`` (sorted path ids, None: every active
     flow) and ``rates`` (each one's rate, in the order of ``rate_paths``) select and price the
-    flows; ``touched`` links (None: those busy before) drop to 0, then ``used`` get
-    ``link_rates`` (their utilisations, rate over capacity, with them: a link's peak is the
-    largest); ``busy`` and ``both`` (the links whose rates are remembered) as the model keeps
-    them; ``zeroed`` are the links of ``touched`` (or busy before) that ``used`` does not price,
-    those that drop to 0 (``both`` is them and ``used``)."""
+    flows; the ``zeroed`` links (of the component's, or of those busy before, the ones not
+    priced) drop to 0 and ``used`` get ``link_rates`` (their utilisations, rate over capacity,
+    with them: a link's peak is the largest); ``busy``: the links with traffic after it."""
 
     node: int
     paths: np.ndarray | None
     rate_paths: np.ndarray | None
     rates: np.ndarray | None
-    touched: np.ndarray | None
     used: np.ndarray | None
     link_rates: np.ndarray | None
     busy: np.ndarray
-    both: np.ndarray
     zeroed: np.ndarray
     utilisations: np.ndarray | None = None
 
     @property
     def size(self) -> int:
         """Numbers held, for the memo's bound."""
-        return sum(a.size for a in (self.paths, self.rate_paths, self.rates, self.touched, self.used,
-                                    self.link_rates, self.busy, self.both, self.zeroed, self.utilisations)
-                   if a is not None)
+        return sum(a.size for a in (self.paths, self.rate_paths, self.rates, self.used, self.link_rates, self.busy,
+                                    self.zeroed, self.utilisations) if a is not None)
 
 
 class Reshares:
@@ -166,14 +161,13 @@ class Reshares:
         hit = busy if touched is None else touched
         rest = busy[:0] if touched is None else busy[~_member(touched, busy)]
         if slots.size == 0:
-            return Reshare(self.node(counts, rest), comp, None, None, touched, None, None, rest, hit, hit)
+            return Reshare(self.node(counts, rest), comp, None, None, None, None, rest, hit)
         pids = flows.pidx[slots]
         rates, used, link_rates = self.max_min.rates([table.arrays[p] for p in pids.tolist()], pids)
         rate_paths, first = np.unique(pids, return_index=True)  # a path's flows share one rate
         new_busy = np.sort(np.concatenate((rest, used[link_rates > 0])))  # disjoint: used lies in touched
-        both = touched if touched is not None else np.union1d(hit, used)
-        return Reshare(self.node(counts, new_busy), comp, rate_paths, rates[first], touched, used,
-                       link_rates, new_busy, both, hit[~_member(used, hit)], link_rates / self.max_min.capacity[used])
+        return Reshare(self.node(counts, new_busy), comp, rate_paths, rates[first], used, link_rates, new_busy,
+                       hit[~_member(used, hit)], link_rates / self.max_min.capacity[used])
 
 
 def _member(ids: np.ndarray, values: np.ndarray) -> np.ndarray:

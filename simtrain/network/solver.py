@@ -230,7 +230,7 @@ class FlowModel:
     def _apply(self) -> int:
         flows, paths, usage, memo = self.flows, self.paths, self.usage, self.memo
         return int(self._core.settle(
-            flows.sf, flows.si, flows.act, usage.ef, self.busy, flows.chg, flows.key, paths.phead, memo.tab,
+            flows.sf, flows.si, usage.ef, self.busy, flows.chg, flows.key, paths.phead, memo.tab,
             memo.ent, memo.keys, memo.ints, memo.flts, usage.ht, usage.hmeta, usage.hlinks, usage.hrates,
             usage.hst, self.fs, self.ist))
 

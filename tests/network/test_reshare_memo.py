@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from simtrain.network import flowcore
-from simtrain.network.flow_layout import E_NEXT, E_NPATHS, E_NTOUCHED, E_NUSED, ISTATE, MASK
+from simtrain.network.flow_layout import E_NEXT, E_NPATHS, E_NZEROED, E_NUSED, ISTATE, MASK
 from simtrain.network.reshare_memo import ReshareMemo
 from simtrain.network.sharing import Reshare
 
@@ -19,9 +19,9 @@ pytestmark = pytest.mark.quick
 def _share(next_node: int, rng: random.Random) -> Reshare:
     ints = lambda n: np.array(sorted(rng.sample(range(100), n)), dtype=np.int64)  # noqa: E731
     if rng.random() < 0.3:  # prices nothing, zeroes the busy links
-        return Reshare(next_node, None, None, None, None, None, None, ints(2), ints(3), ints(3))
-    return Reshare(next_node, ints(3), ints(2), np.array([1e9, 2e9]), ints(4), ints(3), np.array([1.0, 2.0, 3.0]),
-                   ints(2), ints(4), ints(1), np.array([0.1, 0.2, 0.3]))
+        return Reshare(next_node, None, None, None, None, None, ints(2), ints(3))
+    return Reshare(next_node, ints(3), ints(2), np.array([1e9, 2e9]), ints(3), np.array([1.0, 2.0, 3.0]), ints(2),
+                   ints(1), np.array([0.1, 0.2, 0.3]))
 
 
 def _find(memo: ReshareMemo, ist: np.ndarray, node: int, started, ended) -> int:
@@ -49,7 +49,7 @@ def test_every_stored_key_is_found_and_no_other():
         e = _find(memo, ist, node, started, ended)
         assert e >= 0 and memo.ent[e, E_NEXT] == share.node
         assert (memo.ent[e, E_NPATHS] < 0) == (share.paths is None)
-        assert memo.ent[e, E_NTOUCHED] == share.zeroed.size
+        assert memo.ent[e, E_NZEROED] == share.zeroed.size
         assert (memo.ent[e, E_NUSED] < 0) == (share.used is None)
     assert _find(memo, ist, 99, (1,), ()) == -1
     assert _find(memo, ist, 3, (1, 2, 3, 4, 5, 6), ()) == -1
