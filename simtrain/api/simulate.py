@@ -43,7 +43,8 @@ class SimResult:
     wall_s: float
     rank_labels: dict[int, str]
     static_bytes: dict[int, float]  # static memory per simulated rank
-    link_series: dict = field(default_factory=dict)  # "u->v" -> [(time_s, utilisation)] (flow fidelity)
+    #: "u->v" -> (times in s, utilisation) arrays of the most utilised links (flow fidelity)
+    link_series: dict = field(default_factory=dict)
 
 
 

@@ -24,10 +24,13 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import Any, Callable, Iterator, NamedTuple, Protocol, Sequence, cast
 
+import numpy as np
+
 from simtrain.topology.build import paused_gc
 from simtrain.workload.program import AnyOp, OpRef, Program
 
-LinkSeries = dict[str, list[tuple[float, float]]]  # "u->v" -> [(time_s, utilisation)]
+#: "u->v" -> the link's utilisation over time: (times in s, utilisation) arrays, in time order
+LinkSeries = dict[str, tuple[np.ndarray, np.ndarray]]
 
 
 class Step(NamedTuple):

@@ -14,6 +14,10 @@ import numpy as np
 from simtrain.network.flow_layout import BUSY_S, BYTES, CAP, DELIVERED, HIST_LIMIT, N_HIST, N_HVALS, PEAK, RECORD
 from simtrain.topology.cluster import Cluster
 
+#: A link's load over time: the times of its steps (s) and its load from each (bytes/s, or a
+#: fraction of its bandwidth), as two arrays of one length.
+Samples = tuple[np.ndarray, np.ndarray]
+
 Link = tuple[str, str]  # a directed edge (u, v) of the cluster graph
 #: Link samples a recorded history keeps at most (:attr:`LinkUsage.history_limit`'s default)
 HISTORY_SAMPLES = 2_000_000
@@ -138,13 +142,13 @@ class LinkUsage:
         return {self.edges[i]: {"bytes": float(self.bytes[i]), "busy_s": float(self.busy[i]),
                                 "peak_utilisation": float(self.peak[i])} for i in used}
 
-    def series(self, links: Sequence[Link], per: Sequence[float] | None = None) -> dict[Link, list[tuple[float, float]]]:
-        """(time, bytes/s) steps of each link's load from :attr:`history`, in time order (empty
-        lists when not recorded); with ``per``, each link's rates divided by its number there
-        (its bandwidth: utilisation). One pass over the history picks the samples of every link
-        asked for; each link's are then sorted by time, stably (isolated flows are booked out of
-        order)."""
-        out: dict[Link, list[tuple[float, float]]] = {link: [] for link in links}
+    def series(self, links: Sequence[Link], per: Sequence[float] | None = None) -> dict[Link, Samples]:
+        """The steps of each link's load from :attr:`history`: (times in s, bytes/s) arrays, in
+        time order (empty when not recorded); with ``per``, each link's rates divided by its
+        number there (its bandwidth: utilisation). One pass over the history picks the samples of
+        every link asked for; each link's are then sorted by time, stably (isolated flows are
+        booked out of order)."""
+        out: dict[Link, Samples] = {link: (np.zeros(0), np.zeros(0)) for link in links}
         n, at = int(self.hst[N_HIST]), int(self.hst[N_HVALS])
         if not self.hst[RECORD] or n == 0 or not links:
             return out
@@ -158,16 +162,14 @@ class LinkUsage:
         times, rates, which = times[order], rates[order], which[order]
         if per is not None:
             rates = rates / np.asarray(per, dtype=np.float64)[which]
-        bounds = np.searchsorted(which, np.arange(len(links) + 1))
-        t_list, r_list = times.tolist(), rates.tolist()
+        bounds = np.searchsorted(which, np.arange(len(links) + 1)).tolist()
         for k, link in enumerate(links):
-            a, b = int(bounds[k]), int(bounds[k + 1])
-            out[link] = list(zip(t_list[a:b], r_list[a:b]))
+            out[link] = (times[bounds[k]:bounds[k + 1]], rates[bounds[k]:bounds[k + 1]])
         return out
 
 
 def link_report(cluster: Cluster, usage: LinkUsage, step_s: float, represented: dict[Link, float] | None = None,
-                top: int = 10) -> tuple[dict[str, Any], dict[str, list[tuple[float, float]]]]:
+                top: int = 10) -> tuple[dict[str, Any], dict[str, Samples]]:
     """The ``links`` section of a run's report: per directed link that carried traffic, its
     bytes, busy time and mean utilisation over the step (of its achievable bandwidth,
     ``capacity_Bps``); the ``top`` most utilised listed first, and their utilisation over time

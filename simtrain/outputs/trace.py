@@ -296,16 +296,15 @@ LINK_PID_BASE = 1_000_000
 
 
 def run_counters(memory: Mapping[int, tuple[np.ndarray, np.ndarray]],
-                 link_series: Mapping[str, Sequence[tuple[float, float]]]) -> list[Counter]:
+                 link_series: Mapping[str, tuple[np.ndarray, np.ndarray]]) -> list[Counter]:
     """A run's counter tracks: each simulated rank's memory in use (GiB, on the rank's process)
     and each link's utilisation (flow fidelity; a process per link, named ``link <u->v>``)."""
     out: list[Counter] = [CounterTrack("memory", rank_pid(rank), np.asarray(t, dtype=np.float64),
                                        np.asarray(level, dtype=np.float64) / GiB, key="GiB")
                           for rank, (t, level) in sorted(memory.items())]
-    for i, (link, samples) in enumerate(sorted(link_series.items())):
+    for i, (link, (t, u)) in enumerate(sorted(link_series.items())):
         pid = LINK_PID_BASE + i
         out.append({"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": f"link {link}"}})
-        t, u = (np.asarray(c, dtype=np.float64).reshape(-1) for c in zip(*samples)) if samples else \
-            (np.zeros(0), np.zeros(0))
-        out.append(CounterTrack(f"link {link}", pid, t, u, key="utilisation"))
+        out.append(CounterTrack(f"link {link}", pid, np.asarray(t, dtype=np.float64),
+                                np.asarray(u, dtype=np.float64), key="utilisation"))
     return out

@@ -201,12 +201,15 @@ def test_a_links_series_is_its_samples_in_time_order():
         usage._append(float(t), links, rng.random(links.size))
     want = [edges[4], edges[1], edges[5]]
     per = [2.0, 4.0, 0.5]
-    got = usage.series(want, per)
+    got = {link: list(zip(t.tolist(), r.tolist())) for link, (t, r) in usage.series(want, per).items()}
     flat = [(t, int(link), r) for t, ls, rs in usage.history for link, r in zip(ls.tolist(), rs.tolist())]
     for link, p in zip(want, per):
         mine = [(t, r / p) for t, link_i, r in flat if link_i == usage.index[link]]
         assert got[link] == sorted(mine, key=lambda x: x[0])  # (sorted is stable)
         assert len(got[link]) > 20
-    assert usage.series(want)[edges[1]] == [(t, r) for t, link_i, r in sorted(
+    t1, r1 = usage.series(want)[edges[1]]
+    assert list(zip(t1.tolist(), r1.tolist())) == [(t, r) for t, link_i, r in sorted(
         ((t, link_i, r) for t, link_i, r in flat if link_i == 1), key=lambda x: x[0])]
     assert usage.series([]) == {}
+    idle = LinkUsage(edges, {e: i for i, e in enumerate(edges)}, np.full(6, 1e9), record=False)
+    assert [a.size for a in idle.series([edges[0]])[edges[0]]] == [0, 0]

@@ -25,7 +25,7 @@ def test_counter_events():
 @pytest.mark.quick
 def test_a_runs_counters_are_memory_per_rank_then_a_track_per_link():
     memory = {1: (np.array([0.0, 1e-3]), np.array([0.0, 2.0 * GiB])), 0: (np.array([0.0]), np.array([GiB]))}
-    links = {"b->c": [(0.0, 0.5), (1e-3, 0.0)], "a->b": []}
+    links = {"b->c": (np.array([0.0, 1e-3]), np.array([0.5, 0.0])), "a->b": (np.zeros(0), np.zeros(0))}
     tracks = run_counters(memory, links)
     assert [(t.name, t.pid) for t in tracks if isinstance(t, CounterTrack)] == [
         ("memory", rank_pid(0)), ("memory", rank_pid(1)), ("link a->b", LINK_PID_BASE), ("link b->c", LINK_PID_BASE + 1)]
@@ -33,5 +33,5 @@ def test_a_runs_counters_are_memory_per_rank_then_a_track_per_link():
     names = [t["args"]["name"] for t in tracks if isinstance(t, dict)]
     assert names == ["link a->b", "link b->c"]
     events = tracks[-1].events()
-    assert json.dumps(events) == json.dumps(counter_events("link b->c", LINK_PID_BASE + 1, links["b->c"],
+    assert json.dumps(events) == json.dumps(counter_events("link b->c", LINK_PID_BASE + 1, [(0.0, 0.5), (1e-3, 0.0)],
                                                            key="utilisation"))
