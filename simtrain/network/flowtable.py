@@ -23,18 +23,19 @@ Batch = tuple[int, float, list[float], np.ndarray, np.ndarray]
 
 
 class PathTable:
-    """Distinct paths as ids: each one's link indices (in path order), the same links once each
-    (for adding bytes, where a repeated link counts once) and as a set (for searches)."""
+    """Distinct paths as ids: each one's link indices (in path order), and in the pools the
+    compiled code reads the same links once each (for adding bytes, where a repeated link counts
+    once, and for searches) with each path's number of links."""
 
     def __init__(self, index: dict[Link, int]) -> None:
         self.index = index
         self.ids: dict[tuple[Link, ...], int] = {}
         self.arrays: list[np.ndarray] = []
-        self.unique: list[np.ndarray] = []
-        self.sets: list[frozenset[int]] = []
-        self.sizes: list[int] = []
         self.pu = np.zeros(256, dtype=np.int64)  # every path's distinct links, end to end
         self.puo = np.zeros(65, dtype=np.int64)  # where each path's lie in pu (one more than paths)
+        self.pa = np.zeros(256, dtype=np.int64)  # every path's links in path order, end to end
+        self.pao = np.zeros(65, dtype=np.int64)  # where each path's lie in pa (one more than paths)
+        self.psize = np.zeros(65, dtype=np.int64)  # by path id: its links, a repeated one as often as it appears
         self.phead = np.zeros(65, dtype=np.int64)  # by path id: one more than its first live flow's slot (0: none)
         self._batches: dict[int, tuple[object, Batch]] = {}  # id of a flow tuple -> it, its batch
 
@@ -67,22 +68,33 @@ class PathTable:
                 raise ValueError(f"flow path uses a link not in the graph: {exc.args[0]}") from None
             pid = self.ids[key] = len(self.arrays)
             self.arrays.append(arr)
-            self.unique.append(np.unique(arr))
-            self.sets.append(frozenset(arr.tolist()))
-            self.sizes.append(int(arr.size))
-            self._pool(pid, self.unique[-1])
+            self._pool(pid, np.unique(arr), arr)
         return pid
 
-    def _pool(self, pid: int, links: np.ndarray) -> None:
-        """Append path ``pid``'s distinct ``links`` to the pools the compiled loop reads."""
+    def __len__(self) -> int:
+        return len(self.arrays)
+
+    def _pool(self, pid: int, links: np.ndarray, path: np.ndarray) -> None:
+        """Append path ``pid``'s distinct ``links`` and its links in order (``path``) to the
+        pools the compiled code reads."""
         if pid + 2 > self.puo.size:
-            self.phead = np.concatenate([self.phead, np.zeros(self.puo.size, dtype=np.int64)])
-            self.puo = np.concatenate([self.puo, np.zeros(self.puo.size, dtype=np.int64)])
-        at = int(self.puo[pid])
-        while at + links.size > self.pu.size:
-            self.pu = np.concatenate([self.pu, np.zeros(self.pu.size, dtype=np.int64)])
-        self.pu[at:at + links.size] = links
-        self.puo[pid + 1] = at + links.size
+            grown = np.zeros(self.puo.size, dtype=np.int64)
+            self.phead, self.puo, self.pao, self.psize = (np.concatenate([a, grown])
+                                                          for a in (self.phead, self.puo, self.pao, self.psize))
+        self.pu = _put(self.pu, self.puo, pid, links)
+        self.pa = _put(self.pa, self.pao, pid, path)
+        self.psize[pid] = path.size
+
+
+def _put(pool: np.ndarray, offsets: np.ndarray, pid: int, links: np.ndarray) -> np.ndarray:
+    """``pool`` (doubled as often as needed) with ``links`` appended as path ``pid``'s, its end
+    in ``offsets[pid + 1]``."""
+    at = int(offsets[pid])
+    while at + links.size > pool.size:
+        pool = np.concatenate([pool, np.zeros(pool.size, dtype=np.int64)])
+    pool[at:at + links.size] = links
+    offsets[pid + 1] = at + links.size
+    return pool
 
 
 class FlowTable:

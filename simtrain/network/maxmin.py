@@ -57,34 +57,59 @@ def filled_rates(pair_flow: np.ndarray, pair_link: np.ndarray, capacity: np.ndar
 class MaxMinMemo:
     """Max-min fair rates of a set of paths on links of bandwidth ``capacity``, memoised by the
     set: the same set (a TP ring alone on its links, say) recurs thousands of times, and its
-    solution depends only on the paths. Paths must be interned (one array per distinct path)."""
+    solution depends only on the paths. A path is an id into pools of links: path ``p`` crosses
+    ``pa[pao[p]:pao[p + 1]]``, in order (:func:`pools` makes them from arrays)."""
 
     def __init__(self, capacity: np.ndarray) -> None:
         self.capacity = capacity
         self._memo: dict[bytes, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}  # sorted path ids
+        links = capacity.size
+        self._per_link = [np.zeros(links, dtype=np.int64) for _ in range(3)] + [np.zeros(links) for _ in range(4)]
+        self._mark = np.zeros(links, dtype=bool)
+        self._per_pair = [np.zeros(0, dtype=np.int64)] * 4
+        self._rate, self._frozen = np.zeros(0), np.zeros(0, dtype=bool)
 
-    def rates(self, paths: list[np.ndarray], keys: np.ndarray | None = None
-              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """The rate of each path (in the order given), the links used, each used link's load
-        (summed over the paths in the order of their ``keys``: one integer per distinct path,
-        by default its array's ``id``)."""
-        pids = (np.fromiter(map(id, paths), dtype=np.int64, count=len(paths)) if keys is None
-                else np.asarray(keys, dtype=np.int64))
+    def rates(self, pids: np.ndarray, pa: np.ndarray, pao: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The rate of a flow on each path of ``pids`` (in the order given), the links used
+        (ascending), each used link's load (summed over the flows in the order of their path
+        ids)."""
+        pids = np.asarray(pids, dtype=np.int64)
         order = np.argsort(pids, kind="stable")
-        key = pids[order].tobytes()
+        ordered = pids[order]
+        key = ordered.tobytes()
         hit = self._memo.get(key)
         if hit is None:
-            ordered = [paths[i] for i in order.tolist()]
-            lens = np.fromiter((p.size for p in ordered), dtype=np.int64, count=len(ordered))
-            pair_link = np.concatenate(ordered)
-            pair_flow = np.repeat(np.arange(len(ordered)), lens)
-            used, local = np.unique(pair_link, return_inverse=True)
-            sorted_rates = filled_rates(pair_flow, local, self.capacity[used], len(ordered))
-            link_rates = np.bincount(local, weights=sorted_rates[pair_flow], minlength=used.size)
+            hit = self._filled(ordered, pa, pao)
             if len(self._memo) > 50_000:
                 self._memo.clear()
-            hit = self._memo[key] = (sorted_rates, used, link_rates)
+            self._memo[key] = hit
         sorted_rates, used, link_rates = hit
         rates = np.empty(len(order))
         rates[order] = sorted_rates
         return rates, used, link_rates
+
+    def _filled(self, ordered: np.ndarray, pa: np.ndarray, pao: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """:func:`~simtrain.network.maxmin_fill.fill_paths` of flows on the paths ``ordered``
+        (its scratch arrays kept between calls, grown as needed): the flows' rates, the links
+        used, their loads."""
+        from simtrain.network.flow_kernels import FILL  # compiled: loaded with the flow model
+
+        n = ordered.size
+        pairs = int((pao[ordered + 1] - pao[ordered]).sum())
+        if self._per_pair[0].size < pairs:
+            self._per_pair = [np.zeros(2 * pairs, dtype=np.int64) for _ in range(4)]
+        if self._rate.size < n:
+            self._rate, self._frozen = np.zeros(2 * n), np.zeros(2 * n, dtype=bool)
+        pos, count, used, cap_used, load, share, link_rates = self._per_link
+        u = FILL.fill_paths(ordered, pa, pao, self.capacity, *self._per_pair, self._mark, pos, cap_used, self._rate,
+                            self._frozen, load, count, share, used, link_rates)
+        return self._rate[:n].copy(), used[:u].copy(), link_rates[:u].copy()
+
+
+def pools(paths: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """The pools of :class:`MaxMinMemo` for ``paths`` (path ``p`` is ``paths[p]``)."""
+    lens = np.fromiter((p.size for p in paths), dtype=np.int64, count=len(paths))
+    pao = np.zeros(len(paths) + 1, dtype=np.int64)
+    np.cumsum(lens, out=pao[1:])
+    pa = np.concatenate(paths).astype(np.int64) if paths else np.zeros(0, dtype=np.int64)
+    return pa, pao

@@ -25,8 +25,61 @@ def fill(pf: np.ndarray, pl: np.ndarray, capacity: np.ndarray, rate: np.ndarray,
     (the smallest share), the flows on the links within ``REL_TOL`` of it frozen there, and
     their links' load raised by the level times the flows frozen on each, as
     :func:`~simtrain.network.maxmin.max_min_rates` does it."""
-    n = pf.size
-    links = capacity.size
+    _fill(pf, pl, pf.size, capacity, capacity.size, rate, frozen, load, count, share)
+
+
+@compiled
+def fill_paths(order: np.ndarray, pa: np.ndarray, pao: np.ndarray, capacity: np.ndarray, flow_of: np.ndarray,
+               local: np.ndarray, pf: np.ndarray, pl: np.ndarray, mark: np.ndarray, pos: np.ndarray,
+               cap_used: np.ndarray, rate: np.ndarray, frozen: np.ndarray, load: np.ndarray, count: np.ndarray,
+               share: np.ndarray, used: np.ndarray, link_rates: np.ndarray) -> int:
+    """Max-min fair rates of flows on paths, as :class:`~simtrain.network.maxmin.MaxMinMemo`
+    computes them with NumPy: flow ``k`` crosses the links ``pa[pao[p]:pao[p + 1]]`` of path
+    ``p = order[k]``; the pairs are listed flow by flow, the links used numbered ascending
+    (``np.unique``'s numbering), filled (:func:`fill`), and each link's flows' rates summed in
+    the pairs' order (``np.bincount``'s). Returns how many links are used: ``used[:u]`` (link
+    ids, ascending), ``link_rates[:u]``; ``rate[:n]`` the flows' rates. The other arrays are
+    scratch: ``flow_of``, ``local``, ``pf`` and ``pl`` per pair, ``mark``, ``pos``, ``cap_used``,
+    ``load``, ``count`` and ``share`` per link, ``frozen`` per flow."""
+    n = order.size
+    m = 0
+    for k in range(n):
+        p = order[k]
+        for i in range(pao[p], pao[p + 1]):
+            flow_of[m] = k
+            local[m] = pa[i]
+            m += 1
+    for j in range(capacity.size):
+        mark[j] = False
+    for i in range(m):
+        mark[local[i]] = True
+    u = 0
+    for j in range(capacity.size):
+        if mark[j]:
+            pos[j] = u
+            used[u] = j
+            cap_used[u] = capacity[j]
+            u += 1
+    for i in range(m):
+        local[i] = pos[local[i]]
+        pf[i] = flow_of[i]
+        pl[i] = local[i]
+    for k in range(n):
+        rate[k] = 0.0
+        frozen[k] = False
+    for j in range(u):
+        load[j] = 0.0
+        link_rates[j] = 0.0
+    _fill(pf, pl, m, cap_used, u, rate, frozen, load, count, share)
+    for i in range(m):
+        link_rates[local[i]] += rate[flow_of[i]]
+    return u
+
+
+@compiled
+def _fill(pf: np.ndarray, pl: np.ndarray, n: int, capacity: np.ndarray, links: int, rate: np.ndarray,
+          frozen: np.ndarray, load: np.ndarray, count: np.ndarray, share: np.ndarray) -> None:
+    """:func:`fill` on the first ``n`` pairs and the first ``links`` links."""
     while n > 0:
         for j in range(links):
             count[j] = 0

@@ -3,9 +3,9 @@
 After flows start or end, the rates are recomputed on the flows linked to the changed links
 through shared links (transitively: the connected component, since max-min allocations decompose
 over components), or on every active flow once that component holds more than half of the
-flow-link pairs (:func:`component`). Both the set and the rates it gets are functions of the
-active flows' paths (a multiset), the links then carrying traffic and the paths started and
-ended since the last recomputation. :class:`Reshares` numbers each distinct (multiset, busy links)
+flow-link pairs (:class:`ComponentSearch`, compiled: :mod:`simtrain.network.flowcomponent`).
+Both the set and the rates it gets are functions of the active flows' paths (a multiset), the
+links then carrying traffic and the paths started and ended since the last recomputation. :class:`Reshares` numbers each distinct (multiset, busy links)
 state once; :class:`~simtrain.network.reshare_memo.ReshareMemo` keeps, per state and change, the
 resulting state, the component and its rates, so a collective that recurs (the same all-to-all
 every layer) repeats its recomputations by lookup.
@@ -15,64 +15,43 @@ The rates themselves come from progressive filling (:mod:`simtrain.network.maxmi
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable
 
 import numpy as np
 
 from simtrain.network.flow_layout import HITS
-from simtrain.network.flowtable import FlowTable
+from simtrain.network.flow_kernels import COMPONENT
+from simtrain.network.flowtable import FlowTable, PathTable
 from simtrain.network.maxmin import MaxMinMemo
 
 
-class LinkPaths:
-    """The active paths on each link, brought up to date on demand from the flows' counts per
-    path (:meth:`sync`): only the paths that became active or idle since the last call change."""
+class ComponentSearch:
+    """:func:`~simtrain.network.flowcomponent.component` with its scratch arrays, kept between
+    calls (and grown with the paths) so that its machine code is handed the same arrays."""
 
-    def __init__(self, paths: list[frozenset[int]]) -> None:
-        self.paths = paths
-        self.on: dict[int, set[int]] = {}
-        self._active = np.zeros(0, dtype=bool)
+    def __init__(self, num_links: int) -> None:
+        self._per_link = [np.zeros(num_links + 1, dtype=np.int64)] + [np.zeros(num_links, dtype=np.int64)
+                                                                     for _ in range(3)]
+        self._lseen = np.zeros(num_links, dtype=bool)
+        self._out = np.zeros(1, dtype=np.int64)
+        self._lpaths = self._found = np.zeros(0, dtype=np.int64)
+        self._pseen = np.zeros(0, dtype=bool)
 
-    def sync(self, counts: np.ndarray) -> None:
-        """``counts[p]``: the active flows on path ``p`` now."""
-        now = counts > 0
-        before = np.zeros(now.size, dtype=bool)
-        k = min(now.size, self._active.size)
-        before[:k] = self._active[:k]
-        gone = np.flatnonzero(self._active[k:]) + k
-        for p in np.flatnonzero(now != before).tolist() + gone.tolist():
-            on = self.on
-            if p < now.size and now[p]:
-                for link in self.paths[p]:
-                    on.setdefault(link, set()).add(p)
-            else:
-                for link in self.paths[p]:
-                    on[link].discard(p)
-        self._active = now
-
-
-def component(counts: np.ndarray, pairs: int, dirty: set[int], on: dict[int, set[int]],
-              paths: list[frozenset[int]], sizes: list[int]) -> tuple[list[int], list[int]] | None:
-    """The component of the links ``dirty``: the active paths (``counts[p]`` flows on path ``p``,
-    ``on[link]`` the active paths on a link) reachable from them through shared links, sorted, and
-    the links visited, sorted; None when those paths carry more than half of the ``pairs``
-    flow-link pairs of all active flows (``sizes``: links per path)."""
-    budget = pairs // 2
-    seen_links, found = set(dirty), set()
-    stack = list(seen_links)
-    visited = 0
-    while stack:  # the result does not depend on the order of the search
-        for p in on.get(stack.pop(), ()):
-            if p in found:
-                continue
-            found.add(p)
-            visited += int(counts[p]) * sizes[p]
-            if visited > budget:
-                return None
-            fresh = paths[p] - seen_links
-            seen_links |= fresh
-            stack.extend(fresh)
-    return sorted(found), sorted(seen_links)
+    def __call__(self, counts: np.ndarray, table: PathTable, changed: np.ndarray
+                 ) -> tuple[np.ndarray, np.ndarray] | None:
+        """The paths and links of the component of the links of the ``changed`` paths (ids,
+        ascending), with ``counts[p]`` active flows on path ``p`` of ``table``; None where it
+        holds more than half of the active flow-link pairs."""
+        if self._found.size < counts.size:
+            self._found = np.zeros(table.puo.size, dtype=np.int64)
+            self._pseen = np.zeros(table.puo.size, dtype=bool)
+        if self._lpaths.size < table.pu.size:
+            self._lpaths = np.zeros(table.pu.size, dtype=np.int64)
+        lstart, lfill, stack, links = self._per_link
+        n = COMPONENT.component(counts, table.psize, table.pu, table.puo, changed, lstart, self._lpaths, lfill,
+                                self._pseen, self._lseen, stack, self._found, links, self._out)
+        if n < 0:
+            return None
+        return self._found[:n].copy(), links[:int(self._out[0])].copy()
 
 
 @dataclass(frozen=True)
@@ -107,11 +86,10 @@ class Reshares:
     the state numbering hold: both are cleared when full; 0: no memo). :attr:`hits` counts the
     recomputations applied from the memo without being computed again."""
 
-    def __init__(self, max_min: MaxMinMemo, paths: list[frozenset[int]], ist: np.ndarray,
-                 limit: int = 4_000_000) -> None:
+    def __init__(self, max_min: MaxMinMemo, ist: np.ndarray, limit: int = 4_000_000) -> None:
         self.max_min = max_min
         self.limit = limit
-        self.link_paths = LinkPaths(paths)
+        self.component = ComponentSearch(max_min.capacity.size)
         self.ist = ist
         self._nodes: dict[tuple[bytes, bytes, bytes], int] = {}
         self.held = 0
@@ -139,31 +117,25 @@ class Reshares:
         self._nodes.clear()
         self.held = 0
 
-    def compute(self, flows: FlowTable, busy: np.ndarray, changed: Iterable[int]) -> Reshare:
-        """The recomputation from scratch, on the flows of :func:`component`."""
+    def compute(self, flows: FlowTable, busy: np.ndarray, changed: np.ndarray) -> Reshare:
+        """The recomputation from scratch, on the flows of the component of the ``changed``
+        paths' links (:class:`ComponentSearch`)."""
         table = flows.path_table
         live = flows.live()
         pid_live = flows.pidx[live]
-        counts = np.bincount(pid_live, minlength=len(table.sizes))
-        self.link_paths.sync(counts)
-        sizes = table.sizes
-        pairs = sum(sizes[p] for p in pid_live.tolist())
-        dirty: set[int] = set()
-        for p in changed:
-            dirty |= table.sets[p]
-        found = component(counts, pairs, dirty, self.link_paths.on, table.sets, sizes)
+        counts = np.bincount(pid_live, minlength=len(table))
+        found = self.component(counts, table, changed)
         if found is None:
             slots, touched, comp = live, None, None
         else:
-            comp = np.asarray(found[0], dtype=np.int64)
+            comp, touched = found
             slots = live[_member(comp, pid_live)]
-            touched = np.asarray(found[1], dtype=np.int64)
         hit = busy if touched is None else touched
         rest = busy[:0] if touched is None else busy[~_member(touched, busy)]
         if slots.size == 0:
             return Reshare(self.node(counts, rest), comp, None, None, None, None, rest, hit)
         pids = flows.pidx[slots]
-        rates, used, link_rates = self.max_min.rates([table.arrays[p] for p in pids.tolist()], pids)
+        rates, used, link_rates = self.max_min.rates(pids, table.pa, table.pao)
         rate_paths, first = np.unique(pids, return_index=True)  # a path's flows share one rate
         new_busy = np.sort(np.concatenate((rest, used[link_rates > 0])))  # disjoint: used lies in touched
         return Reshare(self.node(counts, new_busy), comp, rate_paths, rates[first], used, link_rates, new_busy,

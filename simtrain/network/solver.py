@@ -69,7 +69,7 @@ class FlowModel:
         self.paths = PathTable(self.index)
         self.flows = FlowTable(self.paths, self.ist, group)
         self._max_min = MaxMinMemo(self.capacity)
-        self.reshares = Reshares(self._max_min, self.paths.sets, self.ist)
+        self.reshares = Reshares(self._max_min, self.ist)
         self.memo = ReshareMemo(self.ist, CORE.key_hash)
         self.fs = np.zeros(1)  # the clock, s
         self.busy = np.zeros(len(self.edges), dtype=np.int64)  # the links with a rate > 0, sorted (N_BUSY)
@@ -266,7 +266,7 @@ def _memoise_reshare(model: FlowModel) -> None:
     started = np.sort(chg[STARTED, :ist[N_STARTED]])
     ended = np.sort(chg[ENDED, :ist[N_ENDED]])
     busy = model.busy[:ist[N_BUSY]].copy()
-    share = model.reshares.compute(model.flows, busy, set(started.tolist()) | set(ended.tolist()))
+    share = model.reshares.compute(model.flows, busy, np.concatenate((started, ended)))
     reshares, memo = model.reshares, model.memo
     reshares.misses += 1
     reshares.held += share.size + started.size + ended.size

@@ -45,7 +45,11 @@ def test_batched_starts_and_ends_take_the_slots_of_one_at_a_time():
 def test_paths_are_interned_and_batches_kept_per_flow_tuple():
     paths = PathTable({AB: 0, BC: 1})
     assert paths.intern([AB, BC]) == paths.intern((AB, BC)) == 0 and paths.intern([BC]) == 1
-    assert paths.arrays[0].tolist() == [0, 1] and paths.sets[0] == {0, 1} and paths.sizes == [2, 1]
+    assert paths.arrays[0].tolist() == [0, 1] and len(paths) == 2 and paths.psize[:2].tolist() == [2, 1]
+    assert paths.pa[:paths.pao[2]].tolist() == [0, 1, 1] and paths.pao[:3].tolist() == [0, 2, 3]
+    assert paths.intern([BC, AB, BC]) == 2  # a repeated link: in order in pa, once in pu
+    assert paths.pa[paths.pao[2]:paths.pao[3]].tolist() == [1, 0, 1] and paths.psize[2] == 3
+    assert paths.pu[paths.puo[2]:paths.puo[3]].tolist() == [0, 1]
     flows = (((AB, BC), 3.0), ((), 2.0), ((BC,), 0.0), ((BC,), 1.0))
     batch = paths.batch(1, flows)
     assert batch[:3] == (4, 6.0, [2.0, 0.0])

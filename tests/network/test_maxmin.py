@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from simtrain.network.maxmin import MaxMinMemo, max_min_rates
+from simtrain.network.maxmin import MaxMinMemo, max_min_rates, pools
 
 pytestmark = pytest.mark.quick
 
@@ -21,14 +21,14 @@ def test_progressive_filling_by_hand():
 def test_memo_is_order_free_and_reports_link_loads():
     capacity = np.array([1.0, 2.0, 8.0])
     memo = MaxMinMemo(capacity)
-    both, only_a, only_b = np.array([0, 1]), np.array([0]), np.array([1])
-    rates, used, load = memo.rates([both, only_a, only_b])
+    pa, pao = pools([np.array([0, 1]), np.array([0]), np.array([1]), np.array([2])])
+    both, only_a, only_b, twin = range(4)
+    rates, used, load = memo.rates(np.array([both, only_a, only_b]), pa, pao)
     assert rates.tolist() == pytest.approx([0.5, 0.5, 1.5])
     assert used.tolist() == [0, 1] and load.tolist() == pytest.approx([1.0, 2.0])
-    again, _, _ = memo.rates([only_b, both, only_a])  # the same set in another order
+    again, _, _ = memo.rates(np.array([only_b, both, only_a]), pa, pao)  # the same set in another order
     assert again.tolist() == pytest.approx([1.5, 0.5, 0.5])
     assert len(memo._memo) == 1
     # two flows on one path share it: 8 B/s link, 4 each
-    twin = np.array([2])
-    rates, used, load = memo.rates([twin, twin])
+    rates, used, load = memo.rates(np.array([twin, twin]), pa, pao)
     assert rates.tolist() == [4.0, 4.0] and used.tolist() == [2] and load.tolist() == [8.0]

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from simtrain.machine_code import NativeFunction
 from simtrain.network.flow_kernels import FILL
-from simtrain.network.maxmin import filled_rates, max_min_rates
+from simtrain.network.maxmin import MaxMinMemo, filled_rates, max_min_rates, pools
 from simtrain.network.maxmin_fill import fill
 
 pytestmark = pytest.mark.quick
@@ -50,3 +50,37 @@ def test_random_flow_sets_get_the_definitions_rates_bit_for_bit(data):
     for through in (fill, FILL.fill):
         assert _run(through, pf, pl, capacity, flows).tobytes() == want.tobytes()
     assert filled_rates(pf, pl, capacity, flows).tobytes() == want.tobytes()
+
+
+def _by_numpy(paths: list[np.ndarray], capacity: np.ndarray, ordered: list[int]):
+    """What MaxMinMemo computed with NumPy alone: the pairs flow by flow, the links numbered by
+    np.unique, the definition's rates, the loads summed by np.bincount."""
+    chosen = [paths[p] for p in ordered]
+    pair_link = np.concatenate(chosen)
+    pair_flow = np.repeat(np.arange(len(chosen)), [c.size for c in chosen])
+    used, local = np.unique(pair_link, return_inverse=True)
+    rates = max_min_rates(pair_flow, local, capacity[used], len(chosen))
+    return rates, used, np.bincount(local, weights=rates[pair_flow], minlength=used.size)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.data())
+def test_memo_fills_paths_as_numpy_did_bit_for_bit(data):
+    """Flows on paths of a pool (a link repeated in a path counts twice), in any order and with
+    repeats: :class:`MaxMinMemo`'s compiled pairs, numbering, filling and loads equal NumPy's."""
+    links = data.draw(st.integers(1, 8))
+    capacity = np.array(data.draw(st.lists(st.sampled_from([1.0, 3.0, 1e9, 46.5e9, 0.1]), min_size=links,
+                                           max_size=links)))
+    paths = [np.array(data.draw(st.lists(st.integers(0, links - 1), min_size=1, max_size=5)), dtype=np.int64)
+             for _ in range(data.draw(st.integers(1, 8)))]
+    flows = data.draw(st.lists(st.integers(0, len(paths) - 1), min_size=1, max_size=14))
+    memo = MaxMinMemo(capacity)
+    pa, pao = pools(paths)
+    for _ in range(2):  # the second time from the memo
+        rates, used, loads = memo.rates(np.array(flows), pa, pao)
+        ordered = sorted(flows)
+        want_rates, want_used, want_loads = _by_numpy(paths, capacity, ordered)
+        assert used.tolist() == want_used.tolist()
+        assert loads.tobytes() == want_loads.tobytes()
+        assert rates[np.argsort(flows, kind="stable")].tobytes() == want_rates.tobytes()
+    assert isinstance(FILL.fill_paths._fast, NativeFunction)
