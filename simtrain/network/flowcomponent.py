@@ -4,10 +4,10 @@ machine code, :data:`simtrain.network.flow_kernels.COMPONENT`).
 Max-min allocations decompose over the connected components of the graph of active paths and
 the links they share, so a recomputation after flows start or end prices only the paths linked
 to the changed paths' links through shared links, transitively (:mod:`simtrain.network.sharing`).
-:func:`component` indexes the active paths by link (a counting sort over the paths' distinct
-links, each link's paths in ascending order), then searches from the changed paths' links. Its
-result does not depend on the order of the search: every path and link reachable, listed
-ascending, or none where the component carries more than half of the active flow-link pairs (a
+:func:`component` indexes the active paths by link (a counting sort over the active paths'
+distinct links), then searches from the changed paths' links. Its
+result does not depend on the order of the search: every path and link reachable (the caller
+sorts them), or none where the component carries more than half of the active flow-link pairs (a
 recomputation of every active flow is then as cheap).
 """
 
@@ -19,74 +19,85 @@ from simtrain.network.flow_jit import compiled
 
 
 @compiled
-def component(counts: np.ndarray, psize: np.ndarray, pu: np.ndarray, puo: np.ndarray, changed: np.ndarray,
-              lstart: np.ndarray, lpaths: np.ndarray, lfill: np.ndarray, pseen: np.ndarray, lseen: np.ndarray,
-              stack: np.ndarray, found: np.ndarray, links: np.ndarray, out: np.ndarray) -> int:
-    """The component of the links of the ``changed`` paths: the active paths (``counts[p]`` flows
-    on path ``p``, of ``psize[p]`` links each; ``pu[puo[p]:puo[p + 1]]`` its distinct links)
-    reachable from those links through shared links, ascending in ``found`` (how many: the
-    return value), and the links visited, ascending in ``links`` (how many: ``out[0]``); -1
-    where those paths carry more than half of the flow-link pairs of all active flows (each
-    flow's ``psize``). ``lstart`` (one more than the links), ``lfill``, ``lseen``, ``stack``
-    (one per link), ``lpaths`` (as long as ``pu``) and ``pseen`` (one per path) are scratch."""
-    num_paths = counts.size
-    num_links = lfill.size
+def component(active: np.ndarray, counts: np.ndarray, psize: np.ndarray, pu: np.ndarray, puo: np.ndarray,
+              changed: np.ndarray, lcount: np.ndarray, lstart: np.ndarray, lfill: np.ndarray, lpaths: np.ndarray,
+              touched: np.ndarray, pseen: np.ndarray, lseen: np.ndarray, stack: np.ndarray, found: np.ndarray,
+              links: np.ndarray, out: np.ndarray) -> int:
+    """The component of the links of the ``changed`` paths: of the ``active`` paths (``counts[p]``
+    flows on path ``p``, of ``psize[p]`` links each; ``pu[puo[p]:puo[p + 1]]`` its distinct
+    links), those reachable from those links through shared links, in ``found`` (how many: the
+    return value), and the links visited, in ``links`` (how many: ``out[0]``), both in the
+    order the search met them; -1 where those paths carry more than half of the flow-link pairs
+    of all active flows (each flow's ``psize``). Per link ``lcount``, ``lstart``, ``lfill``,
+    ``touched``, ``lseen`` and ``stack``, ``lpaths`` (as long as ``pu``) and per path ``pseen``
+    are scratch: ``lcount``, ``lseen`` and ``pseen`` must be all zero, and are left so. The work
+    is in proportion to the active paths' links, not to every path and link of the table."""
+    num_touched = 0
     pairs = 0
-    for j in range(num_links + 1):
-        lstart[j] = 0
-    for p in range(num_paths):
-        if counts[p] > 0:
-            pairs += counts[p] * psize[p]
-            for k in range(puo[p], puo[p + 1]):
-                lstart[pu[k] + 1] += 1
-    for j in range(num_links):
-        lstart[j + 1] += lstart[j]
-        lfill[j] = lstart[j]
-        lseen[j] = False
-    for p in range(num_paths):
-        pseen[p] = False
-        if counts[p] > 0:
-            for k in range(puo[p], puo[p + 1]):
-                link = pu[k]
-                lpaths[lfill[link]] = p
-                lfill[link] += 1
+    for a in range(active.size):
+        p = active[a]
+        pairs += counts[p] * psize[p]
+        for k in range(puo[p], puo[p + 1]):
+            link = pu[k]
+            if lcount[link] == 0:
+                touched[num_touched] = link
+                num_touched += 1
+            lcount[link] += 1
+    at = 0
+    for i in range(num_touched):
+        link = touched[i]
+        lstart[link] = at
+        lfill[link] = at
+        at += lcount[link]
+    for a in range(active.size):
+        p = active[a]
+        for k in range(puo[p], puo[p + 1]):
+            link = pu[k]
+            lpaths[lfill[link]] = p
+            lfill[link] += 1
     top = 0
+    m = 0
     for c in range(changed.size):
         p = changed[c]
         for k in range(puo[p], puo[p + 1]):
             link = pu[k]
             if not lseen[link]:
                 lseen[link] = True
+                links[m] = link
+                m += 1
                 stack[top] = link
                 top += 1
     budget = pairs // 2
     visited = 0
-    while top > 0:
+    n = 0
+    over = False
+    while top > 0 and not over:
         top -= 1
         link = stack[top]
-        for k in range(lstart[link], lstart[link + 1]):
+        for k in range(lstart[link], lstart[link] + lcount[link]):  # (no paths where lcount is 0)
             p = lpaths[k]
             if pseen[p]:
                 continue
             pseen[p] = True
+            found[n] = p
+            n += 1
             visited += counts[p] * psize[p]
             if visited > budget:
-                return -1
+                over = True
+                break
             for kk in range(puo[p], puo[p + 1]):
                 other = pu[kk]
                 if not lseen[other]:
                     lseen[other] = True
+                    links[m] = other
+                    m += 1
                     stack[top] = other
                     top += 1
-    n = 0
-    for p in range(num_paths):
-        if pseen[p]:
-            found[n] = p
-            n += 1
-    m = 0
-    for j in range(num_links):
-        if lseen[j]:
-            links[m] = j
-            m += 1
+    for i in range(num_touched):
+        lcount[touched[i]] = 0
+    for i in range(n):
+        pseen[found[i]] = False
+    for i in range(m):
+        lseen[links[i]] = False
     out[0] = m
-    return n
+    return -1 if over else n

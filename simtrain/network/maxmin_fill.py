@@ -40,7 +40,8 @@ def fill_paths(order: np.ndarray, pa: np.ndarray, pao: np.ndarray, capacity: np.
     the pairs' order (``np.bincount``'s). Returns how many links are used: ``used[:u]`` (link
     ids, ascending), ``link_rates[:u]``; ``rate[:n]`` the flows' rates. The other arrays are
     scratch: ``flow_of``, ``local``, ``pf`` and ``pl`` per pair, ``mark``, ``pos``, ``cap_used``,
-    ``load``, ``count`` and ``share`` per link, ``frozen`` per flow."""
+    ``load``, ``count`` and ``share`` per link (``mark`` all False, and left so), ``frozen`` per
+    flow. The work is in proportion to the pairs, not to every link of the cluster."""
     n = order.size
     m = 0
     for k in range(n):
@@ -49,17 +50,17 @@ def fill_paths(order: np.ndarray, pa: np.ndarray, pao: np.ndarray, capacity: np.
             flow_of[m] = k
             local[m] = pa[i]
             m += 1
-    for j in range(capacity.size):
-        mark[j] = False
-    for i in range(m):
-        mark[local[i]] = True
     u = 0
-    for j in range(capacity.size):
-        if mark[j]:
-            pos[j] = u
-            used[u] = j
-            cap_used[u] = capacity[j]
+    for i in range(m):
+        if not mark[local[i]]:
+            mark[local[i]] = True
+            used[u] = local[i]
             u += 1
+    _heapsort(used, u)
+    for j in range(u):
+        mark[used[j]] = False
+        pos[used[j]] = j
+        cap_used[j] = capacity[used[j]]
     for i in range(m):
         local[i] = pos[local[i]]
         pf[i] = flow_of[i]
@@ -114,3 +115,26 @@ def _fill(pf: np.ndarray, pl: np.ndarray, n: int, capacity: np.ndarray, links: i
             if count[j] > 0:
                 load[j] += level * count[j]
         n = kept
+
+
+@compiled
+def _heapsort(a: np.ndarray, n: int) -> None:
+    """Sort ``a[:n]`` ascending in place (heapsort: no allocation, n log n)."""
+    for start in range(n // 2 - 1, -1, -1):
+        _sift(a, start, n)
+    for end in range(n - 1, 0, -1):
+        a[0], a[end] = a[end], a[0]
+        _sift(a, 0, end)
+
+
+@compiled
+def _sift(a: np.ndarray, root: int, n: int) -> None:
+    """Move ``a[root]`` down the max-heap ``a[:n]`` to its place."""
+    while 2 * root + 1 < n:
+        child = 2 * root + 1
+        if child + 1 < n and a[child + 1] > a[child]:
+            child += 1
+        if a[root] >= a[child]:
+            return
+        a[root], a[child] = a[child], a[root]
+        root = child

@@ -29,29 +29,29 @@ class ComponentSearch:
     calls (and grown with the paths) so that its machine code is handed the same arrays."""
 
     def __init__(self, num_links: int) -> None:
-        self._per_link = [np.zeros(num_links + 1, dtype=np.int64)] + [np.zeros(num_links, dtype=np.int64)
-                                                                     for _ in range(3)]
+        self._per_link = [np.zeros(num_links, dtype=np.int64) for _ in range(6)]
         self._lseen = np.zeros(num_links, dtype=bool)
         self._out = np.zeros(1, dtype=np.int64)
         self._lpaths = self._found = np.zeros(0, dtype=np.int64)
         self._pseen = np.zeros(0, dtype=bool)
 
-    def __call__(self, counts: np.ndarray, table: PathTable, changed: np.ndarray
+    def __call__(self, active: np.ndarray, counts: np.ndarray, table: PathTable, changed: np.ndarray
                  ) -> tuple[np.ndarray, np.ndarray] | None:
         """The paths and links of the component of the links of the ``changed`` paths (ids,
-        ascending), with ``counts[p]`` active flows on path ``p`` of ``table``; None where it
-        holds more than half of the active flow-link pairs."""
+        ascending), with ``counts[p]`` flows on path ``p`` of ``table`` (``active``: the paths
+        with flows); None where it holds more than half of the active flow-link pairs."""
         if self._found.size < counts.size:
             self._found = np.zeros(table.puo.size, dtype=np.int64)
             self._pseen = np.zeros(table.puo.size, dtype=bool)
         if self._lpaths.size < table.pu.size:
             self._lpaths = np.zeros(table.pu.size, dtype=np.int64)
-        lstart, lfill, stack, links = self._per_link
-        n = COMPONENT.component(counts, table.psize, table.pu, table.puo, changed, lstart, self._lpaths, lfill,
-                                self._pseen, self._lseen, stack, self._found, links, self._out)
+        lcount, lstart, lfill, touched, stack, links = self._per_link
+        n = COMPONENT.component(active, counts, table.psize, table.pu, table.puo, changed, lcount,
+                                lstart, lfill, self._lpaths, touched, self._pseen, self._lseen, stack, self._found,
+                                links, self._out)
         if n < 0:
             return None
-        return self._found[:n].copy(), links[:int(self._out[0])].copy()
+        return np.sort(self._found[:n]), np.sort(links[:int(self._out[0])])
 
 
 @dataclass(frozen=True)
@@ -90,6 +90,7 @@ class Reshares:
         self.max_min = max_min
         self.limit = limit
         self.component = ComponentSearch(max_min.capacity.size)
+        self._flags = np.zeros(0, dtype=bool)  # scratch of _member: all False between calls
         self.ist = ist
         self._nodes: dict[tuple[bytes, bytes, bytes], int] = {}
         self.held = 0
@@ -100,9 +101,10 @@ class Reshares:
     def hits(self) -> int:
         return int(self.ist[HITS]) - self.misses
 
-    def node(self, counts: np.ndarray, busy: np.ndarray) -> int:
-        """The number of the state: the active flows' paths with their multiplicities, ``busy``."""
-        nz = np.flatnonzero(counts)
+    def node(self, counts: np.ndarray, busy: np.ndarray, active: np.ndarray | None = None) -> int:
+        """The number of the state: the active flows' paths with their multiplicities, ``busy``
+        (``active``: the paths with flows, ``np.flatnonzero(counts)``, where known)."""
+        nz = np.flatnonzero(counts) if active is None else active
         key = (nz.astype(np.int32).tobytes(), counts[nz].astype(np.int32).tobytes(),
                busy.astype(np.int32).tobytes())
         n = self._nodes.get(key)
@@ -124,30 +126,36 @@ class Reshares:
         live = flows.live()
         pid_live = flows.pidx[live]
         counts = np.bincount(pid_live, minlength=len(table))
-        found = self.component(counts, table, changed)
+        active = np.flatnonzero(counts)
+        found = self.component(active, counts, table, changed)
+        member = self._member
         if found is None:
             slots, touched, comp = live, None, None
         else:
             comp, touched = found
-            slots = live[_member(comp, pid_live)]
+            slots = live[member(comp, pid_live)]
         hit = busy if touched is None else touched
-        rest = busy[:0] if touched is None else busy[~_member(touched, busy)]
+        rest = busy[:0] if touched is None else busy[~member(touched, busy)]
         if slots.size == 0:
-            return Reshare(self.node(counts, rest), comp, None, None, None, None, rest, hit)
+            return Reshare(self.node(counts, rest, active), comp, None, None, None, None, rest, hit)
         pids = flows.pidx[slots]
         rates, used, link_rates = self.max_min.rates(pids, table.pa, table.pao)
         rate_paths, first = np.unique(pids, return_index=True)  # a path's flows share one rate
         new_busy = np.sort(np.concatenate((rest, used[link_rates > 0])))  # disjoint: used lies in touched
-        return Reshare(self.node(counts, new_busy), comp, rate_paths, rates[first], used, link_rates, new_busy,
-                       hit[~_member(used, hit)], link_rates / self.max_min.capacity[used])
+        return Reshare(self.node(counts, new_busy, active), comp, rate_paths, rates[first], used, link_rates,
+                       new_busy, hit[~member(used, hit)], link_rates / self.max_min.capacity[used])
 
-
-def _member(ids: np.ndarray, values: np.ndarray) -> np.ndarray:
-    """``numpy.isin(values, ids)`` for non-negative integers: a table of flags as long as the
-    largest of either (a recomputation asks twice, on tens of values, where ``isin`` sorts)."""
-    if not values.size:
-        return np.zeros(0, dtype=bool)
-    flags = np.zeros(max(int(ids.max(initial=-1)), int(values.max())) + 1, dtype=bool)
-    flags[ids] = True
-    picked: np.ndarray = flags[values]
-    return picked
+    def _member(self, ids: np.ndarray, values: np.ndarray) -> np.ndarray:
+        """``numpy.isin(values, ids)`` for non-negative integers (path or link ids): a table of
+        flags kept between calls (grown to the largest id asked, and cleared again after), so
+        that a call costs in proportion to its own values, where ``isin`` sorts."""
+        if not values.size:
+            return np.zeros(0, dtype=bool)
+        top = max(int(ids.max(initial=-1)), int(values.max())) + 1
+        if self._flags.size < top:
+            self._flags = np.zeros(2 * top, dtype=bool)
+        flags = self._flags
+        flags[ids] = True
+        picked: np.ndarray = flags[values]
+        flags[ids] = False
+        return picked

@@ -59,6 +59,7 @@ def test_component_equals_connected_components_from_scratch(data):
     search = ComponentSearch(num_links)
     want = _components_from_scratch(active, dirty, paths, sizes)
     for _ in range(2):
-        got = search(counts, table, changed)
+        got = search(np.flatnonzero(counts), counts, table, changed)
         assert (None if got is None else (got[0].tolist(), got[1].tolist())) == want
+        assert not (search._lseen.any() or search._pseen.any() or search._per_link[0].any())  # left clear
     assert isinstance(COMPONENT.component._fast, NativeFunction)

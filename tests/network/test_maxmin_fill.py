@@ -83,4 +83,5 @@ def test_memo_fills_paths_as_numpy_did_bit_for_bit(data):
         assert used.tolist() == want_used.tolist()
         assert loads.tobytes() == want_loads.tobytes()
         assert rates[np.argsort(flows, kind="stable")].tobytes() == want_rates.tobytes()
+        assert not memo._mark.any()  # its scratch flags left clear for the next call
     assert isinstance(FILL.fill_paths._fast, NativeFunction)

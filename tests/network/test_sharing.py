@@ -8,7 +8,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from simtrain.network.sharing import _member
+from simtrain.network.maxmin import MaxMinMemo
+from simtrain.network.sharing import Reshares
 from simtrain.network.solver import FlowModel
 from simtrain.topology.cluster import load_topology
 from simtrain.topology.routing.router import Router
@@ -63,7 +64,11 @@ def test_a_recurring_transfer_is_recomputed_by_lookup():
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.integers(0, 300), unique=True, max_size=40), st.lists(st.integers(0, 400), max_size=60))
 def test_membership_flags_are_numpys_isin(ids, values):
-    """The component's flows and the links it leaves busy are picked with a table of flags, as
-    ``numpy.isin`` picks them (empty sides, values past every id, repeats)."""
+    """The component's flows and the links it leaves busy are picked with a table of flags kept
+    between calls, as ``numpy.isin`` picks them (empty sides, values past every id, repeats; the
+    second call on the flags the first one left)."""
+    reshares = Reshares(MaxMinMemo(np.ones(4)), np.zeros(16, dtype=np.int64))
     ids_a, values_a = np.array(ids, dtype=np.int64), np.array(values, dtype=np.int64)
-    assert np.array_equal(_member(ids_a, values_a), np.isin(values_a, ids_a))
+    for a, b in ((ids_a, values_a), (values_a[:5], ids_a)):
+        assert np.array_equal(reshares._member(a, b), np.isin(b, a))
+    assert not reshares._flags.any()
