@@ -58,15 +58,7 @@ def component(active: np.ndarray, counts: np.ndarray, psize: np.ndarray, pu: np.
     top = 0
     m = 0
     for c in range(changed.size):
-        p = changed[c]
-        for k in range(puo[p], puo[p + 1]):
-            link = pu[k]
-            if not lseen[link]:
-                lseen[link] = True
-                links[m] = link
-                m += 1
-                stack[top] = link
-                top += 1
+        m, top = _visit(changed[c], pu, puo, lseen, links, m, stack, top)
     budget = pairs // 2
     visited = 0
     n = 0
@@ -85,14 +77,7 @@ def component(active: np.ndarray, counts: np.ndarray, psize: np.ndarray, pu: np.
             if visited > budget:
                 over = True
                 break
-            for kk in range(puo[p], puo[p + 1]):
-                other = pu[kk]
-                if not lseen[other]:
-                    lseen[other] = True
-                    links[m] = other
-                    m += 1
-                    stack[top] = other
-                    top += 1
+            m, top = _visit(p, pu, puo, lseen, links, m, stack, top)
     for i in range(num_touched):
         lcount[touched[i]] = 0
     for i in range(n):
@@ -101,3 +86,19 @@ def component(active: np.ndarray, counts: np.ndarray, psize: np.ndarray, pu: np.
         lseen[links[i]] = False
     out[0] = m
     return -1 if over else n
+
+
+@compiled
+def _visit(p: int, pu: np.ndarray, puo: np.ndarray, lseen: np.ndarray, links: np.ndarray, m: int,
+           stack: np.ndarray, top: int) -> tuple[int, int]:
+    """Mark the links of path ``p`` not seen yet, list them (``links[m:]``) and push them
+    (``stack[top:]``); the new ``m`` and ``top``."""
+    for k in range(puo[p], puo[p + 1]):
+        link = pu[k]
+        if not lseen[link]:
+            lseen[link] = True
+            links[m] = link
+            m += 1
+            stack[top] = link
+            top += 1
+    return m, top

@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from simtrain.network.flow_jit import compiled
+from simtrain.network.flowheap import sort
 from simtrain.network.maxmin import REL_TOL
 
 
@@ -56,7 +57,7 @@ def fill_paths(order: np.ndarray, pa: np.ndarray, pao: np.ndarray, capacity: np.
             mark[local[i]] = True
             used[u] = local[i]
             u += 1
-    _heapsort(used, u)
+    sort(used, u)
     for j in range(u):
         mark[used[j]] = False
         pos[used[j]] = j
@@ -115,26 +116,3 @@ def _fill(pf: np.ndarray, pl: np.ndarray, n: int, capacity: np.ndarray, links: i
             if count[j] > 0:
                 load[j] += level * count[j]
         n = kept
-
-
-@compiled
-def _heapsort(a: np.ndarray, n: int) -> None:
-    """Sort ``a[:n]`` ascending in place (heapsort: no allocation, n log n)."""
-    for start in range(n // 2 - 1, -1, -1):
-        _sift(a, start, n)
-    for end in range(n - 1, 0, -1):
-        a[0], a[end] = a[end], a[0]
-        _sift(a, 0, end)
-
-
-@compiled
-def _sift(a: np.ndarray, root: int, n: int) -> None:
-    """Move ``a[root]`` down the max-heap ``a[:n]`` to its place."""
-    while 2 * root + 1 < n:
-        child = 2 * root + 1
-        if child + 1 < n and a[child + 1] > a[child]:
-            child += 1
-        if a[root] >= a[child]:
-            return
-        a[root], a[child] = a[child], a[root]
-        root = child
