@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from simtrain.machine_code import FORMAT, Arg, NativeFunction, ObjectCode, build, llvm, load
+from simtrain.machine_code import FORMAT, Arg, NativeFunction, ObjectCode, build, host, load
 
 __all__ = ["cache_folder", "cache_key", "save", "load_saved", "is_saved", "obtain", "ENV_FOLDER"]
 
@@ -46,10 +46,9 @@ def cache_key(name: str, sources: Sequence[Path], args: Sequence[Arg]) -> str:
     arguments, the file format, Python's, numba's and llvmlite's versions and the CPU."""
     import llvmlite
 
-    ll = llvm()
     h = hashlib.sha256()
     for part in (str(FORMAT), name, json.dumps(list(args)), sys.version, llvmlite.__version__, _numba_version(),
-                 ll.get_process_triple(), ll.get_host_cpu_name(), ll.get_host_cpu_features().flatten()):
+                 *host()):
         h.update(part.encode() + b"\0")
     for path in sources:
         h.update(path.read_bytes() + b"\0")

@@ -19,6 +19,7 @@ typed pointers or llvmlite lacks the new pass manager, :func:`build` gives None 
 from __future__ import annotations
 
 import ctypes
+import functools
 import hashlib
 import json
 import operator
@@ -30,7 +31,7 @@ from typing import Any
 import numpy as np
 
 __all__ = ["ObjectCode", "NativeFunction", "NativeError", "build", "load", "target_machine", "arg_of",
-           "parameters", "llvm", "ENTRY", "FORMAT", "Arg"]
+           "parameters", "llvm", "host", "ENTRY", "FORMAT", "Arg"]
 
 FORMAT = 2  #: the saved file's layout; part of every key
 ENTRY = "simtrain_entry"  #: the entry point's symbol
@@ -191,8 +192,17 @@ def target_machine(ll: Any) -> Any:
     target = ll.Target.from_default_triple()
     arch = target.name
     reloc = "static" if arch.startswith("x86") else "pic" if arch.startswith("ppc") else "default"
-    return target.create_target_machine(cpu=ll.get_host_cpu_name(), features=ll.get_host_cpu_features().flatten(),
-                                        opt=3, reloc=reloc, codemodel="jitdefault", jit=True)
+    _, cpu, features = host()
+    return target.create_target_machine(cpu=cpu, features=features, opt=3, reloc=reloc, codemodel="jitdefault",
+                                        jit=True)
+
+
+@functools.cache
+def host() -> tuple[str, str, str]:
+    """This process's LLVM target triple, CPU name and CPU features (llvmlite's, asked once: a
+    process does not change CPU, and the features take a fraction of a millisecond to list)."""
+    ll = llvm()
+    return ll.get_process_triple(), ll.get_host_cpu_name(), ll.get_host_cpu_features().flatten()
 
 
 def llvm() -> Any:

@@ -141,3 +141,11 @@ def test_a_file_cut_short_or_changed_is_refused(code):
     assert mc.ObjectCode.from_bytes(bytes(changed)) is None
     assert mc.ObjectCode.from_bytes(b"not json\n" + code.code) is None
     assert mc.ObjectCode.from_bytes(data.replace(b'"format": 2', b'"format": 99')) is None
+
+
+def test_the_host_is_asked_once_and_answers_as_llvmlite():
+    """The triple, CPU and features the target machine and the saved code's key use: llvmlite's
+    own answers, asked once per process."""
+    ll = mc.llvm()
+    assert mc.host() == (ll.get_process_triple(), ll.get_host_cpu_name(), ll.get_host_cpu_features().flatten())
+    assert mc.host() is mc.host()
