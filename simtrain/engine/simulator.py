@@ -101,6 +101,24 @@ class RunResult:
     slowdown_s: dict[int, float]  # simulated rank -> compute seconds communication added
 
 
+def _wake_or_timeout(env: simpy.Environment, wake: simpy.Event, delay_s: float) -> _Process:
+    """Wait for ``wake`` or ``delay_s``, whichever is processed first: ``wake | env.timeout(delay_s)``
+    as SimPy's condition runs it (the first of the two to be processed triggers the event the
+    process waits on; the hook comes off ``wake``, which outlives the wait), without the
+    condition's bookkeeping: the same events, scheduled in the same order."""
+    first = env.event()
+
+    def fire(_: simpy.Event) -> None:
+        if not first.triggered:
+            first.succeed()
+
+    env.timeout(delay_s).callbacks.append(fire)
+    wake.callbacks.append(fire)
+    yield first
+    if not wake.triggered:
+        wake.callbacks.remove(fire)
+
+
 class _Run:
     # set by run(): the wake-up of the network process, whether a resumption runs, the spans
     wake: simpy.Event
@@ -169,11 +187,12 @@ class _Run:
         env, net = self.env, self.net
         while True:
             t = net.next_event_s()
+            wake = self.wake
             if t is None:
-                yield self.wake
+                yield wake
             else:
-                yield self.wake | env.timeout(max(0.0, t - env.now))
-            if self.wake.triggered:
+                yield from _wake_or_timeout(env, wake, max(0.0, t - env.now))
+            if wake.triggered:
                 self.wake = env.event()
             for token in net.advance(env.now):
                 self.waiters.pop(token).succeed()
