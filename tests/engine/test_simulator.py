@@ -487,3 +487,60 @@ def test_the_shuffle_reorders_ties():
         env.run()
         order.append(seen)
     assert order[0] == list(range(20)) and sorted(order[1]) == order[0] and order[1] != order[0]
+
+
+def _waits(wait, plan: list[tuple[float, float | None]]) -> list[tuple[float, str]]:
+    """What happens, in order, when a waiter waits ``plan``'s rounds (a timer's delay, and when a
+    wake-up comes, None for none) by ``wait`` beside another process whose events fall at the
+    same instants."""
+    env = simpy.Environment()
+    log: list[tuple[float, str]] = []
+    state = {"wake": env.event()}
+
+    def waiter():
+        for k, (delay, _) in enumerate(plan):
+            wake = state["wake"]
+            yield from wait(env, wake, delay)
+            log.append((env.now, f"waiter {k} {'woken' if wake.triggered else 'timed out'}"))
+            if wake.triggered:
+                state["wake"] = env.event()
+
+    def waker():
+        t = 0.0
+        for k, (_, at) in enumerate(plan):
+            if at is not None:
+                yield env.timeout(max(0.0, at - t))
+                t = env.now
+                if not state["wake"].triggered:
+                    state["wake"].succeed()
+                log.append((env.now, f"waker {k}"))
+
+    def other():
+        for _ in range(8):
+            yield env.timeout(0.5)
+            log.append((env.now, "other"))
+
+    env.process(waiter())
+    env.process(waker())
+    env.process(other())
+    env.run()
+    return log
+
+
+def _as_condition(env, wake, delay):
+    yield wake | env.timeout(delay)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from([0.0, 0.5, 1.0]), st.sampled_from([None, 0.5, 1.0, 1.5, 2.0])),
+                min_size=1, max_size=5))
+def test_the_network_processs_wait_runs_as_simpys_condition(plan):
+    """The network process's wait for its wake-up or its timer orders every event as SimPy's
+    ``wake | timeout`` would, ties at one instant included, and leaves no hook on a wake-up
+    that outlives it."""
+    assert _waits(engine._wake_or_timeout, plan) == _waits(_as_condition, plan)
+    env = simpy.Environment()
+    wake = env.event()
+    env.process(engine._wake_or_timeout(env, wake, 1.0))
+    env.run()
+    assert wake.callbacks == []
