@@ -66,7 +66,7 @@ class MaxMinMemo:
         links = capacity.size
         self._per_link = [np.zeros(links, dtype=np.int64) for _ in range(3)] + [np.zeros(links) for _ in range(4)]
         self._mark = np.zeros(links, dtype=bool)
-        self._per_pair = [np.zeros(0, dtype=np.int64)] * 4
+        self._per_pair = [np.zeros(0, dtype=np.int64) for _ in range(4)]
         self._rate, self._frozen = np.zeros(0), np.zeros(0, dtype=bool)
 
     def rates(self, pids: np.ndarray, pa: np.ndarray, pao: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -5,10 +5,11 @@ through shared links (transitively: the connected component, since max-min alloc
 over components), or on every active flow once that component holds more than half of the
 flow-link pairs (:class:`ComponentSearch`, compiled: :mod:`simtrain.network.flowcomponent`).
 Both the set and the rates it gets are functions of the active flows' paths (a multiset), the
-links then carrying traffic and the paths started and ended since the last recomputation. :class:`Reshares` numbers each distinct (multiset, busy links)
-state once; :class:`~simtrain.network.reshare_memo.ReshareMemo` keeps, per state and change, the
-resulting state, the component and its rates, so a collective that recurs (the same all-to-all
-every layer) repeats its recomputations by lookup.
+links then carrying traffic and the paths started and ended since the last recomputation.
+:class:`Reshares` numbers each distinct (multiset, busy links) state once;
+:class:`~simtrain.network.reshare_memo.ReshareMemo` keeps, per state and change, the resulting
+state, the component and its rates, so a collective that recurs (the same all-to-all every layer)
+repeats its recomputations by lookup.
 The rates themselves come from progressive filling (:mod:`simtrain.network.maxmin`).
 """
 
