@@ -270,3 +270,15 @@ def assert_close(a, b, path: str, skip=frozenset(), ran_only=frozenset()) -> Non
         assert math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12), f"{path}: {a} != {b}"
     else:
         assert a == b, f"{path}: {a!r} != {b!r}"
+
+
+def path_pools(paths: list) -> tuple:
+    """The pools of links :class:`~simtrain.network.maxmin.MaxMinMemo` reads for ``paths`` (path
+    ``p`` is the array ``paths[p]``), as :class:`~simtrain.network.flowtable.PathTable` keeps them:
+    every path's links end to end, and where each one's start (one more than the paths)."""
+    import numpy as np
+
+    pao = np.zeros(len(paths) + 1, dtype=np.int64)
+    np.cumsum([p.size for p in paths], out=pao[1:])
+    pa = np.concatenate(paths).astype(np.int64) if paths else np.zeros(0, dtype=np.int64)
+    return pa, pao

@@ -42,23 +42,11 @@ def max_min_rates(pair_flow: np.ndarray, pair_link: np.ndarray, capacity: np.nda
     return rate
 
 
-def filled_rates(pair_flow: np.ndarray, pair_link: np.ndarray, capacity: np.ndarray, num_flows: int) -> np.ndarray:
-    """:func:`max_min_rates` by its compiled rounds (:mod:`simtrain.network.maxmin_fill`): the same
-    rates, bit for bit."""
-    from simtrain.network.flow_kernels import FILL  # compiled: loaded with the flow model
-
-    links = capacity.size
-    rate = np.zeros(num_flows)
-    FILL.fill(pair_flow.astype(np.int64), pair_link.astype(np.int64), np.ascontiguousarray(capacity, dtype=np.float64), rate,
-              np.zeros(num_flows, dtype=bool), np.zeros(links), np.zeros(links, dtype=np.int64), np.empty(links))
-    return rate
-
-
 class MaxMinMemo:
     """Max-min fair rates of a set of paths on links of bandwidth ``capacity``, memoised by the
     set: the same set (a TP ring alone on its links, say) recurs thousands of times, and its
     solution depends only on the paths. A path is an id into pools of links: path ``p`` crosses
-    ``pa[pao[p]:pao[p + 1]]``, in order (:func:`pools` makes them from arrays)."""
+    ``pa[pao[p]:pao[p + 1]]``, in order (:class:`~simtrain.network.flowtable.PathTable`'s pools)."""
 
     def __init__(self, capacity: np.ndarray) -> None:
         self.capacity = capacity
@@ -105,11 +93,3 @@ class MaxMinMemo:
                             self._frozen, load, count, share, used, link_rates)
         return self._rate[:n].copy(), used[:u].copy(), link_rates[:u].copy()
 
-
-def pools(paths: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-    """The pools of :class:`MaxMinMemo` for ``paths`` (path ``p`` is ``paths[p]``)."""
-    lens = np.fromiter((p.size for p in paths), dtype=np.int64, count=len(paths))
-    pao = np.zeros(len(paths) + 1, dtype=np.int64)
-    np.cumsum(lens, out=pao[1:])
-    pa = np.concatenate(paths).astype(np.int64) if paths else np.zeros(0, dtype=np.int64)
-    return pa, pao

@@ -17,19 +17,6 @@ from simtrain.network.maxmin import REL_TOL
 
 
 @compiled
-def fill(pf: np.ndarray, pl: np.ndarray, capacity: np.ndarray, rate: np.ndarray, frozen: np.ndarray,
-         load: np.ndarray, count: np.ndarray, share: np.ndarray) -> None:
-    """Max-min fair ``rate`` of each flow (zeros in, with ``frozen`` all False and ``load`` zero)
-    where pair ``i`` puts flow ``pf[i]`` on link ``pl[i]`` (both overwritten: the pairs left
-    each round); ``count`` and ``share`` are scratch per link. Each round: every link's share,
-    its capacity left over its unfrozen flows (``np.maximum(left, 0.0) / count``), the level
-    (the smallest share), the flows on the links within ``REL_TOL`` of it frozen there, and
-    their links' load raised by the level times the flows frozen on each, as
-    :func:`~simtrain.network.maxmin.max_min_rates` does it."""
-    _fill(pf, pl, pf.size, capacity, capacity.size, rate, frozen, load, count, share)
-
-
-@compiled
 def fill_paths(order: np.ndarray, pa: np.ndarray, pao: np.ndarray, capacity: np.ndarray, flow_of: np.ndarray,
                local: np.ndarray, pf: np.ndarray, pl: np.ndarray, mark: np.ndarray, pos: np.ndarray,
                cap_used: np.ndarray, rate: np.ndarray, frozen: np.ndarray, load: np.ndarray, count: np.ndarray,
@@ -72,16 +59,22 @@ def fill_paths(order: np.ndarray, pa: np.ndarray, pao: np.ndarray, capacity: np.
     for j in range(u):
         load[j] = 0.0
         link_rates[j] = 0.0
-    _fill(pf, pl, m, cap_used, u, rate, frozen, load, count, share)
+    fill(pf, pl, m, cap_used, u, rate, frozen, load, count, share)
     for i in range(m):
         link_rates[local[i]] += rate[flow_of[i]]
     return u
 
 
 @compiled
-def _fill(pf: np.ndarray, pl: np.ndarray, n: int, capacity: np.ndarray, links: int, rate: np.ndarray,
-          frozen: np.ndarray, load: np.ndarray, count: np.ndarray, share: np.ndarray) -> None:
-    """:func:`fill` on the first ``n`` pairs and the first ``links`` links."""
+def fill(pf: np.ndarray, pl: np.ndarray, n: int, capacity: np.ndarray, links: int, rate: np.ndarray,
+         frozen: np.ndarray, load: np.ndarray, count: np.ndarray, share: np.ndarray) -> None:
+    """Max-min fair ``rate`` of each flow (zeros in, with ``frozen`` all False and ``load`` zero)
+    where pair ``i < n`` puts flow ``pf[i]`` on link ``pl[i] < links`` (both overwritten: the
+    pairs left each round); ``count`` and ``share`` are scratch per link. Each round: every
+    link's share, its capacity left over its unfrozen flows (``np.maximum(left, 0.0) / count``),
+    the level (the smallest share), the flows on the links within ``REL_TOL`` of it frozen
+    there, and their links' load raised by the level times the flows frozen on each, as
+    :func:`~simtrain.network.maxmin.max_min_rates` does it."""
     while n > 0:
         for j in range(links):
             count[j] = 0

@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from simtrain.network.maxmin import MaxMinMemo, max_min_rates, pools
+from helpers import path_pools
+from simtrain.network.maxmin import MaxMinMemo, max_min_rates
 
 pytestmark = pytest.mark.quick
 
@@ -21,7 +22,7 @@ def test_progressive_filling_by_hand():
 def test_memo_is_order_free_and_reports_link_loads():
     capacity = np.array([1.0, 2.0, 8.0])
     memo = MaxMinMemo(capacity)
-    pa, pao = pools([np.array([0, 1]), np.array([0]), np.array([1]), np.array([2])])
+    pa, pao = path_pools([np.array([0, 1]), np.array([0]), np.array([1]), np.array([2])])
     both, only_a, only_b, twin = range(4)
     rates, used, load = memo.rates(np.array([both, only_a, only_b]), pa, pao)
     assert rates.tolist() == pytest.approx([0.5, 0.5, 1.5])

@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 
 from simtrain.machine_code import NativeFunction
 from simtrain.network.flow_kernels import FILL
-from simtrain.network.maxmin import MaxMinMemo, filled_rates, max_min_rates, pools
+from helpers import path_pools
+from simtrain.network.maxmin import MaxMinMemo, max_min_rates
 from simtrain.network.maxmin_fill import fill
 
 pytestmark = pytest.mark.quick
@@ -20,7 +21,7 @@ pytestmark = pytest.mark.quick
 def _run(through, pf, pl, capacity, flows):
     rate = np.zeros(flows)
     links = capacity.size
-    through(pf.astype(np.int64), pl.astype(np.int64), capacity.astype(np.float64), rate,
+    through(pf.astype(np.int64), pl.astype(np.int64), pf.size, capacity.astype(np.float64), links, rate,
             np.zeros(flows, dtype=bool), np.zeros(links), np.zeros(links, dtype=np.int64), np.empty(links))
     return rate
 
@@ -49,7 +50,9 @@ def test_random_flow_sets_get_the_definitions_rates_bit_for_bit(data):
     want = max_min_rates(pf, pl, capacity, flows)
     for through in (fill, FILL.fill):
         assert _run(through, pf, pl, capacity, flows).tobytes() == want.tobytes()
-    assert filled_rates(pf, pl, capacity, flows).tobytes() == want.tobytes()
+    paths = [pl[pf == f] for f in range(flows)]  # the same flows as paths, through the memo's filling
+    rates, _, _ = MaxMinMemo(capacity).rates(np.arange(flows), *path_pools(paths))
+    assert rates.tobytes() == want.tobytes()
 
 
 def _by_numpy(paths: list[np.ndarray], capacity: np.ndarray, ordered: list[int]):
@@ -75,7 +78,7 @@ def test_memo_fills_paths_as_numpy_did_bit_for_bit(data):
              for _ in range(data.draw(st.integers(1, 8)))]
     flows = data.draw(st.lists(st.integers(0, len(paths) - 1), min_size=1, max_size=14))
     memo = MaxMinMemo(capacity)
-    pa, pao = pools(paths)
+    pa, pao = path_pools(paths)
     for _ in range(2):  # the second time from the memo
         rates, used, loads = memo.rates(np.array(flows), pa, pao)
         ordered = sorted(flows)
