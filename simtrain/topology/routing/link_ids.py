@@ -44,6 +44,8 @@ class LinkIds:
         with paused_gc():  # a million new tuples, none in a cycle
             self._ids: dict[Link, int] = dict(zip(edges, range(len(edges))))
         self._capacity = np.fromiter(edges.column("capacity_Bps"), dtype=float, count=len(edges))
+        # a route's link ids: 4-byte where they fit (2.4 million routes of 8 links on 131,072 GPUs)
+        self._id_type = np.int32 if len(edges) < 2**31 else np.int64
         n = router.cluster.num_gpus
         self._known = np.zeros(n, dtype=bool)
         self._head = np.full((n, 2), -1, dtype=np.int64)  # GPU -> NIC, NIC -> leaf
@@ -76,15 +78,17 @@ class LinkIds:
         index ``k`` of the route of each, routes in order, each route's links in path order."""
         rows = self.routes(src, dst)
         mask = rows >= 0
-        return rows[mask], np.nonzero(mask)[0]
+        # the row of each link (row-major, as ``rows[mask]`` lists them), without the column
+        # indices a two-dimensional ``np.nonzero`` would also allocate
+        return rows[mask], np.repeat(np.arange(len(rows)), np.count_nonzero(mask, axis=1))
 
     def routes(self, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
         """Per route from ``src[k]`` to ``dst[k]``, the ids of its links in path order, gaps
-        (-1) anywhere: a row per route."""
+        (-1) anywhere: a row per route (int32 where every id fits)."""
         src, dst = np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64)
         self._learn(src)
         self._learn(dst)
-        rows = np.full((len(src), WIDTH), -1, dtype=np.int64)
+        rows = np.full((len(src), WIDTH), -1, dtype=self._id_type)
         done = np.zeros(len(src), dtype=bool)
         gpn = self.router.cluster.gpus_per_node
         same = src // gpn == dst // gpn
@@ -159,8 +163,13 @@ class LinkIds:
         idx = np.flatnonzero(cand)
         node_kind = np.full(self.router.cluster.num_nodes, -1, dtype=np.int64)
         kinds: dict[tuple, int] = {}
-        for n in np.flatnonzero(np.bincount(nodes[idx])).tolist():  # the nodes, without a sort
-            node_kind[n] = kinds.setdefault(node_routes.kind(n), len(kinds))
+        present = np.flatnonzero(np.bincount(nodes[idx]))  # the nodes, without a sort
+        if self.router.cluster.uniform:  # every node has the first one's kind (NodeRoutes.kind)
+            kinds[node_routes.kind(int(present[0]))] = 0
+            node_kind[present] = 0
+        else:
+            for n in present.tolist():
+                node_kind[n] = kinds.setdefault(node_routes.kind(n), len(kinds))
         key = (node_kind[nodes[idx]] * gpn + src[idx] % gpn) * gpn + dst[idx] % gpn
         example = np.full(len(kinds) * gpn * gpn, -1, dtype=np.int64)
         example[key] = idx  # a route of each (kind, local source, local destination)
