@@ -58,6 +58,9 @@ def _each_run_texts(values: np.ndarray) -> Texts:
 
 #: Integer parts beyond this (microseconds: 11.6 days) are spelt by ``float.__repr__`` itself.
 _NS_TEXT_MAX_US = 10**12
+#: Integers below this in magnitude are doubles exactly (2**53); larger ones would be rounded before
+#: numpy divides them.
+_EXACT_INT = 2**53
 
 
 def _ns_texts(ns: np.ndarray) -> Texts:
@@ -72,7 +75,9 @@ def _ns_texts(ns: np.ndarray) -> Texts:
     whole, frac = np.divmod(v, 1000)
     top = int(whole.max())
     if int(v.min()) < 0 or top >= _NS_TEXT_MAX_US:
-        return _each_run_texts(v / 1000)
+        if max(-int(v.min()), int(v.max())) < _EXACT_INT:
+            return _each_run_texts(v / 1000)  # each a double as it is: the quotient correctly rounded
+        return _each_run_texts(np.array([x / 1000 for x in v.tolist()]))  # Python's exact quotient
     n_int = len(str(top))
     fixed = np.empty((len(v), n_int + 4), dtype=np.uint8)  # right-aligned "000123.456"
     rest = whole.copy()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from hypothesis import given, strategies as st
+from hypothesis import example, given, strategies as st
 
 from simtrain.outputs.trace_text import _each, _each_int, _each_run, _gathered, _ns_texts
 
@@ -30,9 +30,11 @@ def test_each_value_formatted_once_in_either_way():
 
 @pytest.mark.quick
 @given(st.lists(st.integers(0, 10**17), max_size=40))
+@example([9_999_999_999_999_999])  # not a double: numpy would round it before dividing
 def test_whole_nanoseconds_are_spelt_as_the_encoder_spells_microseconds(ns):
     """numpy's digits of ``ns / 1000`` are ``float.__repr__``'s, for every size (10**15 us and
-    beyond, and negatives, go to ``float.__repr__`` itself)."""
+    beyond, and negatives, go to ``float.__repr__`` itself, of the quotient Python's division
+    gives)."""
     import numpy as np
 
     values = np.array(ns + [0, 1, 10, 100, 1000, 1010, 10**15 - 1], dtype=np.int64)
