@@ -19,6 +19,7 @@ from simtrain.results.energy import power_draw
 from simtrain.results.finite import check_finite, check_timeline
 from simtrain.results.metrics import Report, run_report
 from simtrain.network.algorithms import check_forced
+from simtrain.network.interface import LinkSeries
 from simtrain.network.models import MODELS as NETWORK_MODELS
 from simtrain.scenario import Scenario, scenario_config
 from simtrain.specs.perturbation import Perturbations
@@ -44,7 +45,7 @@ class SimResult:
     rank_labels: dict[int, str]
     static_bytes: dict[int, float]  # static memory per simulated rank
     #: "u->v" -> (times in s, utilisation) arrays of the most utilised links (flow fidelity)
-    link_series: dict = field(default_factory=dict)
+    link_series: LinkSeries = field(default_factory=dict)
 
 
 

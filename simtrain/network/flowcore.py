@@ -263,7 +263,7 @@ def run_until(t: float, first_done: bool, sf: np.ndarray, si: np.ndarray, act: n
     caller (the state is then as at that recomputation: call again)."""
     while True:
         status = settle(sf, si, ef, busy, chg, key, phead, mtab, ment, mkey, mint, mflt, ht, hmeta, hlinks, hrates,
-                         hst, fs, ist)
+                        hst, fs, ist)
         if status != OK:
             return status
         te = fs[NOW] + first_end(sf, si, ist)

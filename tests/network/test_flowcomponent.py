@@ -19,7 +19,7 @@ pytestmark = pytest.mark.quick
 
 def _components_from_scratch(active: dict[int, int], dirty: set[int], paths: list[frozenset[int]],
                              sizes: list[int]):
-    """The same answer as :func:`component`, from networkx's connected components of the
+    """The same answer as :class:`ComponentSearch`, from networkx's connected components of the
     path-link graph."""
     g = nx.Graph()
     g.add_nodes_from(("link", link) for link in dirty)

@@ -41,6 +41,7 @@ def _check_routes(cluster, router: Router, count: int = 1200, seed: int = 5) -> 
     ids = router.link_ids()
     src, dst = _pairs(cluster, count, seed)
     rows = ids.routes(src, dst)
+    assert rows.dtype == np.int32  # every id of these clusters fits: half the memory of int64
     bandwidth, latency = ids.route_costs(src, dst)
     for k, (a, b) in enumerate(zip(src.tolist(), dst.tolist())):
         want = [ids.id(e) for e in plain.links(a, b)]
