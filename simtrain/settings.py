@@ -218,8 +218,8 @@ _TABLE = (
             rule=NON_NEGATIVE_FINITE, metavar="X"),
     Setting("routing_seed", int, 0, "seed of the skewed expert popularity", rule=NON_NEGATIVE, metavar="N"),
     Setting("moe_dispatcher", str, "alltoall", "EP token dispatcher: alltoall (Megatron-LM's: one copy per "
-            "routed expert) or deepep (DeepSeek-V3's: one copy per destination node over the network, "
-            "FP8 towards the experts with --fp8)", choices=MOE_DISPATCHERS, metavar="|".join(MOE_DISPATCHERS)),
+            "routed expert) or deepep (DeepSeek-V3's, as Megatron-LM runs it: one copy per destination node "
+            "over the network, bf16)", choices=MOE_DISPATCHERS, metavar="|".join(MOE_DISPATCHERS)),
     Setting("efficiency", float, None, "run every GEMM and attention core at this flat fraction of peak FLOP/s "
             "instead of the efficiency its shape gets", default_text="by shape; the GPU's where it sets one",
             rule=FRACTION, metavar="X"),

@@ -18,8 +18,7 @@ load over the mean (:func:`simtrain.workload.moe_routing.load_factors`; 1 at uni
   backward repeats both, so per MoE layer and micro-batch ``4 (e-1)/e x 2 n k h lf / B_ep``
   (the busiest rank's volume), exposed (the experts wait for their tokens). With DeepEP's
   dispatcher ``k`` becomes the rows per token of :func:`simtrain.costs.dispatch.a2a_rows` (one
-  copy per destination node across nodes) and, with FP8 training, two of the four transfers
-  carry about one byte per value (:func:`simtrain.costs.dispatch.a2a_value_bytes`).
+  copy per destination node across nodes); both dispatchers carry bf16 values.
 * The routed experts' grouped GEMMs at their shapes: the ``6 N_active`` count prices every
   expert's GEMM at the large-GEMM rate, which does not depend on EP; but EP decides how many
   experts a rank holds (``E / e``) and how many rows each gets (``e n k / E`` on average), and
@@ -92,13 +91,12 @@ def moe_layers_on_last_stage(model: ModelSpec, layers_per_stage: int) -> int:
     return min(layers_per_stage, model.moe_layers)
 
 
-def all_to_all_bytes(model: ModelSpec, par: ParallelSpec, ep_per_node: int, towards_experts: bool = False) -> float:
+def all_to_all_bytes(model: ModelSpec, par: ParallelSpec, ep_per_node: int) -> float:
     """Bytes one rank sends off-rank in one all-to-all of one micro-batch at uniform routing:
     ``(e-1)/e`` of the buffer of :func:`simtrain.costs.dispatch.a2a_bytes` (``2 n k h`` for
     Megatron-LM's dispatcher) on an EP group with ``ep_per_node`` ranks per node."""
     rows = dispatch.a2a_rows(model, par.moe_dispatcher, par.ep, ep_per_node)
-    value = dispatch.a2a_value_bytes(par.moe_dispatcher, par.fp8, towards_experts)
-    return (par.ep - 1) / par.ep * dispatch.a2a_bytes(model, costs.Shape.of(par), rows, value)
+    return (par.ep - 1) / par.ep * dispatch.a2a_bytes(model, costs.Shape.of(par), rows)
 
 
 def stage_load_factors(model: ModelSpec, par: ParallelSpec, routing: Routing, moe_layers: int) -> list[float]:
@@ -117,8 +115,7 @@ def all_to_all_time(model: ModelSpec, par: ParallelSpec, moe_layers: int, bandwi
     if par.ep == 1 or not moe_layers:
         return 0.0
     volume = sum(loads) if loads is not None else moe_layers
-    pair = all_to_all_bytes(model, par, ep_per_node, True) + all_to_all_bytes(model, par, ep_per_node, False)
-    return volume * 2 * pair / bandwidth
+    return volume * 4 * all_to_all_bytes(model, par, ep_per_node) / bandwidth
 
 
 def expert_gemm_excess(model: ModelSpec, par: ParallelSpec, gpu: GpuSpec) -> tuple[float, float]:

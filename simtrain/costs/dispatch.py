@@ -7,10 +7,13 @@
   Megatron-LM runs with ``--moe-enable-deepep``): a token crosses the scale-out network once per
   distinct destination *node*, to the GPU of its own rail there, which forwards it over NVLink to
   the GPUs holding its experts; inside a node it travels once per distinct destination *GPU*. The
-  combine mirrors it (partial sums are added inside the node before they go back). With FP8
-  training the dispatch, and in the backward the gradient sent to the experts, travel in FP8
-  with one fp32 scale per 128 values (section 3.3.2 for the 1x128 tiles, 3.3.4 for FP8
-  dispatch); the combine stays in bf16.
+  combine mirrors it (partial sums are added inside the node before they go back).
+
+Both carry the bf16 hidden states, FP8 training or not. DeepSeek-V3's own framework dispatches
+in FP8 (the report's section 3.3.4), but Megatron-LM hands DeepEP the bf16 tensor
+(``megatron/core/transformer/moe/fused_a2a.py``, ``FusedDispatch``; its HybridEP path says
+"Currently, we do not support fp8 dispatch"): TransformerEngine casts the tokens to FP8 inside
+the experts' grouped GEMM, after the dispatch.
 
 Node-limited routing (section 2.1.2; ``n_group`` and ``topk_group`` in DeepSeek-V3's
 ``config.json``) sends each token to experts of at most ``expert_groups_per_token`` of
@@ -33,11 +36,6 @@ from math import comb
 from simtrain.costs.mlp import moe_tokens
 from simtrain.costs.shape import ACT_BYTES, Shape
 from simtrain.specs.model import ModelSpec
-
-#: Bytes per value of an FP8 dispatch: one byte plus an fp32 scale per 128 values (1x128 tiles,
-#: DeepSeek-V3 report section 3.3.2).
-FP8_DISPATCH_BYTES = 1 + 4 / 128
-
 
 def _miss(pool: int, block: int, k: int) -> float:
     """Chance that ``k`` distinct experts drawn uniformly from ``pool`` miss a given ``block``."""
@@ -85,16 +83,9 @@ def a2a_rows(model: ModelSpec, dispatcher: str, ep: int, ep_per_node: int) -> fl
     return (ep - 1) * hit_probability(model, per_rank) * ep / (ep - 1)
 
 
-def a2a_value_bytes(dispatcher: str, fp8: bool, towards_experts: bool) -> float:
-    """Bytes per value of an all-to-all: FP8 with its scales for DeepEP's transfers towards the
-    experts (the forward dispatch, the backward's gradient of the combine) when training in
-    FP8; bf16 otherwise."""
-    return FP8_DISPATCH_BYTES if dispatcher == "deepep" and fp8 and towards_experts else ACT_BYTES
-
-
-def a2a_bytes(model: ModelSpec, shape: Shape, rows: float, value_bytes: float, load: float = 1.0) -> float:
+def a2a_bytes(model: ModelSpec, shape: Shape, rows: float, load: float = 1.0) -> float:
     """Bytes of one all-to-all buffer of one rank: its tokens (:func:`~simtrain.costs.mlp.moe_tokens`)
-    times ``rows`` per token (:func:`a2a_rows`), ``hidden`` values of ``value_bytes`` each, times
+    times ``rows`` per token (:func:`a2a_rows`), ``hidden`` bf16 values each, times
     ``load`` (the busiest EP rank's over the mean: a direct all-to-all lasts as long as its busiest
     rank's transfers)."""
-    return value_bytes * moe_tokens(shape) * rows * model.hidden * load
+    return ACT_BYTES * moe_tokens(shape) * rows * model.hidden * load

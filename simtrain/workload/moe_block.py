@@ -98,8 +98,8 @@ class MoeBlock:
             last = em.compute(rank, kind, f"moe.router.{kind}", stage, layer, mb, c.router, last).id
         elif c.shared is not None and not beside:  # the output's last addend: its gradient comes first
             last = self._shared(rank, kind, pass_kind, stage, layer, mb, c.shared, last)[1]
-        towards, back = self._a2a_bytes(rank, busiest)
-        first_a2a = self._a2a(rank, "combine" if backward else "dispatch", stage, layer, mb, towards, last)
+        a2a_bytes = self._a2a_bytes(rank, busiest)
+        first_a2a = self._a2a(rank, "combine" if backward else "dispatch", stage, layer, mb, a2a_bytes, last)
         side, shared_done = last, None
         if c.shared is not None and beside:
             side, shared_done = self._shared(rank, kind, pass_kind, stage, layer, mb, c.shared, last)
@@ -110,7 +110,7 @@ class MoeBlock:
             op.deps.append(side)
         dp.grad_done(stage, layer, op, pass_kind)
         scattered = self._etp(rank, "reduce_scatter", stage, layer, mb, etp_bytes, op.id)
-        last = self._a2a(rank, "dispatch" if backward else "combine", stage, layer, mb, back, scattered)
+        last = self._a2a(rank, "dispatch" if backward else "combine", stage, layer, mb, a2a_bytes, scattered)
         if backward:
             op = em.compute(rank, kind, f"moe.router.{kind}", stage, layer, mb, c.router, last)
             dp.grad_done(stage, layer, op, pass_kind)
@@ -149,15 +149,13 @@ class MoeBlock:
         op.name = f"tp.etp.{op_name}"
         return op.id
 
-    def _a2a_bytes(self, rank: int, load: float) -> tuple[float, float]:
-        """Bytes of the all-to-all towards the experts (forward dispatch, backward gradient of the
-        combine) and of the one back, at ``load`` times the mean tokens, for the dispatcher and
-        the nodes ``rank``'s EP group spans (:mod:`simtrain.costs.dispatch`)."""
+    def _a2a_bytes(self, rank: int, load: float) -> float:
+        """Bytes of one all-to-all (dispatch or combine, either pass) at ``load`` times the mean
+        tokens, for the dispatcher and the nodes ``rank``'s EP group spans
+        (:mod:`simtrain.costs.dispatch`)."""
         par = self.par
         rows = dispatch.a2a_rows(self.em.model, par.moe_dispatcher, par.ep, ep_ranks_per_node(self.em.mesh, rank))
-        return cast("tuple[float, float]", tuple(  # towards, then back
-            self.em.cost(dispatch.a2a_bytes, rows, dispatch.a2a_value_bytes(par.moe_dispatcher, par.fp8, towards), load)
-            for towards in (True, False)))
+        return self.em.cost(dispatch.a2a_bytes, rows, load)
 
     def _a2a(self, rank: int, what: str, stage: int, layer: int, mb: int, nbytes: float,
              last: int | None) -> int | None:

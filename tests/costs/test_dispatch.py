@@ -63,18 +63,10 @@ def test_deepep_sends_one_copy_per_remote_node():
 
 
 @pytest.mark.quick
-def test_fp8_only_towards_the_experts_and_only_with_deepep():
-    assert dispatch.a2a_value_bytes("deepep", True, True) == pytest.approx(1 + 1 / 32)
-    assert dispatch.a2a_value_bytes("deepep", True, False) == 2
-    assert dispatch.a2a_value_bytes("deepep", False, True) == 2
-    assert dispatch.a2a_value_bytes("alltoall", True, True) == 2
-
-
-@pytest.mark.quick
 def test_buffer_bytes():
     par = ParallelSpec(tp=1, ep=8, dp=8, seq=4096, gbs=8)
     shape = Shape.of(par)
-    assert dispatch.a2a_bytes(DSV3, shape, 8.0, 2) == 2 * 4096 * 8 * 7168
-    assert dispatch.a2a_bytes(DSV3, shape, 8.0, 2, load=1.5) == 1.5 * 2 * 4096 * 8 * 7168
+    assert dispatch.a2a_bytes(DSV3, shape, 8.0) == 2 * 4096 * 8 * 7168
+    assert dispatch.a2a_bytes(DSV3, shape, 8.0, load=1.5) == 1.5 * 2 * 4096 * 8 * 7168
     sp = Shape.of(replace(par, tp=2, dp=4))  # sequence parallelism: each TP rank its shard
-    assert dispatch.a2a_bytes(DSV3, sp, 8.0, 2) == 2 * 2048 * 8 * 7168
+    assert dispatch.a2a_bytes(DSV3, sp, 8.0) == 2 * 2048 * 8 * 7168

@@ -44,7 +44,7 @@ def test_moe_costs_hand_computed():
     sh = Shape(tokens=4096, seq=4096, tp=2, sp=True)
     f = moe_costs(m, sh, "F", expert_tp=1, ep=1, load=1.5)
     tokens = 4096 / 2  # sequence parallelism keeps the tokens split over the TP ranks
-    assert a2a_bytes(m, sh, m.top_k, 2, 1.5) == pytest.approx(2 * tokens * 2 * m.hidden * 1.5)
+    assert a2a_bytes(m, sh, m.top_k, 1.5) == pytest.approx(2 * tokens * 2 * m.hidden * 1.5)
     per_expert = math.ceil(tokens * 2 * 1.5 / 8)
     assert f.experts.of_kind("gemm").flops == pytest.approx(2 * per_expert * 8 * m.expert_params())
     assert f.router.of_kind("gemm").flops == pytest.approx(2 * tokens * m.hidden * 8)
@@ -54,7 +54,7 @@ def test_moe_costs_hand_computed():
     # expert TP 2: the dispatch carries the sequence shard (Megatron-LM's MoEAlltoAllTokenDispatcher),
     # the expert-TP all-gather after it joins the 2 ranks' rows: 2 x 2048 x 2 rows, ffn / 2
     etp = moe_costs(m, sh, "F", expert_tp=2)
-    assert a2a_bytes(m, sh, m.top_k, 2) == pytest.approx(2 * 2048 * 2 * m.hidden)
+    assert a2a_bytes(m, sh, m.top_k) == pytest.approx(2 * 2048 * 2 * m.hidden)
     assert moe_routed_rows(m, sh, 2) == 2 * 2048 * 2
     assert moe_etp_bytes(m, sh, 2, 0.5) == pytest.approx(2 * 2048 * 2 * 0.5 * m.hidden * 2)
     up = next(k for k in etp.experts.kernels if k.name == "moe.expert.fc1")

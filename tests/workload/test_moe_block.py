@@ -225,11 +225,11 @@ def _a2a_bytes(res, name: str) -> float:
     return float(tl["bytes"][m][tl["start_s"][m].argmin()])
 
 
-def test_deepep_sends_one_copy_per_remote_node_in_fp8_towards_the_experts():
+def test_deepep_sends_one_copy_per_remote_node_in_bf16():
     """Mixtral (8 experts, top 2) with EP 8 over two nodes, four ranks each: a token reaches the
     other node's four experts with P = 1 - C(4,2)/C(8,2) = 22/28, so DeepEP's buffer has
-    (22/28) x 8/4 rows per token against Megatron-LM's 2; with FP8 the dispatch carries
-    1 + 1/32 bytes per value and the combine 2."""
+    (22/28) x 8/4 rows per token against Megatron-LM's 2; FP8 training or not, dispatch and
+    combine carry the bf16 hidden states (Megatron-LM's ``fused_a2a.py``)."""
     from helpers import simulate_settings
 
     base = dict(model="mixtral-8x7b", topology="h100-ib", gpus=16, tp=1, pp=1, ep=8, seq=4096, gbs=16,
@@ -239,7 +239,6 @@ def test_deepep_sends_one_copy_per_remote_node_in_fp8_towards_the_experts():
     tokens_x_hidden = 4096 * 4096
     rows = 22 / 28 * 8 / 4
     assert _a2a_bytes(megatron, "ep.dispatch") == _a2a_bytes(megatron, "ep.combine") == 2 * tokens_x_hidden * 2
-    assert _a2a_bytes(deepep, "ep.dispatch") == pytest.approx((1 + 1 / 32) * tokens_x_hidden * rows)
-    assert _a2a_bytes(deepep, "ep.combine") == pytest.approx(2 * tokens_x_hidden * rows)
+    assert _a2a_bytes(deepep, "ep.dispatch") == _a2a_bytes(deepep, "ep.combine") == pytest.approx(2 * tokens_x_hidden * rows)
     ep_time = [r.report["exposed_comm_s"]["ep"] + r.report["overlapped_comm_s"]["ep"] for r in (megatron, deepep)]
-    assert ep_time[1] < 0.75 * ep_time[0]
+    assert ep_time[1] < 0.8 * ep_time[0]  # 22/28 of the bytes
