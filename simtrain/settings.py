@@ -198,9 +198,9 @@ _TABLE = (
     Setting("first_stage_layers", int, None, "layers on the first pipeline chunk",
             default_text="even, or one fewer on the end chunks where the layers do not divide",
             rule=POSITIVE, metavar="N"),
-    Setting("last_stage_layers", int, None, "layers on the last pipeline chunk",
+    Setting("last_stage_layers", int, None, "layers on the last pipeline chunk (0: MTP modules and loss alone)",
             default_text="even, or one fewer on the end chunks where the layers do not divide",
-            rule=POSITIVE, metavar="N"),
+            rule=NON_NEGATIVE, metavar="N"),
     Setting("balance_stages", bool, False, "move layers off the first and last stages to equalise stage times"),
     Setting("mtp_layers", int, None, "multi-token prediction modules on the last pipeline stage, each a layer "
             "like the last decoder layer with its own LM head and loss (Megatron-LM's --mtp-num-layers)",

@@ -276,8 +276,10 @@ def validate_parallel(par: ParallelSpec, model: "ModelSpec", num_gpus: int | Non
         raise SpecError(f"grad_dtype={par.grad_dtype!r}: must be one of {', '.join(GRAD_DTYPES)}")
     for key in ("first_stage_layers", "last_stage_layers"):
         value = getattr(par, key)
-        if value is not None and (not isinstance(value, int) or value < 1):
-            raise SpecError(f"{key}={value!r}: must be an integer >= 1")
+        if value is not None and (not isinstance(value, int) or value < 1) and not (
+                key == "last_stage_layers" and value == 0 and model.mtp_layers):
+            least = "0 (with multi-token prediction modules) or 1" if key == "last_stage_layers" else "1"
+            raise SpecError(f"{key}={value!r}: must be an integer >= {least}")
     chunks = par.pp * par.vpp  # at least this many model chunks, each needing a layer
     chunks -= par.account_for_embedding_in_pipeline_split + par.account_for_loss_in_pipeline_split
     for key in ("first_stage_layers", "last_stage_layers"):

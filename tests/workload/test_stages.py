@@ -166,3 +166,25 @@ def test_mtp_layers_run_on_the_last_chunk():
     plain, with_mtp = simulate_settings(**base), simulate_settings(**base, mtp_layers=1)
     assert with_mtp.report["step_time_s"] > plain.report["step_time_s"]
     assert with_mtp.report["model_flops_per_step"] > plain.report["model_flops_per_step"]
+
+
+@pytest.mark.quick
+def test_last_chunk_of_mtp_and_loss_alone():
+    """Megatron Bridge's H100 layout for DeepSeek-V3, ``Et|(tt|)*30mL``: one decoder layer on the
+    first of 32 chunks, two on each of the next 30, and the last holds the MTP module and the loss
+    with no decoder layer (``last_stage_layers=0``). Without MTP modules a chunk of no layer is
+    refused, in one line naming the value."""
+    from dataclasses import replace
+
+    m = replace(load_model("deepseek-v3"), mtp_layers=1)
+    split = chunk_layers(m, 32, 1, 0)
+    assert [len(r) for r in split] == [1] + [2] * 30 + [1] and split[-1] == range(61, 62)
+    tiny = replace(tiny_model(layers=4), mtp_layers=1)
+    assert [list(r) for r in chunk_layers(tiny, 4, 2, 0)] == [[0, 1], [2], [3], [4]]
+    base = dict(model="llama3-8b", topology="h100-ib", gpus=8, tp=2, pp=4, seq=1024, gbs=8,
+                first_stage_layers=2, last_stage_layers=0)
+    res = simulate_settings(**base, mtp_layers=1)
+    assert res.report["layers_per_chunk"] == [2, 15, 15, 1]  # the MTP module's layer alone
+    with pytest.raises(SpecError, match=r"^last_stage_layers=0: must be an integer >= 0 \(with multi-token "
+                                        r"prediction modules\) or 1$"):
+        simulate_settings(**base)
