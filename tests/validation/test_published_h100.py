@@ -1,4 +1,4 @@
-"""The simulator against the 14 published H100 runs (``published_h100.py``): every case runs, and
+"""The simulator against the 17 published H100 runs (``published_h100.py``): every case runs, and
 each source set stays within its limits of :data:`~validation.published_h100.LIMITS`.
 
 Rows are simulated once per session and shared by the test workers (``shared_rows``)."""
@@ -23,8 +23,8 @@ def _row(shared, i: int) -> Row:
 
 
 @pytest.mark.quick  # the data's shape; the rows' simulations are minutes
-def test_fourteen_cases_in_four_sets():
-    assert len(CASES) == 14 and {c["set"] for c in CASES} == set(SETS) == set(LIMITS)
+def test_seventeen_cases_in_five_sets():
+    assert len(CASES) == 17 and {c["set"] for c in CASES} == set(SETS) == set(LIMITS)
 
 
 @pytest.mark.parametrize("i", range(len(CASES)), ids=[c["name"] for c in CASES])
