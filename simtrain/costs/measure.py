@@ -43,7 +43,7 @@ def layout_kernels(model: ModelSpec, par: ParallelSpec) -> list[Kernel]:
         if False in kinds:
             parts.append(costs.mlp_cost(model, sh, kind))
         if True in kinds:
-            parts.append(costs.moe_cost(model, sh, kind, par.expert_tp, par.ep))
+            parts.append(costs.moe_cost(model, sh, kind, par.expert_tp, par.ep, dispatcher=par.moe_dispatcher))
         for part in parts:
             found.update(dict.fromkeys(part.kernels))
     return list(found)

@@ -5,7 +5,12 @@ when gated: gate and up in one GEMM), the activation, ``fc2`` f / t -> h.
 
 MoE (Megatron-LM's ``megatron/core/transformer/moe``): the router GEMM h -> experts over the
 rank's sequence-parallel tokens and its softmax/top-k; the token dispatcher's permutation of the
-routed tokens into expert order and back (a gather and a scatter of ``h`` wide rows); the routed
+routed tokens into expert order and back (a gather and a scatter of ``h`` wide rows) and, with
+Megatron-LM's all-to-all dispatcher on more than one EP rank and local expert, the sort of the
+received rows from (source rank, local expert) chunks into local-expert order after the dispatch
+and back before the combine ("Permutation 2", ``MoEAlltoAllTokenDispatcher``,
+``moe_utils.sort_chunks_by_idxs``: a read and a write of every received row each way; DeepEP
+hands the rows over unpermuted, so its dispatcher's one permutation each way is the first); the routed
 experts as one grouped GEMM per linear layer over the rank's local experts (``num_experts / ep``)
 at the real tokens per expert: an EP rank receives ``tokens x top_k x load`` rows (``load`` its
 share over the mean), times ``expert_tp`` after the expert-TP all-gather, spread over its local
@@ -126,7 +131,7 @@ def moe_etp_bytes(model: ModelSpec, shape: Shape, expert_tp: int, load: float = 
 
 
 def moe_costs(model: ModelSpec, shape: Shape, kind: str, expert_tp: int, ep: int = 1,
-              load: float = 1.0, recompute: tuple[str, ...] = ()) -> MoeCosts:
+              load: float = 1.0, recompute: tuple[str, ...] = (), dispatcher: str = "alltoall") -> MoeCosts:
     """Router, routed experts and shared experts of one MoE block in pass ``kind`` (F, I, W or B)
     on a rank of ``ep`` expert-parallel ranks whose EP position gets ``load`` times the mean
     tokens (:func:`simtrain.workload.moe_routing.ep_loads`).
@@ -140,6 +145,7 @@ def moe_costs(model: ModelSpec, shape: Shape, kind: str, expert_tp: int, ep: int
     tokens = moe_tokens(shape)
     routed = moe_routed_rows(model, shape, expert_tp, load)
     local = model.num_experts // ep
+    sort = dispatcher == "alltoall" and ep > 1 and local > 1
     per_expert = max(1, math.ceil(routed / local))
     passes = ("I", "W") if kind == "B" else (kind,)
     n_tokens = max(1, math.ceil(tokens))
@@ -152,6 +158,8 @@ def moe_costs(model: ModelSpec, shape: Shape, kind: str, expert_tp: int, ep: int
         scores = Elementwise("moe.topk" if p == "F" else "moe.topk.bwd", 2 * BYTES_FP32 * tokens * model.num_experts)
         perm = Elementwise("moe.permute" if p == "F" else "moe.permute.bwd", 2 * 2 * A * routed * model.hidden,
                            launches=2)
+        if sort and p != "W":  # Megatron-LM's permutation 2, after the dispatch and before the combine
+            perm = Elementwise(perm.name, 2 * perm.nbytes, launches=4)
         if p == "F":
             router += [*norm("moe", model, shape, "F"), *gate, scores]
         elif p == "I":
@@ -160,7 +168,7 @@ def moe_costs(model: ModelSpec, shape: Shape, kind: str, expert_tp: int, ep: int
             if whole:  # the router's gate and top-k and the permutation, before the experts' again
                 experts += [*linear("moe.router", shape, model.hidden, model.num_experts, "F", n_tokens),
                             Elementwise("moe.topk", scores.nbytes),
-                            Elementwise("moe.permute", perm.nbytes, launches=2)]
+                            Elementwise("moe.permute", perm.nbytes, launches=perm.launches)]
         else:
             router += gate
         experts += ([perm] if p != "W" else [])
@@ -177,7 +185,7 @@ def moe_costs(model: ModelSpec, shape: Shape, kind: str, expert_tp: int, ep: int
 
 
 def moe_cost(model: ModelSpec, shape: Shape, kind: str, expert_tp: int, ep: int = 1,
-             recompute: tuple[str, ...] = ()) -> OpCost:
+             recompute: tuple[str, ...] = (), dispatcher: str = "alltoall") -> OpCost:
     """All the compute of one MoE block in pass ``kind`` at uniform routing."""
-    c = moe_costs(model, shape, kind, expert_tp, ep, recompute=recompute)
+    c = moe_costs(model, shape, kind, expert_tp, ep, recompute=recompute, dispatcher=dispatcher)
     return c.router + c.experts + (c.shared or OpCost())

@@ -80,7 +80,8 @@ class MoeBlock:
         block waits for."""
         em, dp = self.em, self.dp
         own, busiest = self.load(rank, layer)
-        c = em.cost(costs.moe_costs, pass_kind, self.par.expert_tp, self.par.ep, own, self.par.recomputed_modules)
+        c = em.cost(costs.moe_costs, pass_kind, self.par.expert_tp, self.par.ep, own, self.par.recomputed_modules,
+                    self.par.moe_dispatcher)
         if pass_kind == "W":
             op = em.compute(rank, "W", "moe.experts.W", stage, layer, mb, c.experts, last)
             dp.grad_done(stage, layer, op, "W")

@@ -177,7 +177,7 @@ def layer_pass_times(model: ModelSpec, par: ParallelSpec, gpu: GpuSpec,
     selective = par.recompute == "selective"
 
     def t(kind: str, layer: int) -> float:
-        mlp = (costs.moe_cost(model, sh, kind, par.expert_tp, par.ep) if model.is_moe_layer(layer)
+        mlp = (costs.moe_cost(model, sh, kind, par.expert_tp, par.ep, dispatcher=par.moe_dispatcher) if model.is_moe_layer(layer)
                else costs.mlp_cost(model, sh, kind))
         return timer.time(costs.attention_cost(model, sh, kind, selective)) + timer.time(mlp)
 

@@ -67,6 +67,27 @@ def test_moe_costs_hand_computed():
     assert isinstance(up, Gemm) and (up.batch, up.m) == (1, math.ceil(tokens * 2 / 1))
 
 
+@pytest.mark.quick
+def test_the_all_to_all_dispatcher_sorts_the_received_chunks_by_local_expert():
+    """Megatron-LM's all-to-all dispatcher reads and writes every received row once more each way
+    ("Permutation 2", ``sort_chunks_by_idxs``) where an EP rank holds several experts; DeepEP's
+    permutation after its dispatch is the only one, and one local expert needs no sort."""
+    m = load_model("deepseek-v3")  # 256 experts: 4 per rank at EP 64
+    sh = Shape(tokens=4096, seq=4096, tp=2, sp=True)
+    rows = 2048 * 8  # the rank's sequence shard, top 8
+
+    def permute_bytes(kind: str, dispatcher: str, ep: int = 64) -> float:
+        c = moe_costs(m, sh, kind, expert_tp=1, ep=ep, dispatcher=dispatcher)
+        return sum(k.bytes for k in c.experts.kernels if k.name.startswith("moe.permute"))
+
+    for kind in ("F", "I"):
+        assert permute_bytes(kind, "deepep") == pytest.approx(2 * 2 * 2 * rows * m.hidden)
+        assert permute_bytes(kind, "alltoall") == pytest.approx(2 * permute_bytes(kind, "deepep"))
+    assert permute_bytes("W", "alltoall") == 0
+    assert permute_bytes("F", "alltoall", ep=256) == permute_bytes("F", "deepep", ep=256)  # one expert a rank
+    assert permute_bytes("F", "alltoall", ep=1) == permute_bytes("F", "deepep", ep=1)  # nothing received
+
+
 def test_shared_experts_run_over_every_token():
     ds = load_model("deepseek-v3")
     sh = Shape(tokens=4096, seq=4096, tp=4, sp=True)
