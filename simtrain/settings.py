@@ -17,9 +17,8 @@ names, in an error about an impossible combination, the default values the user 
 
 :data:`OUTPUTS` are the settings of the command's output rather than of the scenario (``out``, ``plot``, ``json``,
 ``require_fit``, ``html``, the Gantt chart's ``window``, ``xlim``, ``ranks``, ``streams`` and ``progress``): a flag
-and a ``--config`` key each, like the others, but not part of the scenario or its report.
-
-Adding a setting is one entry here plus the code that uses its value.
+and a ``--config`` key each, like the others, but not part of the scenario or its report. Adding a setting is
+one entry here plus the code that uses its value.
 """
 
 from __future__ import annotations
@@ -75,7 +74,6 @@ def _phrase(parse: Callable[[Any], object], words: str) -> Callable[[Any], str]:
 
 _recompute_phrase = _phrase(parse_recompute, "must be none, selective, full, auto or a layer count N >= 0")
 _modules_phrase = _phrase(parse_recompute_modules, f"must be a comma-separated list of {', '.join(RECOMPUTE_MODULES)}")
-
 
 #: How a step ends (see the ``optimizer_sync`` setting).
 OPTIMIZER_SYNCS = ("grad-norm", "post-validation")
@@ -226,6 +224,8 @@ _TABLE = (
     Setting("attention", str, "flash", "attention core: flash (fused kernel) or eager (unfused scores, softmax, "
             "dropout and context, as 2021-22 stacks ran)", choices=ATTENTION_KERNELS,
             metavar="|".join(ATTENTION_KERNELS)),
+    Setting("rope_fusion", bool, True, "rotary embedding in one fused kernel (Megatron-LM's default)", flags=(),
+            off_flag="--no-rope-fusion", off_help="rotary embedding as separate PyTorch ops (Megatron-LM's flag)"),
     Setting("grad_dtype", str, "fp32", "precision of gradient accumulation and data-parallel reduction "
             "(Megatron-LM reduces in fp32 unless --grad-reduce-in-bf16)", choices=GRAD_DTYPES,
             metavar="|".join(GRAD_DTYPES)),

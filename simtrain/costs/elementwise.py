@@ -60,16 +60,36 @@ def activation(model: ModelSpec, shape: Shape, width: float, kind: str, tokens: 
     return ()
 
 
+#: HBM traffic of Megatron-LM's unfused rotary embedding per byte of the rotated part ``t``
+#: (``megatron/core/models/common/embeddings/rope_utils.py``, ``_apply_rotary_pos_emb_bshd``):
+#: ``t * cos`` (read and write: 2), ``_rotate_half``'s negation of one half and concatenation
+#: (1 + 2), ``* sin`` (2), the sum (3) and the concatenation with the unrotated rest (2); MLA's
+#: de-interleaving concatenation of the even and odd features first (2 more). Six kernels (seven
+#: with MLA) over ``t``, and six small ones over the frequencies (cos, sin, their scale and cast).
+UNFUSED_ROPE_BYTES = 12
+UNFUSED_ROPE_MLA_BYTES = UNFUSED_ROPE_BYTES + 2
+
+
 def rotary(model: ModelSpec, shape: Shape, kind: str) -> tuple[Kernel, ...]:
     """Rotary embedding of q and k (none for a learned position embedding); with MLA, then the
-    layout of its query, key and value (:func:`mla_layout`)."""
+    layout of its query, key and value (:func:`mla_layout`).
+
+    Fused (TransformerEngine's kernel, Megatron-LM's default): one read and one write of the
+    rotated part. Unfused (``--no-rope-fusion``; NeMo's and Megatron Bridge's DeepSeek configs set
+    ``apply_rope_fusion`` False): :data:`UNFUSED_ROPE_BYTES` per byte, and the backward, the
+    autograd of the same products and concatenations, as many."""
     if model.learned_pos or kind not in ("F", "I"):
         return ()
     if model.is_mla:  # only the rope part: heads x qk_rope of q and the shared qk_rope of k
         width = model.heads * model.qk_rope_head_dim / shape.tp + model.qk_rope_head_dim
     else:
         width = (model.q_width + model.kv_width) / shape.tp
-    rope = Elementwise("attn.rope" if kind == "F" else "attn.rope.bwd", 2 * A * shape.tokens * width)
+    name, part = "attn.rope" if kind == "F" else "attn.rope.bwd", A * shape.tokens * width
+    if shape.rope_fusion:
+        rope = Elementwise(name, 2 * part)
+    else:
+        per_byte, launches = (UNFUSED_ROPE_MLA_BYTES, 7) if model.is_mla else (UNFUSED_ROPE_BYTES, 6)
+        rope = Elementwise(name, per_byte * part, launches=launches + 6)
     return (rope, *mla_layout(model, shape, kind))
 
 

@@ -38,13 +38,15 @@ class Shape:
     sp: bool  # sequence parallelism (activations outside the GEMMs split over tp)
     mbs: int = 1  # sequences per micro-batch
     attention: str = "flash"  # flash (fused kernel) or eager (scores, softmax, dropout, context)
+    rope_fusion: bool = True  # rotary embedding in one fused kernel, or as PyTorch ops
     fp8: bool = False  # linear-layer GEMMs in FP8
     grad_bytes: int = BYTES_FP32  # bytes per gradient element (fp32 or bf16 accumulation)
 
     @classmethod
     def of(cls, par: ParallelSpec) -> "Shape":
         return cls(tokens=par.mbs * par.seq // par.cp, seq=par.seq, tp=par.tp, sp=par.sequence_parallel,
-                   mbs=par.mbs, attention=par.attention, fp8=par.fp8, grad_bytes=GRAD_BYTES[par.grad_dtype])
+                   mbs=par.mbs, attention=par.attention, rope_fusion=par.rope_fusion, fp8=par.fp8,
+                   grad_bytes=GRAD_BYTES[par.grad_dtype])
 
     @property
     def local_seq(self) -> int:

@@ -32,18 +32,18 @@ takes exactly one, a whole number at least 1 (0 where :data:`MAY_BE_ZERO`) or on
   ``--moe-router-topk``, ``--moe-ffn-hidden-size`` pick the model preset they describe (a dense
   one without ``--num-experts``; ``--model`` takes their place).
 
-``--overlap-grad-reduce`` and (with the distributed optimizer) ``--overlap-param-gather``, both off unless
-given, and ``--no-overlap-p2p-communication`` are simtrain's ``overlap_grad_reduce``, ``overlap_param_gather``
-and ``overlap_p2p_comm``; ``--overlap-moe-expert-parallel-comm`` (the Megatron-MoE model zoo's "1F1B overlap")
-is ``overlap_moe_expert_parallel_comm``, its companion ``--delay-wgrad-compute`` (weight gradients run later
-inside the combined step) is named unsupported. For a model with shared experts, ``--moe-shared-expert-overlap``
-(off unless given) is ``moe_shared_expert_overlap``; an MoE launch without ``--moe-grouped-gemm`` (its experts
-one after another, Megatron-LM's ``SequentialMLP``) is named unsupported. simtrain models the all-to-all token
-dispatcher, DeepEP's (``--moe-token-dispatcher-type flex`` with ``--moe-enable-deepep`` or
-``--moe-flex-dispatcher-backend deepep``: ``moe_dispatcher`` deepep) and point-to-point CP.
-Flags for logging, checkpoints, data, tokenizers, the learning rate and kernel fusions are
-ignored; flags that change the step in a way simtrain does not model (CPU offload, another token
-dispatcher, a hand-written layer layout, ...) and unknown flags are named in one error.
+``--overlap-grad-reduce`` and (with the distributed optimizer) ``--overlap-param-gather``, both off unless given, and
+``--no-overlap-p2p-communication`` are simtrain's ``overlap_grad_reduce``, ``overlap_param_gather`` and
+``overlap_p2p_comm``, ``--no-rope-fusion`` is ``rope_fusion`` off; ``--overlap-moe-expert-parallel-comm`` (the
+Megatron-MoE model zoo's "1F1B overlap") is ``overlap_moe_expert_parallel_comm``, its companion
+``--delay-wgrad-compute`` (weight gradients run later inside the combined step) is named unsupported. For a model with
+shared experts, ``--moe-shared-expert-overlap`` (off unless given) is ``moe_shared_expert_overlap``; an MoE launch
+without ``--moe-grouped-gemm`` (its experts one after another, Megatron-LM's ``SequentialMLP``) is named unsupported.
+simtrain models the all-to-all token dispatcher, DeepEP's (``--moe-token-dispatcher-type flex`` with
+``--moe-enable-deepep`` or ``--moe-flex-dispatcher-backend deepep``: ``moe_dispatcher`` deepep) and point-to-point CP.
+Logging, checkpoint, data, tokenizer, learning-rate and other kernel-fusion flags are ignored; flags that change the
+step in a way simtrain does not model (CPU offload, another token dispatcher, a hand-written layer layout, ...) and
+unknown flags are named in one error.
 """
 
 from __future__ import annotations
@@ -88,8 +88,8 @@ LIST_FLAGS = ("--recompute-modules",)
 SWITCHES = ("--sequence-parallel", "--use-distributed-optimizer", "--group-query-attention", "--swiglu",
             "--recompute-activations", "--use-tp-pp-dp-mapping", "--use-custom-fsdp", "--use-megatron-fsdp",
             "--use-torch-fsdp2", "--overlap-grad-reduce", "--overlap-param-gather", "--grad-reduce-in-bf16",
-            "--no-overlap-p2p-communication", "--overlap-moe-expert-parallel-comm", "--tp-comm-overlap",
-            "--moe-enable-deepep", "--moe-shared-expert-overlap", "--moe-grouped-gemm",
+            "--no-overlap-p2p-communication", "--no-rope-fusion", "--overlap-moe-expert-parallel-comm",
+            "--tp-comm-overlap", "--moe-enable-deepep", "--moe-shared-expert-overlap", "--moe-grouped-gemm",
             "--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split")
 #: Switches that turn one boolean setting on.
 SWITCH_SETTINGS = {"--tp-comm-overlap": "tp_comm_overlap",
@@ -112,28 +112,27 @@ UNSUPPORTED = {"--cpu-offloading": "activation offload to the CPU",
 #: optimizer hyper-parameters, regularisation, kernels and fusions, launcher plumbing).
 IGNORED_PREFIXES = (
     "--log", "--tensorboard", "--wandb", "--save", "--load", "--no-load", "--no-save", "--ckpt", "--data",
-    "--split", "--vocab", "--merge-file", "--tokenizer", "--tiktoken", "--mock-data", "--num-workers",
-    "--eval", "--lr", "--min-lr", "--weight-decay", "--clip-grad", "--adam", "--sgd", "--optimizer",
-    "--init-method", "--seed", "--train-iters", "--train-samples", "--exit", "--timing", "--profile",
-    "--distributed-backend", "--distributed-timeout", "--bf16", "--fp16", "--loss-scale", "--initial-loss-scale",
-    "--hysteresis", "--attention-dropout", "--hidden-dropout", "--position-embedding-type", "--rotary",
-    "--use-rotary", "--use-rope", "--max-position-embeddings", "--normalization", "--norm-epsilon",
-    "--untie-embeddings", "--disable-bias-linear", "--add-bias", "--add-qkv-bias", "--qk-layernorm",
-    "--kv-channels", "--make-vocab-size", "--use-flash-attn", "--transformer-impl", "--fp8-",
-    "--use-mcore-models", "--use-legacy-models", "--no-masked-softmax-fusion", "--no-bias", "--no-gradient",
-    "--no-rope-fusion", "--no-persist-layer-norm", "--apply-query-key", "--attention-softmax-in-fp32",
-    "--accumulate-allreduce", "--use-cpu-initialization", "--manual-gc", "--rerun", "--check-for",
-    "--calculate-per-token-loss", "--ddp-", "--no-align", "--moe-aux-loss", "--moe-z-loss", "--moe-router-",
-    "--moe-permute-fusion", "--moe-shared-expert-intermediate",
-    "--moe-expert-capacity", "--moe-pad-expert", "--moe-token-drop", "--multi-latent-attention", "--q-lora-rank",
-    "--kv-lora-rank", "--qk-head-dim", "--qk-pos-emb-head-dim", "--v-head-dim", "--mtp-loss", "--finetune",
-    "--spec", "--no-create-attention-mask", "--num-dataset-builder-threads", "--dist-ckpt", "--async-save",
-    "--use-dist-ckpt", "--auto-detect-ckpt-format", "--local-rank", "--node_rank", "--node-rank",
-    "--master_addr", "--master-addr", "--master_port", "--master-port", "--rdzv", "--standalone",
-    "--max_restarts", "--max-restarts", "--overlap-p2p-communication",
-    "--use-ring-exchange-p2p", "--no-scatter-gather-tensors", "--deterministic-mode", "--enable-cuda-graph",
-    "--one-logger", "--straggler", "--num-layers-at-", "--use-precision-aware-optimizer", "--main-grads-dtype",
-    "--main-params-dtype", "--exp-avg", "--cross-entropy-loss-fusion", "--cross-entropy-fusion-impl",
+    "--split", "--vocab", "--merge-file", "--tokenizer", "--tiktoken", "--mock-data", "--num-workers", "--eval",
+    "--lr", "--min-lr", "--weight-decay", "--clip-grad", "--adam", "--sgd", "--optimizer", "--init-method",
+    "--seed", "--train-iters", "--train-samples", "--exit", "--timing", "--profile", "--distributed-backend",
+    "--distributed-timeout", "--bf16", "--fp16", "--loss-scale", "--initial-loss-scale", "--hysteresis",
+    "--attention-dropout", "--hidden-dropout", "--position-embedding-type", "--rotary", "--use-rotary",
+    "--use-rope", "--max-position-embeddings", "--normalization", "--norm-epsilon", "--untie-embeddings",
+    "--disable-bias-linear", "--add-bias", "--add-qkv-bias", "--qk-layernorm", "--kv-channels", "--make-vocab-size",
+    "--use-flash-attn", "--transformer-impl", "--fp8-", "--use-mcore-models", "--use-legacy-models",
+    "--no-masked-softmax-fusion", "--no-bias", "--no-gradient", "--no-persist-layer-norm", "--apply-query-key",
+    "--attention-softmax-in-fp32", "--accumulate-allreduce", "--use-cpu-initialization", "--manual-gc", "--rerun",
+    "--check-for", "--calculate-per-token-loss", "--ddp-", "--no-align", "--moe-aux-loss", "--moe-z-loss",
+    "--moe-router-", "--moe-permute-fusion", "--moe-shared-expert-intermediate", "--moe-expert-capacity",
+    "--moe-pad-expert", "--moe-token-drop", "--multi-latent-attention", "--q-lora-rank", "--kv-lora-rank",
+    "--qk-head-dim", "--qk-pos-emb-head-dim", "--v-head-dim", "--mtp-loss", "--finetune", "--spec",
+    "--no-create-attention-mask", "--num-dataset-builder-threads", "--dist-ckpt", "--async-save", "--use-dist-ckpt",
+    "--auto-detect-ckpt-format", "--local-rank", "--node_rank", "--node-rank", "--master_addr", "--master-addr",
+    "--master_port", "--master-port", "--rdzv", "--standalone", "--max_restarts", "--max-restarts",
+    "--overlap-p2p-communication", "--use-ring-exchange-p2p", "--no-scatter-gather-tensors", "--deterministic-mode",
+    "--enable-cuda-graph", "--one-logger", "--straggler", "--num-layers-at-", "--use-precision-aware-optimizer",
+    "--main-grads-dtype", "--main-params-dtype", "--exp-avg", "--cross-entropy-loss-fusion",
+    "--cross-entropy-fusion-impl",
 )
 
 
@@ -352,6 +351,7 @@ def _memory(job: _Launch) -> None:
     if zero in (1, 2):
         job.set("overlap_param_gather", "--overlap-param-gather" in job.args)
     job.set("overlap_p2p_comm", "--no-overlap-p2p-communication" not in job.args)
+    job.set("rope_fusion", "--no-rope-fusion" not in job.args)
     if "--fp8-format" in job.args:
         job.set("fp8", True)
     job.update({name: True for flag, name in SWITCH_SETTINGS.items() if flag in job.args})

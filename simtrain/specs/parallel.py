@@ -69,6 +69,7 @@ class ParallelSpec:
     account_for_embedding_in_pipeline_split: bool = False
     account_for_loss_in_pipeline_split: bool = False
     attention: str = "flash"  # attention core: flash (fused kernel) or eager (unfused, s x s scores)
+    rope_fusion: bool = True  # rotary embedding in one fused kernel; False: PyTorch ops (--no-rope-fusion)
     grad_dtype: str = "fp32"  # gradient accumulation and data-parallel reduction: fp32 or bf16
     fp8: bool = False  # linear-layer GEMMs in FP8 (needs a GPU with FP8 tensor cores)
     overlap_grad_reduce: bool = True  # reduce each gradient bucket during the backward, not after it

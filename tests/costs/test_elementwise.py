@@ -41,6 +41,25 @@ def test_activation_rotary_and_bias():
     assert bias_grads("mlp", load_model("gpt3-175b"), SH, (10, 20))[0].launches == 2
 
 
+def test_unfused_rope_moves_its_products_and_concatenations():
+    """``--no-rope-fusion``: Megatron-LM's ``_apply_rotary_pos_emb_bshd`` reads and writes the
+    rotated part 12 times over (t * cos, the negated half and its concatenation, * sin, the sum, the
+    concatenation with the rest) in six kernels and six small ones over the frequencies; MLA
+    de-interleaves the rope features first, 2 more. The fused kernel reads and writes it once."""
+    from dataclasses import replace
+
+    llama, dsv3 = load_model("llama3-8b"), load_model("deepseek-v3")
+    unfused = replace(SH, rope_fusion=False)
+    part = 2 * 1024 * (4096 + 1024) / 4
+    for kind in ("F", "I"):
+        (rope,) = rotary(llama, unfused, kind)
+        assert rope.bytes == 12 * part and rope.launches == 12
+        assert rotary(llama, SH, kind)[0].bytes == 2 * part
+        mla, fused = rotary(dsv3, unfused, kind)[0], rotary(dsv3, SH, kind)[0]
+        assert mla.bytes == 7 * fused.bytes and mla.launches == 13
+    assert rotary(llama, unfused, "W") == ()
+
+
 def test_mla_lays_out_its_query_key_and_value_after_the_rope():
     """DeepSeek-V3 at TP 2 (64 heads per rank; nope 128, rope 64, v 128): the query's concatenation
     reads and writes 64 x 192 per token, the key's reads 64 x 128 + 64 and writes 64 x 192, the

@@ -29,7 +29,7 @@ def test_the_llama3_70b_launch_script():
     assert imported.settings == {"model": "llama3-70b", "tp": 8, "pp": 4, "cp": 1, "mbs": 1, "gbs": 512,
                                  "seq": 8192, "gpus": 64, "vpp": 1, "schedule": "1f1b", "sp": True, "zero": 1,
                                  "grad_dtype": "fp32", "overlap_grad_reduce": True, "overlap_param_gather": True,
-                                 "overlap_p2p_comm": True, "recompute": "none"}
+                                 "overlap_p2p_comm": True, "rope_fusion": True, "recompute": "none"}
     assert imported.source == str(SCRIPT) and imported.framework == "Megatron-LM"
     assert {"--lr", "--save", "--data-path", "--tokenizer-model", "--master_addr"} <= set(imported.ignored)
 
@@ -74,8 +74,9 @@ def test_kernel_settings():
                  "--attention-backend unfused")
     assert (s["fp8"], s["grad_dtype"], s["attention"]) == (True, "bf16", "eager")
     assert "fp8" not in settings(LLAMA_8B) and settings(LLAMA_8B)["grad_dtype"] == "fp32"
-    s = settings(LLAMA_8B + "--no-overlap-p2p-communication")
+    s = settings(LLAMA_8B + "--no-overlap-p2p-communication --no-rope-fusion")
     assert (s["overlap_grad_reduce"], s["overlap_p2p_comm"]) == (False, False)  # Megatron-LM's default, and off
+    assert s["rope_fusion"] is False and settings(LLAMA_8B)["rope_fusion"] is True
 
 
 def test_the_model_preset_and_expert_parallelism():

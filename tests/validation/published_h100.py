@@ -16,7 +16,7 @@ or FSDP (ZeRO-3), the gradients' reduction precision, TP communication overlap, 
 (Megatron's module names), the pipeline split that counts the embedding and the loss where the
 source's slot count says so (``pipeline_split_counts_embedding_and_loss``), the end stages' layers
 and the multi-token prediction modules where the case's recipe sets them, and Megatron-LM's EP
-all-to-all overlap, shared-expert overlap and gradient-reduce overlap where it sets those (DeepSeek-V3: NeMo's
+all-to-all overlap, shared-expert overlap, gradient-reduce overlap and rope fusion where it sets those (DeepSeek-V3: NeMo's
 ``pretrain_deepseek_v3.py`` and its FLOP count, the case's notes). Nothing else is set per case; CUDA graphs, which the Nemotron
 launch script turns on, are not modelled.
 """
@@ -50,7 +50,7 @@ SETS = {"H100-nemo-dense": "NeMo dense (dgxc-benchmarking)", "H100-nemo-moe": "N
 #: set reaches it; elsewhere the set's present errors, so that a change cannot make them worse
 #: unnoticed (the DeepSeek-V3 runs of the NeMo MoE and Megatron Bridge sets miss the goal:
 #: docs/validation.md says by how much).
-LIMITS = {"H100-nemo-dense": (MEAN_LIMIT_PCT, ROW_LIMIT_PCT), "H100-nemo-moe": (19.5, 19.5),
+LIMITS = {"H100-nemo-dense": (MEAN_LIMIT_PCT, ROW_LIMIT_PCT), "H100-nemo-moe": (17.0, 17.0),
           "H100-megatron-moe": (MEAN_LIMIT_PCT, ROW_LIMIT_PCT), "H100-bridge-dense": (MEAN_LIMIT_PCT, ROW_LIMIT_PCT),
           "H100-bridge-moe": (14.5, 14.5)}
 #: The Qwen3-235B-A22B layouts of the model zoo's H100 table, fastest measured first.
@@ -129,7 +129,8 @@ def settings_of(case: dict[str, Any]) -> dict[str, Any]:
             out[key] = case[key]
     for key, setting in (("ep_comm_overlap", "overlap_moe_expert_parallel_comm"),
                          ("shared_expert_overlap", "moe_shared_expert_overlap"),
-                         ("overlap_grad_reduce", "overlap_grad_reduce")):  # where the case's recipe sets them
+                         ("overlap_grad_reduce", "overlap_grad_reduce"),
+                         ("rope_fusion", "rope_fusion")):  # where the case's recipe sets them
         if key in case:
             out[setting] = case[key]
     if case["pipeline_split_counts_embedding_and_loss"]:

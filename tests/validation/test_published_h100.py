@@ -76,7 +76,7 @@ def test_the_fitted_parameters_are_grid_points_of_their_fit():
 def test_deepseek_v3_grows_from_pp8_to_pp16_as_measured(shared):
     """DeepSeek-V3's two NeMo runs (512 GPUs at PP8 with 128 micro-batches per pipeline, 1,024 at
     PP16 with 256) step 1.063x slower at twice the size; the simulation gives the same growth
-    within 1% although both runs simulate about 20% fast (docs/validation.md)."""
+    within 1% although both runs simulate about 16% fast (docs/validation.md)."""
     rows = {CASES[i]["name"]: _row(shared, i) for i in range(len(CASES)) if CASES[i]["name"].startswith("deepseek-v3")}
     small, large = rows["deepseek-v3-bf16-512-tp2pp8ep64"], rows["deepseek-v3-bf16-1024-tp2pp16ep64"]
     measured, simulated = large.measured_s / small.measured_s, large.predicted_s / small.predicted_s
