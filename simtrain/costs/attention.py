@@ -3,7 +3,10 @@
 Projections (Megatron-LM's ``megatron/core/transformer/attention.py``): a fused QKV GEMM
 ``h -> (q + 2 kv) / t`` and the output projection ``q / t -> h``. Multi-head latent attention
 (DeepSeek-V3, arXiv:2412.19437, section 2.1.1; Megatron-LM's ``multi_latent_attention.py``): the
-down projections ``h -> q_lora`` and ``h -> kv_lora + rope`` are replicated on the TP ranks, the up
+down projections ``h -> q_lora`` and ``h -> kv_lora + rope`` are not split over TP; with sequence
+parallelism each rank runs them over its own ``s / t`` tokens (a duplicated linear on the
+sequence shard, or in later versions a column-parallel one whose output is gathered and scattered
+back to the shard: the same FLOPs), without it over all ``s``; the up
 projections ``q_lora -> heads (nope + rope) / t`` and ``kv_lora -> heads (nope + v) / t`` and the
 output projection ``heads v / t -> h`` are split; its value heads are ``v_head_dim`` wide, not
 the query/key width.
@@ -32,6 +35,7 @@ core alone, as before) or the tuple of recomputed modules.
 
 from __future__ import annotations
 
+import math
 from simtrain.costs.elementwise import A, bias_grads, norm, residual, rotary
 from simtrain.costs.kernels import Attention, Elementwise, Gemm, Kernel, OpCost
 from simtrain.costs.shape import Shape, linear
@@ -65,6 +69,11 @@ def _projections(model: ModelSpec, shape: Shape) -> tuple[list[tuple[str, int, i
     pre += [("attn.kv_down", h, model.kv_lora_rank + model.qk_rope_head_dim, False),
             ("attn.kv_up", model.kv_lora_rank, model.heads * (model.qk_nope_head_dim + model.v_head_dim) // t, True)]
     return pre, out
+
+
+def _shard_rows(shape: Shape) -> int:
+    """Rows of a projection that is not split over TP: the rank's sequence-parallel share."""
+    return max(1, math.ceil(shape.sp_tokens))
 
 
 def _flash(model: ModelSpec, shape: Shape, backward: bool, kv_tokens: int) -> Attention:
@@ -130,7 +139,8 @@ def attention_parts(model: ModelSpec, shape: Shape, kind: str,
     tail: list[Kernel] = []
     for p in passes:
         proj = linear(out_name, shape, out_k, out_n, p)
-        inputs = [k for name, k_in, n_out, _ in pre for k in linear(name, shape, k_in, n_out, p)]
+        inputs = [k for name, k_in, n_out, split in pre
+                  for k in linear(name, shape, k_in, n_out, p, None if split else _shard_rows(shape))]
         if p == "F":
             head += [*norm("attn", model, shape, "F"), *inputs, *rotary(model, shape, "F")]
             tail += [*proj, *residual("attn", model, shape, "F")]

@@ -54,6 +54,20 @@ def test_mla_values_are_v_head_dim_wide():
     assert cp_kv_bytes(ds, sh) == 2 * 4096 * 128 * (192 + 128) / 8
 
 
+def test_mla_down_projections_run_on_the_ranks_sequence_share():
+    """MLA's down projections are not split over TP: with sequence parallelism each rank runs
+    them over its s / t tokens, without it over all s; the up projections over all s, split."""
+    ds = load_model("deepseek-v3")
+    for sp, rows in ((True, 4096 // 2), (False, 4096)):
+        sh = Shape(tokens=4096, seq=4096, tp=2, sp=sp)
+        gemms = {k.name: k for k in attention_cost(ds, sh, "B").kernels if isinstance(k, Gemm)}
+        assert gemms["attn.q_down.dgrad"].m == gemms["attn.kv_down.dgrad"].m == rows
+        assert gemms["attn.q_down.wgrad"].k == gemms["attn.kv_down.wgrad"].k == rows  # the tokens are the K
+        assert gemms["attn.q_up.dgrad"].m == 4096 and gemms["attn.q_up.dgrad"].k == 128 * 192 // 2
+    f = {k.name: k for k in attention_cost(ds, Shape(tokens=4096, seq=4096, tp=2, sp=True), "F").kernels}
+    assert (f["attn.q_down"].m, f["attn.q_down"].n, f["attn.q_down"].k) == (2048, 1536, 7168)
+
+
 def test_parts_split_the_block_around_its_core():
     m = load_model("llama3-8b")
     sh = Shape(tokens=4096, seq=8192, tp=2, sp=True, mbs=1)  # cp = 2
