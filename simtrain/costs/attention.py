@@ -36,6 +36,7 @@ core alone, as before) or the tuple of recomputed modules.
 from __future__ import annotations
 
 import math
+
 from simtrain.costs.elementwise import A, bias_grads, norm, residual, rotary
 from simtrain.costs.kernels import Attention, Elementwise, Gemm, Kernel, OpCost
 from simtrain.costs.shape import Shape, linear
