@@ -1,36 +1,32 @@
-"""A Megatron-LM launch (``pretrain_gpt.py``'s arguments, ``megatron/training/arguments.py``) as
-simtrain settings.
+"""A Megatron-LM launch (``pretrain_gpt.py``'s arguments, ``megatron/training/arguments.py``) as simtrain settings.
 
-The arguments come as a string or as a launch script: lines joined at a trailing backslash,
-``#`` comments dropped, ``NAME=value`` assignments substituted into ``$NAME`` and ``${NAME}``,
-the items of bash arrays (``ARGS=( ... )``) read where they stand, ``torchrun``'s ``--nnodes`` and
-``--nproc_per_node`` giving the GPU count; the expanded text may be at most :data:`MAX_EXPANDED`.
-A flag's values run to the next flag or the program (``pretrain_gpt.py``); a flag simtrain reads
-takes exactly one, a whole number at least 1 (0 where :data:`MAY_BE_ZERO`) or one of Megatron-LM's
+The arguments come as a string or as a launch script: lines joined at a trailing backslash, ``#`` comments dropped,
+``NAME=value`` assignments substituted into ``$NAME`` and ``${NAME}``, the items of bash arrays (``ARGS=( ... )``)
+read where they stand, ``torchrun``'s ``--nnodes`` and ``--nproc_per_node`` giving the GPU count; the expanded text
+may be at most :data:`MAX_EXPANDED`. A flag's values run to the next flag or the program (``pretrain_gpt.py``); a flag
+simtrain reads takes exactly one, a whole number at least 1 (0 where :data:`MAY_BE_ZERO`) or one of Megatron-LM's
 :data:`CHOICES`. Megatron-LM's flags, with its defaults where a flag is left out:
 
-* layout: ``--tensor-model-parallel-size``, ``--pipeline-model-parallel-size``,
-  ``--context-parallel-size``, ``--expert-model-parallel-size`` and
-  ``--expert-tensor-parallel-size`` (MoE models), ``--num-layers-per-virtual-pipeline-stage`` or
-  ``--num-virtual-stages-per-pipeline-rank`` (the interleaved schedule; 1F1B otherwise),
-  ``--decoder-first/last-pipeline-num-layers``, ``--account-for-embedding-in-pipeline-split`` and
-  ``--account-for-loss-in-pipeline-split`` (the embedding and the loss as a layer slot of the
-  end chunks), ``--use-tp-pp-dp-mapping`` (the rank order);
+* layout: ``--tensor-model-parallel-size``, ``--pipeline-model-parallel-size``, ``--context-parallel-size``,
+  ``--expert-model-parallel-size`` and ``--expert-tensor-parallel-size`` (MoE models),
+  ``--num-layers-per-virtual-pipeline-stage`` or ``--num-virtual-stages-per-pipeline-rank`` (the interleaved schedule;
+  1F1B otherwise), ``--decoder-first/last-pipeline-num-layers``, ``--account-for-embedding-in-pipeline-split`` and
+  ``--account-for-loss-in-pipeline-split`` (the embedding and the loss as a layer slot of the end chunks) or instead
+  ``--pipeline-model-parallel-layout`` (:mod:`~simtrain.importers.megatron_layout`), ``--use-tp-pp-dp-mapping`` (the
+  rank order);
 * batch: ``--micro-batch-size``, ``--global-batch-size`` (default: micro-batch x DP), ``--seq-length``;
-* memory: ``--sequence-parallel`` (off unless given), ``--use-distributed-optimizer`` (ZeRO-1;
-  ZeRO-0 without it), Megatron FSDP's ``--data-parallel-sharding-strategy`` and
-  ``--use-torch-fsdp2`` (ZeRO-3); ``--recompute-granularity`` full or selective,
-  ``--recompute-method`` block with ``--recompute-num-layers`` N (N layers per chunk), uniform (all
-  layers), ``--recompute-activations`` (selective), ``--recompute-modules`` with selective (its
-  space-separated names, ``nargs='*'``, as ``recompute_modules``; default core_attn);
-* kernels: ``--fp8-format`` (FP8 linear layers), ``--grad-reduce-in-bf16``, ``--attention-backend``
-  (unfused or local: the eager attention core), ``--tp-comm-overlap`` (TransformerEngine's TP
-  communication overlapped with the GEMMs; with ``--sequence-parallel`` only, as Megatron-LM's
-  argument check requires);
-* model: ``--num-layers``, ``--hidden-size``, ``--num-attention-heads``, ``--group-query-attention``
-  with ``--num-query-groups``, ``--ffn-hidden-size``, ``--swiglu``, ``--num-experts``,
-  ``--moe-router-topk``, ``--moe-ffn-hidden-size`` pick the model preset they describe (a dense
-  one without ``--num-experts``; ``--model`` takes their place).
+* memory: ``--sequence-parallel`` (off unless given), ``--use-distributed-optimizer`` (ZeRO-1; ZeRO-0 without it),
+  Megatron FSDP's ``--data-parallel-sharding-strategy`` and ``--use-torch-fsdp2`` (ZeRO-3);
+  ``--recompute-granularity`` full or selective, ``--recompute-method`` block with ``--recompute-num-layers`` N (N
+  layers per chunk), uniform (all layers), ``--recompute-activations`` (selective), ``--recompute-modules`` with
+  selective (its space-separated names, ``nargs='*'``, as ``recompute_modules``; default core_attn);
+* kernels: ``--fp8-format`` (FP8 linear layers), ``--grad-reduce-in-bf16``, ``--attention-backend`` (unfused or local:
+  the eager attention core), ``--tp-comm-overlap`` (TransformerEngine's TP communication overlapped with the GEMMs;
+  with ``--sequence-parallel`` only, as Megatron-LM's argument check requires);
+* model: ``--num-layers``, ``--hidden-size``, ``--num-attention-heads``, ``--group-query-attention`` with
+  ``--num-query-groups``, ``--ffn-hidden-size``, ``--swiglu``, ``--num-experts``, ``--moe-router-topk``,
+  ``--moe-ffn-hidden-size`` pick the model preset they describe (a dense one without ``--num-experts``; ``--model``
+  takes their place).
 
 ``--overlap-grad-reduce`` and (with the distributed optimizer) ``--overlap-param-gather``, both off unless given, and
 ``--no-overlap-p2p-communication`` are simtrain's ``overlap_grad_reduce``, ``overlap_param_gather`` and
@@ -42,8 +38,8 @@ without ``--moe-grouped-gemm`` (its experts one after another, Megatron-LM's ``S
 simtrain models the all-to-all token dispatcher, DeepEP's (``--moe-token-dispatcher-type flex`` with
 ``--moe-enable-deepep`` or ``--moe-flex-dispatcher-backend deepep``: ``moe_dispatcher`` deepep) and point-to-point CP.
 Logging, checkpoint, data, tokenizer, learning-rate and other kernel-fusion flags are ignored; flags that change the
-step in a way simtrain does not model (CPU offload, another token dispatcher, a hand-written layer layout, ...) and
-unknown flags are named in one error.
+step in a way simtrain does not model (CPU offload, another token dispatcher, ...) and unknown flags are named in one
+error.
 """
 
 from __future__ import annotations
@@ -56,6 +52,7 @@ from typing import Any
 
 from simtrain.errors import SpecError
 from simtrain.importers.job import Imported, JobReader, match_model
+from simtrain.importers.megatron_layout import apply_layout
 from simtrain.specs.strict import read_text, shown
 
 #: Flags that set one simtrain setting to their integer value.
@@ -74,7 +71,8 @@ INT_FLAGS = ("--num-layers-per-virtual-pipeline-stage", "--num-virtual-stages-pe
              "--recompute-num-layers", "--nnodes", "--nproc_per_node", "--nproc-per-node")
 #: Flags with a text value.
 TEXT_FLAGS = ("--recompute-granularity", "--recompute-method", "--data-parallel-sharding-strategy",
-              "--moe-token-dispatcher-type", "--moe-flex-dispatcher-backend", "--fp8-format", "--attention-backend")
+              "--moe-token-dispatcher-type", "--moe-flex-dispatcher-backend", "--fp8-format", "--attention-backend",
+              "--pipeline-model-parallel-layout")
 #: Megatron-LM's choices of a text flag (``megatron/training/arguments.py``).
 CHOICES = {"--recompute-granularity": ("full", "selective"), "--recompute-method": ("uniform", "block"),
            "--fp8-format": ("e4m3", "hybrid"), "--moe-token-dispatcher-type": ("allgather", "alltoall", "flex")}
@@ -98,7 +96,6 @@ SWITCH_SETTINGS = {"--tp-comm-overlap": "tp_comm_overlap",
                    "--account-for-loss-in-pipeline-split": "account_for_loss_in_pipeline_split"}
 #: Flags that change the step in a way simtrain does not model, and how.
 UNSUPPORTED = {"--cpu-offloading": "activation offload to the CPU",
-               "--pipeline-model-parallel-layout": "a hand-written layer layout",
                "--hierarchical-context-parallel-sizes": "hierarchical CP",
                "--cp-comm-type": "CP communication other than point-to-point rings",
                "--defer-embedding-wgrad-compute": "the LM head's weight gradient moved to the flush",
@@ -303,6 +300,9 @@ def _model_and_layout(job: _Launch) -> None:
                             f"{per_stage} layers per pipeline stage ({layers} layers over pp={pp}; valid: "
                             f"{', '.join(map(str, fits[:12]))}{', ...' if len(fits) > 12 else ''})")
         vpp = per_stage // per_chunk
+    if "--pipeline-model-parallel-layout" in job.args:
+        vpp = apply_layout(job, str(job.text("--pipeline-model-parallel-layout")), job.args,
+                           job.number("--mtp-num-layers"), vpp)
     job.set("vpp", vpp or 1)
     job.set("schedule", "interleaved-1f1b" if (vpp or 1) > 1 else "1f1b")
     _dispatcher(job)

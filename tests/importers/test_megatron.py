@@ -3,6 +3,7 @@ at a time: layout, batch, memory, model, and the flags that are ignored or canno
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -92,16 +93,49 @@ def test_the_model_preset_and_expert_parallelism():
 
 def test_flags_that_cannot_be_simulated_are_named_together():
     with pytest.raises(SpecError) as err:
-        settings(LLAMA_8B + "--pipeline-model-parallel-layout E,t*8,L --cpu-offloading "
+        settings(LLAMA_8B + "--num-distributed-optimizer-instances 2 --cpu-offloading "
                  "--moe-token-dispatcher-type flex --frobnicate 3")
     message = str(err.value)
-    for flag in ("--pipeline-model-parallel-layout", "--cpu-offloading", "--moe-token-dispatcher-type flex",
+    for flag in ("--num-distributed-optimizer-instances", "--cpu-offloading", "--moe-token-dispatcher-type flex",
                  "--frobnicate"):
         assert flag in message
     with pytest.raises(SpecError, match=r"--tensor-model-parallel-size '\$TP': expected a whole number; expand"):
         settings("--tensor-model-parallel-size $TP")
     with pytest.raises(SpecError, match="neither a file nor Megatron-LM arguments"):
         settings("pretrain_gpt.py")
+
+
+DSV3 = ("--num-layers 61 --hidden-size 7168 --num-attention-heads 128 --ffn-hidden-size 18432 --num-experts 256 "
+        "--moe-router-topk 8 --moe-ffn-hidden-size 2048 --moe-grouped-gemm --swiglu --tensor-model-parallel-size 2 "
+        "--pipeline-model-parallel-size 8 --expert-model-parallel-size 64 --sequence-parallel --mtp-num-layers 1 ")
+
+
+def test_a_pipeline_layout_gives_the_split():
+    """Megatron Bridge's DeepSeek-V3 layouts on H100 and B200: the end chunks' decoder layers,
+    the virtual stages (chunks / pp) and the MTP module after the last chunk's layers."""
+    s = settings(DSV3 + "--pipeline-model-parallel-layout 'Et|(tt|)*30mL'")
+    assert (s["model"], s["vpp"], s["schedule"]) == ("deepseek-v3", 4, "interleaved-1f1b")
+    assert (s["first_stage_layers"], s["last_stage_layers"], s["mtp_layers"]) == (1, 0, 1)
+    s = settings(DSV3 + "--pipeline-model-parallel-layout Et*4|(t*4|)*14tmL")
+    assert (s["vpp"], s["first_stage_layers"], s["last_stage_layers"]) == (2, 4, 1)
+
+
+@pytest.mark.parametrize("layout, words", [
+    ("Ettt|(tt|)*29,m|L", "MTP modules (m) outside the last chunk"),
+    ("Et|tt", "2 chunks do not divide over pp=8"),
+    ("Et|ttt|(tt|)*28t|mL", "the middle chunks hold 1, 2, 3 decoder layers"),
+    ("Et|(tt|)*30m", "the loss (L) must close the last chunk, once"),
+    ("t|(tt|)*30EmL", "the embedding (E) must open the first chunk, once"),
+    ("Et|(tt|)*30tmL", "62 decoder layers (t), the model has 61"),
+    ("Et|(tt|)*30xL", "unknown layer character 'x'"),
+])
+def test_a_layout_simtrain_cannot_run_is_one_line(layout, words):
+    with pytest.raises(SpecError, match=r"^arguments: --pipeline-model-parallel-layout '.*': .*" + re.escape(words)):
+        settings(DSV3 + f"--pipeline-model-parallel-layout '{layout}'")
+    with pytest.raises(SpecError, match="give the split either by the layout or by --decoder-first-pipeline"):
+        settings(DSV3 + "--pipeline-model-parallel-layout 'Et|(tt|)*30mL' --decoder-first-pipeline-num-layers 1")
+    with pytest.raises(SpecError, match="4 chunks per pipeline rank where the virtual-stage flag gives 2"):
+        settings(DSV3 + "--pipeline-model-parallel-layout 'Et|(tt|)*30mL' --num-virtual-stages-per-pipeline-rank 2")
 
 
 def test_1f1b_overlap():
