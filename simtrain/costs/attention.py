@@ -35,8 +35,6 @@ core alone, as before) or the tuple of recomputed modules.
 
 from __future__ import annotations
 
-import math
-
 from simtrain.costs.elementwise import A, bias_grads, norm, residual, rotary
 from simtrain.costs.kernels import Attention, Elementwise, Gemm, Kernel, OpCost
 from simtrain.costs.shape import Shape, linear
@@ -70,11 +68,6 @@ def _projections(model: ModelSpec, shape: Shape) -> tuple[list[tuple[str, int, i
     pre += [("attn.kv_down", h, model.kv_lora_rank + model.qk_rope_head_dim, False),
             ("attn.kv_up", model.kv_lora_rank, model.heads * (model.qk_nope_head_dim + model.v_head_dim) // t, True)]
     return pre, out
-
-
-def _shard_rows(shape: Shape) -> int:
-    """Rows of a projection that is not split over TP: the rank's sequence-parallel share."""
-    return max(1, math.ceil(shape.sp_tokens))
 
 
 def _flash(model: ModelSpec, shape: Shape, backward: bool, kv_tokens: int) -> Attention:
@@ -141,7 +134,7 @@ def attention_parts(model: ModelSpec, shape: Shape, kind: str,
     for p in passes:
         proj = linear(out_name, shape, out_k, out_n, p)
         inputs = [k for name, k_in, n_out, split in pre
-                  for k in linear(name, shape, k_in, n_out, p, None if split else _shard_rows(shape))]
+                  for k in linear(name, shape, k_in, n_out, p, None if split else shape.sp_rows)]
         if p == "F":
             head += [*norm("attn", model, shape, "F"), *inputs, *rotary(model, shape, "F")]
             tail += [*proj, *residual("attn", model, shape, "F")]

@@ -145,10 +145,11 @@ def moe_costs(model: ModelSpec, shape: Shape, kind: str, expert_tp: int, ep: int
     tokens = moe_tokens(shape)
     routed = moe_routed_rows(model, shape, expert_tp, load)
     local = model.num_experts // ep
-    sort = dispatcher == "alltoall" and ep > 1 and local > 1
+    # a permutation and its inverse; Megatron-LM's all-to-all dispatcher adds its permutation 2 and back
+    permutes = 4 if dispatcher == "alltoall" and ep > 1 and local > 1 else 2
     per_expert = max(1, math.ceil(routed / local))
     passes = ("I", "W") if kind == "B" else (kind,)
-    n_tokens = max(1, math.ceil(tokens))
+    n_tokens = shape.sp_rows  # == tokens (moe_tokens), rounded up
     router: list[Kernel] = []
     experts: list[Kernel] = []
     whole = "moe" in recompute  # the MoE layer's forward again before its backward: router, experts
@@ -156,10 +157,8 @@ def moe_costs(model: ModelSpec, shape: Shape, kind: str, expert_tp: int, ep: int
     for p in passes:
         gate = linear("moe.router", shape, model.hidden, model.num_experts, p, n_tokens)
         scores = Elementwise("moe.topk" if p == "F" else "moe.topk.bwd", 2 * BYTES_FP32 * tokens * model.num_experts)
-        perm = Elementwise("moe.permute" if p == "F" else "moe.permute.bwd", 2 * 2 * A * routed * model.hidden,
-                           launches=2)
-        if sort and p != "W":  # Megatron-LM's permutation 2, after the dispatch and before the combine
-            perm = Elementwise(perm.name, 2 * perm.nbytes, launches=4)
+        perm = Elementwise("moe.permute" if p == "F" else "moe.permute.bwd", permutes * 2 * A * routed * model.hidden,
+                           launches=permutes)
         if p == "F":
             router += [*norm("moe", model, shape, "F"), *gate, scores]
         elif p == "I":

@@ -13,6 +13,7 @@ into the cast. Weights are cast once per step (cached across micro-batches), not
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from simtrain.costs.kernels import Elementwise, Gemm, Kernel
@@ -52,6 +53,11 @@ class Shape:
     def local_seq(self) -> int:
         """Query tokens of one sequence on this rank (seq / cp)."""
         return self.tokens // self.mbs
+
+    @property
+    def sp_rows(self) -> int:
+        """:attr:`sp_tokens` as the rows of a GEMM over them (at least one)."""
+        return max(1, math.ceil(self.sp_tokens))
 
     @property
     def sp_tokens(self) -> float:

@@ -98,7 +98,9 @@ def apply_layout(job: JobReader, text: str, args: Collection[str], mtp_layers: i
         raise SpecError(f"{flag}: {exc}") from None
     if vpp is not None and vpp != found["vpp"]:
         raise SpecError(f"{flag}: {found['vpp']} chunks per pipeline rank where the virtual-stage flag gives {vpp}")
-    for name in ("first_stage_layers", "last_stage_layers", "mtp_layers"):
-        if found.get(name) is not None and (name != "mtp_layers" or found[name]):
+    for name in ("first_stage_layers", "last_stage_layers"):  # one chunk: no split to give
+        if name in found:
             job.set(name, found[name])
+    if found["mtp_layers"]:
+        job.set("mtp_layers", found["mtp_layers"])
     return int(found["vpp"])

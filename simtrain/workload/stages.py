@@ -177,8 +177,8 @@ def layer_pass_times(model: ModelSpec, par: ParallelSpec, gpu: GpuSpec,
     selective = par.recompute == "selective"
 
     def t(kind: str, layer: int) -> float:
-        mlp = (costs.moe_cost(model, sh, kind, par.expert_tp, par.ep, dispatcher=par.moe_dispatcher) if model.is_moe_layer(layer)
-               else costs.mlp_cost(model, sh, kind))
+        mlp = (costs.moe_cost(model, sh, kind, par.expert_tp, par.ep, dispatcher=par.moe_dispatcher)
+               if model.is_moe_layer(layer) else costs.mlp_cost(model, sh, kind))
         return timer.time(costs.attention_cost(model, sh, kind, selective)) + timer.time(mlp)
 
     every = range(model.total_layers)
