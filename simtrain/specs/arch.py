@@ -43,7 +43,11 @@ every model and layout; none is fitted to a run.
   is about 60% of that at 16k). Hopper: FlashAttention-3 (Shah et al. 2024, arXiv:2407.08608:
   BF16 forward "up to 740 TFLOPS (75% utilization)" on H100, backward 1.5-1.75x FlashAttention-2's
   throughput, about 55% of peak, section 4.1). Blackwell: Hopper's fractions (no peer-reviewed
-  measurement yet).
+  measurement yet). Checked against cuDNN 9.19 on an H200 (NVIDIA ``cudnn-frontend``'s training
+  benchmark, ``tests/validation/cudnn_attention_h200.csv``): at the sustained clock below the
+  model takes 0.94-1.11 times the measured time of DeepSeek-V3's 192/128-wide core and 0.95-1.40
+  times that of Llama 3.1's 128-wide heads, whose ten-iteration runs hold a boost clock of up to
+  1980 MHz (1.32 times the sustained one).
 * ``hbm_efficiency``: the fraction of datasheet HBM bandwidth a streaming access sustains, for a
   GEMM's or an attention kernel's operands: about 90% (STREAM-style copy and triad: 3.02-3.09
   TB/s of 3.35 on H100 SXM).
