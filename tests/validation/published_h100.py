@@ -9,8 +9,8 @@ The cases (``published_h100.json``, its ``about`` and each case's ``source`` cit
 NeMo runs from ``NVIDIA/dgxc-benchmarking`` (GPT-3 175B, Nemotron-4 15B and 340B, DeepSeek-V3) and
 Megatron-Core MoE runs from the Megatron-MoE model zoo (``yanring/Megatron-MoE-ModelZoo``:
 Qwen3-235B-A22B, Mixtral 8x22B), and a Megatron Bridge run from its performance summary
-(``NVIDIA-NeMo/Megatron-Bridge``, NeMo 25.09: Llama 3 8B and 70B, Llama 3.1 405B and DeepSeek-V3 in
-FP8). Every case runs on the stock ``h100-ib`` topology with what its
+(``NVIDIA-NeMo/Megatron-Bridge``, NeMo 25.09: Llama 3 8B and 70B, Llama 3.1 405B, DeepSeek-V3 and
+Qwen3-235B-A22B in FP8). Every case runs on the stock ``h100-ib`` topology with what its
 source states (:func:`settings_of`): layout, batch, precision, the distributed optimizer (ZeRO-1)
 or FSDP (ZeRO-3), the gradients' reduction precision, TP communication overlap, the token dispatcher, the recompute it names
 (Megatron's module names), the pipeline split that counts the embedding and the loss where the
@@ -48,11 +48,11 @@ SETS = {"H100-nemo-dense": "NeMo dense (dgxc-benchmarking)", "H100-nemo-moe": "N
         "H100-bridge-moe": "Megatron Bridge MoE (performance summary)"}
 #: The limits the test enforces per set, (mean |error| %, largest |error| %): the goal where the
 #: set reaches it; elsewhere the set's present errors, so that a change cannot make them worse
-#: unnoticed (the DeepSeek-V3 runs of the NeMo MoE and Megatron Bridge sets miss the goal:
-#: docs/validation.md says by how much).
+#: unnoticed (the runs whose expert-parallel all-to-all crosses nodes, in the NeMo MoE and
+#: Megatron Bridge MoE sets, miss the goal: docs/validation.md says by how much).
 LIMITS = {"H100-nemo-dense": (MEAN_LIMIT_PCT, ROW_LIMIT_PCT), "H100-nemo-moe": (17.0, 17.0),
           "H100-megatron-moe": (MEAN_LIMIT_PCT, ROW_LIMIT_PCT), "H100-bridge-dense": (MEAN_LIMIT_PCT, ROW_LIMIT_PCT),
-          "H100-bridge-moe": (13.0, 13.0)}
+          "H100-bridge-moe": (15.0, 17.0)}
 #: The Qwen3-235B-A22B layouts of the model zoo's H100 table, fastest measured first.
 QWEN_ORDER = ("qwen3-235b-deepep-fsdp-ep8", "qwen3-235b-deepep-tp2pp8vpp4ep32", "qwen3-235b-a2a-tp2pp32vpp3ep8",
               "qwen3-235b-deepep-tp4pp8vpp4ep8")
