@@ -1,7 +1,7 @@
 """``simtrain run``: default scenario, flags that change one value of it, outputs, determinism, the
 JSON contract, config files (output keys too), CSV schedules, user errors; a run that does not fit
 says so first, the model's total and active parameters, ``--xlim``, a Megatron-LM launch with
-``--tp-comm-overlap``."""
+``--tp-comm-overlap``; a layout whose EP groups span nodes is told what the published runs say."""
 
 from __future__ import annotations
 
@@ -293,3 +293,18 @@ def test_no_output_replaces_an_input_file(tmp_path, monkeypatch):
     code, _, err = cli("run", "--model", "model.toml", *SCENARIO, "--out", ".")  # beside its inputs: fine
     assert code == 0, err
     assert Path("report.json").is_file() and Path("model.toml").read_text() == TINY
+
+
+def test_expert_groups_across_nodes_are_told_the_published_runs_error(tmp_path):
+    """Mixtral 8x7B with EP 8 and expert TP 2 (Megatron's default: the dense TP) on 32 H100s: each
+    EP group spans 16 GPUs, two nodes, and the summary says what the published runs measured
+    (docs/validation.md); EP 4 keeps each group in one node and prints nothing of it."""
+    common = ("--model", "mixtral-8x7b", "--topology", "h100-ib", "--tp", "2", "--pp", "2", "--seq", "2048",
+              "--no-plot")
+    code, out, err = cli("run", *common, "--gpus", "32", "--ep", "8", "--gbs", "32", "--out", tmp_path / "a")
+    assert code == 0, err
+    note = " ".join(out.split("expert parallelism:")[1].split())
+    assert note.startswith("each EP group of 8 GPUs spans 2 nodes.") and "7-17% slower than simulated" in note
+    code, out, err = cli("run", *common, "--gpus", "16", "--ep", "4", "--gbs", "16", "--out", tmp_path / "b")
+    assert code == 0, err
+    assert "expert parallelism:" not in out
