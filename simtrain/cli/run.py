@@ -261,7 +261,7 @@ def _expert_note(scenario: Any) -> str:
     nodes = len({mesh.node_of(rank) for rank in mesh.group_of("ep", 0)})
     return "\n" + textwrap.fill(
         f"expert parallelism: each EP group of {par.ep} GPUs spans {nodes} nodes. Published H100 MoE runs "
-        f"whose all-to-all crosses nodes ran from 17% slower to 9% faster than simulated, by software "
+        f"whose all-to-all crosses nodes ran from 17% slower to 12% faster than simulated, by software "
         f"release; those whose EP groups sit in one node within 3% (docs/validation.md).", 100,
         break_on_hyphens=False)
 

@@ -304,7 +304,7 @@ def test_expert_groups_across_nodes_are_told_the_published_runs_error(tmp_path):
     code, out, err = cli("run", *common, "--gpus", "32", "--ep", "8", "--gbs", "32", "--out", tmp_path / "a")
     assert code == 0, err
     note = " ".join(out.split("expert parallelism:")[1].split())
-    assert note.startswith("each EP group of 8 GPUs spans 2 nodes.") and "from 17% slower to 9% faster than simulated" in note
+    assert note.startswith("each EP group of 8 GPUs spans 2 nodes.") and "from 17% slower to 12% faster than simulated" in note
     code, out, err = cli("run", *common, "--gpus", "16", "--ep", "4", "--gbs", "16", "--out", tmp_path / "b")
     assert code == 0, err
     assert "expert parallelism:" not in out

@@ -162,6 +162,27 @@ def run_case(case: dict[str, Any]) -> Row:
                peak_gib=max(report["peak_memory_gib"]), fits=report["fits_in_memory"])
 
 
+def load_later(cases_path: Path = CASES) -> list[dict[str, Any]]:
+    """Later releases' measurements of a case's layout whose setup is not pinned (the file's
+    ``later_releases``): printed beside the cases, counted in no set."""
+    return json.loads(cases_path.read_text(encoding="utf-8")).get("later_releases", [])
+
+
+def run_later(later: dict[str, Any], cases_path: Path = CASES) -> Row:
+    """Simulate a later release's row: its base case's settings at the row's global batch."""
+    base = next(c for c in load_cases(cases_path) if c["name"] == later["base_case"])
+    return run_case({**base, "name": later["name"], "gbs": later["gbs"], "measured_step_s": later["measured_step_s"]})
+
+
+def release_table(pinned: Row, later: list[Row], releases: list[str]) -> str:
+    """One layout as several releases measured it, against the one simulation of it, as Markdown."""
+    lines = [f"Same layout, later releases ({pinned.layout.split(',')[0]}; not cases: setup not pinned, counted in no set):",
+             "| release | measured | simulated | error |", "| --- | ---: | ---: | ---: |"]
+    for release, r in zip(["the case"] + releases, [pinned] + later):
+        lines.append(f"| {release}: {r.name} | {r.measured_s:.2f} s | {r.predicted_s:.2f} s | {r.error_pct:+.1f}% |")
+    return "\n".join(lines)
+
+
 def run_all(cases_path: Path = CASES) -> list[Row]:
     """Simulate every case (:func:`run_case`)."""
     return [run_case(case) for case in load_cases(cases_path)]
@@ -203,4 +224,11 @@ def table(rows: list[Row]) -> str:
 
 
 if __name__ == "__main__":  # pragma: no cover
-    print(table(run_all()))
+    all_rows = run_all()
+    print(table(all_rows))
+    later_cases = load_later()
+    for base_name in dict.fromkeys(c["base_case"] for c in later_cases):
+        of_base = [c for c in later_cases if c["base_case"] == base_name]
+        print()
+        print(release_table(next(r for r in all_rows if r.name == base_name), [run_later(c) for c in of_base],
+                            [c["release"] for c in of_base]))
