@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -130,8 +130,7 @@ def settings_of(case: dict[str, Any]) -> dict[str, Any]:
         # HybridEP, like DeepEP, sends a token between nodes once per destination node (the case's notes)
         out["moe_dispatcher"] = "deepep" if case["moe_dispatcher"].startswith(("deepep", "hybridep")) else "alltoall"
     if case.get("comm_sms"):  # the SMs the case's recipe gives its expert-parallel communication kernels
-        sms = get_gpu("h100-sxm").sm_count
-        out["comm_interference"] = case["comm_sms"] / (sms - case["comm_sms"])
+        out["comm_interference"] = replace(get_gpu("h100-sxm"), comm_sms=case["comm_sms"]).comm_interference
     for key in ("mtp_layers", "first_stage_layers", "last_stage_layers"):  # where the case's recipe sets them
         if case.get(key) is not None:
             out[key] = case[key]

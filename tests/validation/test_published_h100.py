@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 
+from simtrain.cli.run import PUBLISHED_EP_ERROR_PCT
 from simtrain.topology.mesh import build_mesh
 from validation.published_h100 import (DOES_NOT_FIT, LIMITS, QWEN_ORDER, SETS, Row, load_cases, load_later, run_case,
                                        run_later, set_errors)
@@ -124,3 +125,32 @@ def test_the_qwen3_layout_lies_between_the_releases_that_measured_it(shared):
     errors = [r.error_pct for r in rows]
     assert min(errors) < 0 < max(errors), errors
     assert all(abs(e) <= LIMITS["H100-bridge-moe"][1] for e in errors), errors
+
+
+def _ep_nodes(case) -> int:
+    mesh = build_mesh(tp=case["tp"], cp=case["cp"], dp=case["dp"], pp=case["pp"], ep=case["ep"], etp=case["etp"])
+    return len({mesh.node_of(rank) for rank in mesh.group_of("ep", 0)})
+
+
+def test_the_ep_note_of_simtrain_run_quotes_the_published_rows(shared):
+    """``simtrain run`` tells a plan whose EP groups span nodes what the published runs measured
+    (:data:`~simtrain.cli.run.PUBLISHED_EP_ERROR_PCT`): every MoE row, the later releases' too,
+    falls in the band it quotes for where its EP groups sit, and each band is met by some row."""
+    by_nodes: dict[str, list[float]] = {"one node": [], "2 nodes": [], "4 and 8 nodes": []}
+    base = {c["name"]: i for i, c in enumerate(CASES)}
+    for i, case in enumerate(CASES):
+        if case["ep"] > 1:
+            nodes = _ep_nodes(case)
+            key = "one node" if nodes == 1 else "2 nodes" if nodes == 2 else "4 and 8 nodes"
+            by_nodes[key].append(_row(shared, i).error_pct)
+    for later in LATER:
+        assert _ep_nodes(CASES[base[later["base_case"]]]) in (4, 8)
+        by_nodes["4 and 8 nodes"].append(
+            cached_row(shared, later["name"], lambda c=later: run_later(c), lambda d: Row(**d)).error_pct)
+    assert [len(v) for v in by_nodes.values()] == [4, 2, 7]
+    for key in ("one node", "2 nodes"):
+        assert max(map(abs, by_nodes[key])) <= PUBLISHED_EP_ERROR_PCT[key], (key, by_nodes[key])
+    low, high = PUBLISHED_EP_ERROR_PCT["4 and 8 nodes"]
+    errors = by_nodes["4 and 8 nodes"]
+    assert low <= min(errors) and max(errors) <= high, errors
+    assert round(min(errors)) == low and round(max(errors)) == high, errors  # the note's ends are the rows'
