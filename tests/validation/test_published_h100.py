@@ -86,9 +86,10 @@ def test_deepseek_v3_grows_from_pp8_to_pp16_as_measured(shared):
     assert abs(simulated / measured - 1) < 0.01, (measured, simulated)
 
 
-def _ep_crosses_nodes(case) -> bool:
+def _ep_nodes(case) -> int:
+    """The nodes one of the case's EP groups spans."""
     mesh = build_mesh(tp=case["tp"], cp=case["cp"], dp=case["dp"], pp=case["pp"], ep=case["ep"], etp=case["etp"])
-    return not mesh.intra_node("ep")
+    return len({mesh.node_of(rank) for rank in mesh.group_of("ep", 0)})
 
 
 def test_moe_runs_whose_all_to_all_stays_in_a_node_meet_the_goal(shared):
@@ -96,7 +97,7 @@ def test_moe_runs_whose_all_to_all_stays_in_a_node_meet_the_goal(shared):
     one node, each case is within the goal's 6%; the runs that miss it are those whose all-to-all
     crosses nodes."""
     moe = [i for i, c in enumerate(CASES) if c["ep"] > 1]
-    inside = [i for i in moe if not _ep_crosses_nodes(CASES[i])]
+    inside = [i for i in moe if _ep_nodes(CASES[i]) == 1]
     assert len(inside) == 4 and len(moe) - len(inside) == 7
     for i in inside:
         row = _row(shared, i)
@@ -125,11 +126,6 @@ def test_the_qwen3_layout_lies_between_the_releases_that_measured_it(shared):
     errors = [r.error_pct for r in rows]
     assert min(errors) < 0 < max(errors), errors
     assert all(abs(e) <= LIMITS["H100-bridge-moe"][1] for e in errors), errors
-
-
-def _ep_nodes(case) -> int:
-    mesh = build_mesh(tp=case["tp"], cp=case["cp"], dp=case["dp"], pp=case["pp"], ep=case["ep"], etp=case["etp"])
-    return len({mesh.node_of(rank) for rank in mesh.group_of("ep", 0)})
 
 
 def test_the_ep_note_of_simtrain_run_quotes_the_published_rows(shared):
